@@ -1,0 +1,154 @@
+package broker
+
+import "time"
+
+// Phase is a node's lifecycle phase. Nodes move forward through the phases
+// in the order below; Draining may go back to Active when a drain is
+// cancelled or a node is handed to the other side.
+type Phase string
+
+// The lifecycle phases of a node.
+const (
+	PhaseRequested   Phase = "requested"   // ordered from the cloud, no instance yet
+	PhaseBooting     Phase = "booting"     // instance exists, not registered yet
+	PhaseRegistered  Phase = "registered"  // a kubelet or NodeManager registered it
+	PhaseGPUReady    Phase = "gpu-ready"   // GPUs advertised (device plugin / yarn.io/gpu)
+	PhaseActive      Phase = "active"      // schedulable and serving its side
+	PhaseDraining    Phase = "draining"    // cordoned or decommissioning; work leaving
+	PhaseDrained     Phase = "drained"     // no work left; may be handed over or terminated
+	PhaseTerminating Phase = "terminating" // termination requested from the cloud
+	PhaseGone        Phase = "gone"        // terminated; kept for history only
+)
+
+// Phases lists all phases in lifecycle order.
+var Phases = [...]Phase{
+	PhaseRequested, PhaseBooting, PhaseRegistered, PhaseGPUReady, PhaseActive,
+	PhaseDraining, PhaseDrained, PhaseTerminating, PhaseGone,
+}
+
+// Valid reports whether p is a known phase.
+func (p Phase) Valid() bool {
+	for _, q := range Phases {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// InFlight reports whether a node in this phase is capacity on its way:
+// ordered but not yet offering GPUs to a scheduler.
+func (p Phase) InFlight() bool {
+	return p == PhaseRequested || p == PhaseBooting || p == PhaseRegistered
+}
+
+// Owner is the side a node currently serves.
+type Owner string
+
+// Node owners. OwnerNone is a node that neither side may schedule on, such
+// as one in transfer between sides or not registered anywhere yet.
+const (
+	OwnerYARN Owner = "yarn"
+	OwnerK8s  Owner = "k8s"
+	OwnerNone Owner = "none"
+)
+
+// Valid reports whether o is a known owner.
+func (o Owner) Valid() bool { return o == OwnerYARN || o == OwnerK8s || o == OwnerNone }
+
+// Side returns the source whose work the owner runs, and false for OwnerNone.
+func (o Owner) Side() (Source, bool) {
+	switch o {
+	case OwnerYARN:
+		return SourceYARN, true
+	case OwnerK8s:
+		return SourceK8s, true
+	}
+	return "", false
+}
+
+// Node is one GPU machine as the broker sees it, merged from the cloud, the
+// Kubernetes API, the YARN RM and the node agent.
+type Node struct {
+	// Name is the Kubernetes node name or YARN NodeManager host; the same
+	// machine has the same name on both sides (its private DNS name).
+	Name string `json:"name"`
+	// InstanceID is the cloud instance id, empty for nodes outside any pool.
+	InstanceID string `json:"instance_id,omitempty"`
+	// Pool is the pool the node belongs to, empty if unmanaged.
+	Pool string `json:"pool,omitempty"`
+	// Owner is the side that may schedule on the node.
+	Owner Owner `json:"owner"`
+	// Phase is the lifecycle phase.
+	Phase Phase `json:"phase"`
+	// PhaseSince is when the node entered its phase.
+	PhaseSince time.Time `json:"phase_since,omitzero"`
+	// GPUModel is the node's GPU product.
+	GPUModel string `json:"gpu_model,omitempty"`
+	// GPUsTotal is what the node offers; GPUsAllocated is what running work holds.
+	GPUsTotal     int `json:"gpus_total"`
+	GPUsAllocated int `json:"gpus_allocated"`
+	// Labels and Taints are the node's current ones.
+	Labels map[string]string `json:"labels,omitempty"`
+	Taints []Taint           `json:"taints,omitempty"`
+	// Utilisation is the mean GPU utilisation (0..1) from the agent; -1 if unknown.
+	Utilisation float64 `json:"utilisation"`
+	// Healthy is false when the agent reported XID or ECC failures.
+	Healthy bool `json:"healthy"`
+	// HealthReason says why a node is unhealthy.
+	HealthReason string `json:"health_reason,omitempty"`
+	// Protected nodes are never chosen for scale-down.
+	Protected bool `json:"protected"`
+	// UnderusedSince is when GPU allocation last dropped to or under the
+	// scale-down threshold; zero while above it.
+	UnderusedSince time.Time `json:"underused_since,omitzero"`
+	// Work lists what runs on the node.
+	Work []Workload `json:"work,omitempty"`
+}
+
+// FreeGPUs returns GPUs not allocated to running work.
+func (n Node) FreeGPUs() int {
+	if f := n.GPUsTotal - n.GPUsAllocated; f > 0 {
+		return f
+	}
+	return 0
+}
+
+// Workload is one running pod or container on a node.
+type Workload struct {
+	// Source and Key identify it as for Demand.
+	Source Source `json:"source"`
+	Key    string `json:"key"`
+	Name   string `json:"name"`
+	Tenant string `json:"tenant"`
+	// Priority is on the unified scale.
+	Priority int64 `json:"priority"`
+	// GPUs held on this node.
+	GPUs int `json:"gpus"`
+	// Preemptible is false for work that must never be preempted.
+	Preemptible bool `json:"preemptible"`
+	// StartedAt is when the work started running.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// CheckpointAge is the time since the newest checkpoint, or -1 if unknown
+	// (treated as the whole run time: the worst case).
+	CheckpointAge time.Duration `json:"checkpoint_age"`
+	// System is true for DaemonSet, mirror and other per-node pods that drains leave.
+	System bool `json:"system"`
+}
+
+// unknownWork stands for work of unknown size: the worst case.
+const unknownWork = time.Duration(1 << 62)
+
+// WorkAtRisk returns how much work preempting this workload would lose at now.
+func (w Workload) WorkAtRisk(now time.Time) time.Duration {
+	if w.CheckpointAge >= 0 {
+		return w.CheckpointAge
+	}
+	if w.StartedAt.IsZero() {
+		return unknownWork
+	}
+	if now.Before(w.StartedAt) {
+		return 0
+	}
+	return now.Sub(w.StartedAt)
+}

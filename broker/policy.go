@@ -1,0 +1,100 @@
+package broker
+
+import "time"
+
+// Expander chooses which pool grows when several could serve demand.
+type Expander string
+
+// The expanders.
+const (
+	// ExpanderLeastWaste picks the pool that leaves the fewest idle GPUs.
+	ExpanderLeastWaste Expander = "least-waste"
+	// ExpanderMostPods picks the pool that places the most pending units.
+	ExpanderMostPods Expander = "most-pods"
+	// ExpanderPriority picks the pool with the highest ExpanderPriority.
+	ExpanderPriority Expander = "priority"
+	// ExpanderPrice picks the cheapest pool per GPU.
+	ExpanderPrice Expander = "price"
+)
+
+// Valid reports whether e is a known expander.
+func (e Expander) Valid() bool {
+	switch e {
+	case ExpanderLeastWaste, ExpanderMostPods, ExpanderPriority, ExpanderPrice:
+		return true
+	}
+	return false
+}
+
+// Policy holds the cluster-wide rules the planner applies.
+type Policy struct {
+	// ClusterMinGPUs and ClusterMaxGPUs bound the GPUs of all pools together.
+	ClusterMinGPUs int `json:"cluster_min_gpus"`
+	ClusterMaxGPUs int `json:"cluster_max_gpus"`
+	// ModelMaxGPUs bounds the GPUs of one model across pools (optional).
+	ModelMaxGPUs map[string]int `json:"model_max_gpus,omitempty"`
+	// ScaleDownUnneeded is how long a node must stay under the threshold
+	// before it is reclaimed.
+	ScaleDownUnneeded Duration `json:"scale_down_unneeded"`
+	// ScaleDownUtilisation is the GPU allocation fraction at or under which
+	// a node counts as underused.
+	ScaleDownUtilisation float64 `json:"scale_down_utilisation"`
+	// MaxProvisionTime is how long an ordered node may take to offer GPUs
+	// before the pool backs off.
+	MaxProvisionTime Duration `json:"max_provision_time"`
+	// Expander picks among pools for scale-up.
+	Expander Expander `json:"expander"`
+	// DrainTimeout bounds a Kubernetes drain or YARN graceful decommission.
+	DrainTimeout Duration `json:"drain_timeout"`
+	// ForceAfterDrainTimeout terminates a node whose drain timed out; when
+	// false it is reported and left cordoned for an operator.
+	ForceAfterDrainTimeout bool `json:"force_after_drain_timeout"`
+	// Preemption allows preempting lower-priority work.
+	Preemption bool `json:"preemption"`
+	// OwnershipTransfer allows moving idle nodes between YARN and Kubernetes.
+	OwnershipTransfer bool `json:"ownership_transfer"`
+	// Version increases on every change (optimistic concurrency).
+	Version int64 `json:"version"`
+}
+
+// DefaultPolicy returns the defaults of DESIGN.md: 5 minutes unneeded at or
+// under 0.5 GPU allocation, 15 minutes max provision time, least-waste.
+func DefaultPolicy() Policy {
+	return Policy{
+		ClusterMinGPUs:       0,
+		ClusterMaxGPUs:       1 << 20,
+		ScaleDownUnneeded:    Duration(5 * time.Minute),
+		ScaleDownUtilisation: 0.5,
+		MaxProvisionTime:     Duration(15 * time.Minute),
+		Expander:             ExpanderLeastWaste,
+		DrainTimeout:         Duration(10 * time.Minute),
+		Preemption:           true,
+		OwnershipTransfer:    true,
+	}
+}
+
+// Validate checks the policy's fields.
+func (p Policy) Validate() error {
+	switch {
+	case p.ClusterMinGPUs < 0:
+		return Invalid("cluster_min_gpus", "must not be negative, got %d", p.ClusterMinGPUs)
+	case p.ClusterMaxGPUs < p.ClusterMinGPUs:
+		return Invalid("cluster_max_gpus", "must be at least cluster_min_gpus (%d), got %d", p.ClusterMinGPUs, p.ClusterMaxGPUs)
+	case p.ScaleDownUnneeded < 0:
+		return Invalid("scale_down_unneeded", "must not be negative, got %s", p.ScaleDownUnneeded)
+	case !(p.ScaleDownUtilisation >= 0 && p.ScaleDownUtilisation <= 1):
+		return Invalid("scale_down_utilisation", "must be between 0 and 1, got %g", p.ScaleDownUtilisation)
+	case p.MaxProvisionTime <= 0:
+		return Invalid("max_provision_time", "must be positive, got %s", p.MaxProvisionTime)
+	case !p.Expander.Valid():
+		return Invalid("expander", "must be one of least-waste, most-pods, priority, price; got %q", p.Expander)
+	case p.DrainTimeout <= 0:
+		return Invalid("drain_timeout", "must be positive, got %s", p.DrainTimeout)
+	}
+	for model, max := range p.ModelMaxGPUs {
+		if max < 0 {
+			return Invalid("model_max_gpus."+model, "must not be negative, got %d", max)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package broker
+
+import (
+	"strconv"
+	"time"
+)
+
+// PoolSides says which side a pool's nodes may serve.
+type PoolSides string
+
+// Pool side settings.
+const (
+	PoolYARN   PoolSides = "yarn"
+	PoolK8s    PoolSides = "k8s"
+	PoolShared PoolSides = "shared"
+)
+
+// Serves reports whether a pool with these sides may serve side s.
+func (p PoolSides) Serves(s Source) bool {
+	return p == PoolShared || string(p) == string(s)
+}
+
+// Valid reports whether p is a known setting.
+func (p PoolSides) Valid() bool { return p == PoolYARN || p == PoolK8s || p == PoolShared }
+
+// Pool is a node group behind a cloud autoscaling group.
+type Pool struct {
+	// Name identifies the pool in gpubroker.
+	Name string `json:"name"`
+	// Provider names the NodePool implementation ("aws").
+	Provider string `json:"provider"`
+	// Group is the provider's identifier, e.g. the autoscaling group name.
+	Group string `json:"group"`
+	// GPUModel is the GPU product of every node, e.g. "H100".
+	GPUModel string `json:"gpu_model"`
+	// GPUsPerNode is how many GPUs each node offers (0 for CPU pools).
+	GPUsPerNode int `json:"gpus_per_node"`
+	// MinNodes and MaxNodes bound the pool size.
+	MinNodes int `json:"min_nodes"`
+	MaxNodes int `json:"max_nodes"`
+	// Labels and Taints are what the pool's nodes carry once they join.
+	Labels map[string]string `json:"labels,omitempty"`
+	Taints []Taint           `json:"taints,omitempty"`
+	// Sides says which of YARN and Kubernetes the pool may serve.
+	Sides PoolSides `json:"sides"`
+	// PricePerHour is the cost of one node, for the price expander.
+	PricePerHour float64 `json:"price_per_hour"`
+	// ExpanderPriority ranks pools for the priority expander (higher first).
+	ExpanderPriority int `json:"expander_priority"`
+	// Version increases on every change (optimistic concurrency).
+	Version int64 `json:"version"`
+}
+
+// Validate checks the pool's fields.
+func (p Pool) Validate() error {
+	switch {
+	case !ValidName(p.Name):
+		return Invalid("name", "must be a lowercase DNS label (a-z, 0-9, '-', at most 63 characters), got %q", p.Name)
+	case p.GPUsPerNode < 0:
+		return Invalid("gpus_per_node", "must not be negative, got %d", p.GPUsPerNode)
+	case p.MinNodes < 0:
+		return Invalid("min_nodes", "must not be negative, got %d", p.MinNodes)
+	case p.MaxNodes < p.MinNodes:
+		return Invalid("max_nodes", "must be at least min_nodes (%d), got %d", p.MinNodes, p.MaxNodes)
+	case !p.Sides.Valid():
+		return Invalid("sides", "must be %q, %q or %q, got %q", PoolYARN, PoolK8s, PoolShared, p.Sides)
+	case p.PricePerHour < 0:
+		return Invalid("price_per_hour", "must not be negative, got %g", p.PricePerHour)
+	}
+	return nil
+}
+
+// PoolState is what the provider reports about a pool right now.
+type PoolState struct {
+	// Pool is the static definition, with tags from the provider applied.
+	Pool Pool `json:"pool"`
+	// Desired is the group's desired capacity.
+	Desired int `json:"desired"`
+	// Instances are the group's current instances.
+	Instances []Instance `json:"instances"`
+	// BackoffUntil, when in the future, means the pool must not be scaled up.
+	BackoffUntil time.Time `json:"backoff_until,omitzero"`
+	// BackoffReason says why the pool backs off (e.g. insufficient capacity).
+	BackoffReason string `json:"backoff_reason,omitempty"`
+}
+
+// InService counts instances that are running in the group.
+func (s PoolState) InService() int {
+	n := 0
+	for _, in := range s.Instances {
+		if in.Phase != PhaseTerminating && in.Phase != PhaseGone {
+			n++
+		}
+	}
+	return n
+}
+
+// Instance is one cloud machine of a pool.
+type Instance struct {
+	// ID is the provider's instance id.
+	ID string `json:"id"`
+	// Hostname is the private DNS name, used to match the instance to a
+	// Kubernetes node and a YARN NodeManager.
+	Hostname string `json:"hostname"`
+	// Phase is the lifecycle phase derived from the provider's state.
+	Phase Phase `json:"phase"`
+	// LaunchedAt is when the provider started the instance.
+	LaunchedAt time.Time `json:"launched_at,omitzero"`
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,105 @@
+package broker
+
+import "time"
+
+// Snapshot is one immutable view of both clusters and the pools, taken at
+// Now. The planner reads nothing else; it must not modify a snapshot.
+type Snapshot struct {
+	// Now is the observation time; the planner has no clock of its own.
+	Now time.Time `json:"now"`
+	// Demand is every pending demand from both sources.
+	Demand []Demand `json:"demand"`
+	// Tenants by name.
+	Tenants map[string]Tenant `json:"tenants"`
+	// Pools are the node pools with their provider state.
+	Pools []PoolState `json:"pools"`
+	// Nodes are all GPU nodes known on either side or in a pool.
+	Nodes []Node `json:"nodes"`
+	// InFlight are operations in progress from the journal, so the planner
+	// counts ordered capacity and does not repeat work.
+	InFlight []Op `json:"in_flight"`
+	// Stale lists sources whose observation failed or is too old; no
+	// destructive action may touch their side.
+	Stale map[Source]string `json:"stale,omitempty"`
+}
+
+// IsStale reports whether side s must not be acted on destructively.
+func (s *Snapshot) IsStale(src Source) bool {
+	_, ok := s.Stale[src]
+	return ok
+}
+
+// Plan is the planner's output: actions to take and, for pending demand
+// that gets nothing, why it waits.
+type Plan struct {
+	// Actions in the order they should be started.
+	Actions []Action `json:"actions"`
+	// Waits explains every pending demand that no action serves.
+	Waits []Wait `json:"waits"`
+}
+
+// ActionKind names what an action does.
+type ActionKind string
+
+// The kinds of action.
+const (
+	// ActScaleUp sets a pool's desired capacity to Target.
+	ActScaleUp ActionKind = "scale-up"
+	// ActScaleDown drains Node and terminates it with a desired decrement.
+	ActScaleDown ActionKind = "scale-down"
+	// ActTransfer drains Node from its owner and hands it to To.
+	ActTransfer ActionKind = "transfer"
+	// ActPreempt evicts the Victims to make room for demand.
+	ActPreempt ActionKind = "preempt"
+	// ActReplace drains an unhealthy Node and terminates it.
+	ActReplace ActionKind = "replace"
+)
+
+// Destructive reports whether the action removes work or capacity; those are
+// re-validated against fresh observations and never taken on a stale side.
+func (k ActionKind) Destructive() bool { return k != ActScaleUp }
+
+// Action is one change the planner wants, with a reason a person can read.
+type Action struct {
+	Kind ActionKind `json:"kind"`
+	// Pool is the pool being resized (scale-up/down) or the node's pool.
+	Pool string `json:"pool,omitempty"`
+	// Target is the absolute desired capacity for ActScaleUp.
+	Target int `json:"target,omitempty"`
+	// Node is the node to drain, transfer, replace or terminate.
+	Node string `json:"node,omitempty"`
+	// From and To are the sides of an ownership transfer.
+	From Owner `json:"from,omitempty"`
+	To   Owner `json:"to,omitempty"`
+	// Victims are the workloads an ActPreempt evicts.
+	Victims []Workload `json:"victims,omitempty"`
+	// Serves lists the demand IDs (Demand.ID) the action is for.
+	Serves []string `json:"serves,omitempty"`
+	// Reason explains the action in one sentence.
+	Reason string `json:"reason"`
+}
+
+// WaitReason classifies why pending demand gets nothing this tick.
+type WaitReason string
+
+// Why demand waits.
+const (
+	WaitUnsatisfiable WaitReason = "unsatisfiable"   // no pool could ever serve it
+	WaitQuota         WaitReason = "over-quota"      // beyond the tenant's max GPUs
+	WaitInFlight      WaitReason = "in-flight"       // a node ordered for it is on its way
+	WaitBackoff       WaitReason = "pool-backoff"    // the fitting pools back off
+	WaitPoolMax       WaitReason = "pool-max"        // the fitting pools are at max
+	WaitClusterMax    WaitReason = "cluster-max"     // the cluster GPU max is reached
+	WaitPriority      WaitReason = "lower-priority"  // higher-priority demand took the room
+	WaitStale         WaitReason = "stale-source"    // its side is stale
+	WaitScheduler     WaitReason = "scheduler"       // free GPUs exist; its scheduler should place it
+	WaitNoPreemptible WaitReason = "no-preemptible"  // nothing lower-priority to preempt
+	WaitGang          WaitReason = "gang-incomplete" // not all units of the gang fit
+)
+
+// Wait is a non-decision: pending demand that no action serves, and why.
+type Wait struct {
+	Demand string     `json:"demand"`
+	Reason WaitReason `json:"reason"`
+	Detail string     `json:"detail"`
+}
