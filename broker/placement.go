@@ -1,0 +1,586 @@
+package broker
+
+import (
+	"fmt"
+	"strings"
+)
+
+// stage limits which capacity a placement pass may use.
+type stage int
+
+const (
+	stageFree    stage = iota // free GPUs of the demand's side only
+	stageOrdered              // in-flight scale-ups that serve this demand
+	stageAll                  // everything, in the order of the arbitration rules
+)
+
+// dclass is every pending demand of one source with equal constraints: they
+// match the same nodes and pools, so matching is done once per class.
+type dclass struct {
+	src Source
+	c   *Constraints
+
+	// maxUnit is the most GPUs per unit any matching pool (that may grow)
+	// or node of the right side offers; demand asking more is unsatisfiable.
+	maxUnit int
+	// matched is true when any pool or node serving src matches at all.
+	matched bool
+
+	pools  []int   // matching pools that may serve src, in name order
+	own    []int32 // matching schedulable nodes of side src
+	ownSet []bool  // by node index
+	xall   []int32 // matching nodes of the other side in pools that may serve src
+
+	epoch    int     // pl.epoch when the lists below were built
+	free     []int32 // own nodes that may still have free GPUs
+	freeFail int     // smallest GPUs per unit no free node fits; 0 when none failed
+	xfer     []int32 // transfer candidates not used yet
+	xferFail int
+	pfail    []pfail // preemption that found no victims
+}
+
+// pfail records that no preemption could free gpus GPUs for demand at prio;
+// demand asking at least as much at no higher priority cannot succeed either.
+type pfail struct {
+	gpus int
+	prio int64
+}
+
+// newClass matches one class against every pool and node.
+func (pl *planner) newClass(src Source, c *Constraints) *dclass {
+	cl := &dclass{src: src, c: c, ownSet: make([]bool, len(pl.nodes)), epoch: -1}
+	for i := range pl.pools {
+		pool := &pl.pools[i].st.Pool
+		if !pool.Sides.Serves(src) || !c.matches(src, target{pool.Labels, pool.Taints, pool.GPUModel}) {
+			continue
+		}
+		cl.matched = true
+		cl.pools = append(cl.pools, i)
+		if pool.MaxNodes > 0 && pool.GPUsPerNode > cl.maxUnit {
+			cl.maxUnit = pool.GPUsPerNode
+		}
+	}
+	for i := range pl.nodes {
+		w := &pl.nodes[i]
+		n := w.n
+		if n.Phase == PhaseTerminating || n.Phase == PhaseGone {
+			continue
+		}
+		poolServes := w.pool >= 0 && pl.pools[w.pool].st.Pool.Sides.Serves(src)
+		ownSide := w.owned && w.side == src
+		if !ownSide && !poolServes {
+			continue
+		}
+		if !c.matches(src, target{n.Labels, n.Taints, w.model}) {
+			continue
+		}
+		cl.matched = true
+		if n.GPUsTotal > cl.maxUnit {
+			cl.maxUnit = n.GPUsTotal
+		}
+		switch {
+		case ownSide && w.sched:
+			cl.own = append(cl.own, int32(i))
+			cl.ownSet[i] = true
+		case w.owned && !ownSide && poolServes:
+			cl.xall = append(cl.xall, int32(i))
+		}
+	}
+	return cl
+}
+
+// refresh rebuilds the class's consumable lists after a rollback.
+func (pl *planner) refresh(c *dclass) {
+	if c.epoch == pl.epoch {
+		return
+	}
+	c.epoch = pl.epoch
+	c.free = append(c.free[:0], c.own...)
+	c.xfer = append(c.xfer[:0], c.xall...)
+	c.freeFail, c.xferFail, c.pfail = 0, 0, nil
+}
+
+// reopen makes node ni visible again to the free lists of every class after
+// its free GPUs grew (preemption freed more than the preemptor needs); it
+// may also need fewer victims now.
+func (pl *planner) reopen(ni int32) {
+	for _, c := range pl.classes {
+		if c.ownSet[ni] {
+			c.free = append(c.free, ni)
+			c.freeFail = 0
+			c.pfail = nil
+		}
+	}
+}
+
+// unsatisfiable explains why no pool or node could ever serve gpus per unit.
+func (c *dclass) unsatisfiable(gpus int) string {
+	if !c.matched {
+		return fmt.Sprintf("no pool or node that may serve %s matches its constraints (%s)", c.src, describeConstraints(c.c))
+	}
+	if c.maxUnit == 0 {
+		return fmt.Sprintf("the pools that match its constraints (%s) may not grow (max 0 nodes) and no matching node exists", describeConstraints(c.c))
+	}
+	return fmt.Sprintf("it needs %d GPUs per unit; the largest matching pool or node offers %d", gpus, c.maxUnit)
+}
+
+func describeConstraints(c *Constraints) string {
+	var parts []string
+	if len(c.GPUModels) > 0 {
+		parts = append(parts, "models "+strings.Join(c.GPUModels, "|"))
+	}
+	for k, v := range c.NodeSelector {
+		parts = append(parts, k+"="+v)
+	}
+	if len(c.Affinity) > 0 {
+		parts = append(parts, fmt.Sprintf("%d affinity terms", len(c.Affinity)))
+	}
+	if c.NodeLabel != "" {
+		parts = append(parts, "YARN node label "+c.NodeLabel)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// placeDemand places the admitted units of d that are not placed yet, using
+// the capacity stage allows. A gang that does not get all its units is
+// rolled back.
+func (pl *planner) placeDemand(d *wdemand, st stage) {
+	if d.done || d.admitted == 0 {
+		return
+	}
+	need := d.admitted - d.placed()
+	if need == 0 {
+		return
+	}
+	c := d.cls
+	pl.refresh(c)
+	g := d.d.GPUsPerUnit
+	mark := len(pl.undo)
+	saved := *d
+	var noFree, noOrdered, noXfer, noSlot, noNew bool
+	for need > 0 {
+		ok := false
+		if !noFree {
+			if ok = pl.takeFree(d, g); ok {
+				d.free++
+			} else {
+				noFree = true
+			}
+		}
+		if !ok && st >= stageOrdered && !noOrdered {
+			if ok = pl.takeOrdered(d, g); ok {
+				d.inflight++
+			} else {
+				noOrdered = true
+			}
+		}
+		if !ok && st == stageAll && !noXfer {
+			if ok = pl.takeTransfer(d, g); ok {
+				d.acted++
+			} else {
+				noXfer = true
+			}
+		}
+		if !ok && st == stageAll && !noSlot {
+			if ok = pl.takeSlot(d, g); ok {
+				d.inflight++
+			} else {
+				noSlot = true
+			}
+		}
+		if !ok && st == stageAll && !noNew {
+			if ok = pl.takeNew(d, g); ok {
+				d.acted++
+			} else {
+				noNew = true
+			}
+		}
+		if !ok {
+			break
+		}
+		need--
+	}
+	if st == stageAll && need > 0 {
+		need -= pl.buy(d, g, need)
+		for need > 0 && pl.preempt(d, g) {
+			d.acted++
+			need--
+		}
+	}
+	if need == 0 {
+		return
+	}
+	if st != stageAll {
+		if d.d.Gang { // all units or none
+			pl.rollback(mark)
+			*d = saved
+		}
+		return
+	}
+	reason, detail := pl.diagnose(d, g)
+	if !d.d.Gang {
+		d.reason, d.detail = reason, detail
+		return
+	}
+	placed := d.placed()
+	pl.rollback(mark)
+	*d = saved
+	d.reason = WaitGang
+	d.detail = fmt.Sprintf("only %d of the gang's %d units fit; %s: %s", placed, d.d.Units, reason, detail)
+}
+
+// rollback undoes every reservation made since mark.
+func (pl *planner) rollback(mark int) {
+	if len(pl.undo) == mark {
+		return
+	}
+	for i := len(pl.undo) - 1; i >= mark; i-- {
+		pl.undo[i]()
+	}
+	pl.undo = pl.undo[:mark]
+	pl.epoch++
+}
+
+// takeFree reserves g free GPUs on a matching node of the demand's side.
+func (pl *planner) takeFree(d *wdemand, g int) bool {
+	c := d.cls
+	if c.freeFail > 0 && g >= c.freeFail {
+		return false
+	}
+	list := c.free
+	w := 0
+	for r := 0; r < len(list); r++ {
+		ni := list[r]
+		n := &pl.nodes[ni]
+		if n.free <= 0 || n.removed {
+			continue
+		}
+		list[w] = ni
+		w++
+		if n.free < g {
+			continue
+		}
+		w += copy(list[w:], list[r+1:])
+		c.free = list[:w]
+		n.free -= g
+		wasTouched := n.touched
+		n.touched = true
+		pl.undo = append(pl.undo, func() { n.free += g; n.touched = wasTouched })
+		if d.firstFree == "" {
+			d.firstFree = n.n.Name
+		}
+		return true
+	}
+	c.free = list[:w]
+	if c.freeFail == 0 || g < c.freeFail {
+		c.freeFail = g
+	}
+	return false
+}
+
+// takeOrdered reserves g GPUs on a node that an in-flight scale-up ordered
+// for this demand.
+func (pl *planner) takeOrdered(d *wdemand, g int) bool {
+	for _, op := range pl.opServes[d.id] {
+		if op.Kind != ActScaleUp {
+			continue
+		}
+		pi, ok := pl.poolIdx[op.Pool]
+		if !ok {
+			continue
+		}
+		if pl.takeSlotIn(pi, g) {
+			if d.firstInflight == "" {
+				d.firstInflight = fmt.Sprintf("op %d scaling pool %s to %d", op.ID, op.Pool, op.Target)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// takeSlot reserves g GPUs on any in-flight node of a matching pool.
+func (pl *planner) takeSlot(d *wdemand, g int) bool {
+	for _, pi := range d.cls.pools {
+		if pl.takeSlotIn(pi, g) {
+			if d.firstInflight == "" {
+				d.firstInflight = fmt.Sprintf("a node ordered in pool %s", pl.pools[pi].st.Pool.Name)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func (pl *planner) takeSlotIn(pi, g int) bool {
+	wp := &pl.pools[pi]
+	for i, f := range wp.slots {
+		if f >= g {
+			wp.slots[i] -= g
+			pl.undo = append(pl.undo, func() { wp.slots[i] += g })
+			return true
+		}
+	}
+	return false
+}
+
+// takeTransfer reserves g GPUs on an idle node of the other side that this
+// plan hands over: first one already being handed to this side, then a new one.
+func (pl *planner) takeTransfer(d *wdemand, g int) bool {
+	to := ownerOf(d.d.Source)
+	for _, t := range pl.transfers {
+		if t.to == to && t.free >= g && d.cls.c.matches(d.d.Source, pl.nodeTarget(t.node)) {
+			pl.useTransfer(t, d, g)
+			return true
+		}
+	}
+	c := d.cls
+	if !pl.p.OwnershipTransfer || pl.s.IsStale(SourceYARN) || pl.s.IsStale(SourceK8s) {
+		return false
+	}
+	if c.xferFail > 0 && g >= c.xferFail {
+		return false
+	}
+	list := c.xfer
+	w := 0
+	for r := 0; r < len(list); r++ {
+		ni := list[r]
+		n := &pl.nodes[ni]
+		if !n.sched || !n.idle || n.touched || n.removed || n.n.Protected {
+			continue
+		}
+		list[w] = ni
+		w++
+		if n.n.GPUsTotal < g {
+			continue
+		}
+		w += copy(list[w:], list[r+1:])
+		c.xfer = list[:w]
+		t := &transfer{node: ni, from: n.n.Owner, to: to, free: n.n.GPUsTotal}
+		pl.startTransfer(t)
+		pl.useTransfer(t, d, g)
+		return true
+	}
+	c.xfer = list[:w]
+	if c.xferFail == 0 || g < c.xferFail {
+		c.xferFail = g
+	}
+	return false
+}
+
+func ownerOf(s Source) Owner {
+	if s == SourceYARN {
+		return OwnerYARN
+	}
+	return OwnerK8s
+}
+
+func (pl *planner) nodeTarget(ni int32) target {
+	w := &pl.nodes[ni]
+	return target{w.n.Labels, w.n.Taints, w.model}
+}
+
+// takeNew reserves g GPUs on a node this plan already adds to a matching pool.
+func (pl *planner) takeNew(d *wdemand, g int) bool {
+	for _, pi := range d.cls.pools {
+		wp := &pl.pools[pi]
+		for i, f := range wp.newFree {
+			if f >= g {
+				wp.newFree[i] -= g
+				pl.undo = append(pl.undo, func() { wp.newFree[i] += g })
+				pl.servePool(pi, d, g)
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// servePool records that nodes added to pool pi serve d.
+func (pl *planner) servePool(pi int, d *wdemand, g int) {
+	wp := &pl.pools[pi]
+	n := len(wp.serves)
+	if n == 0 || wp.serves[n-1] != d.id {
+		wp.serves = append(wp.serves, d.id)
+	}
+	wp.gpusFor += g
+	pl.undo = append(pl.undo, func() { wp.serves = wp.serves[:n]; wp.gpusFor -= g })
+}
+
+// headroom returns how many nodes pool pi may still add within its max,
+// the cluster GPU max and its model's GPU max.
+func (pl *planner) headroom(pi int) int {
+	wp := &pl.pools[pi]
+	pool := &wp.st.Pool
+	h := pool.MaxNodes - wp.size - wp.add
+	if pool.GPUsPerNode > 0 {
+		h = min(h, (pl.p.ClusterMaxGPUs-pl.clusterGPUs)/pool.GPUsPerNode)
+		if mm, ok := pl.p.ModelMaxGPUs[pool.GPUModel]; ok {
+			h = min(h, (mm-pl.modelGPUs[pool.GPUModel])/pool.GPUsPerNode)
+		}
+	}
+	return max(h, 0)
+}
+
+// option is one pool the expander may grow for a demand.
+type option struct {
+	pool  int
+	nodes int
+	units int
+	waste int // GPUs left idle on the added nodes
+}
+
+// buy adds nodes for up to need units of d, choosing pools with the
+// policy's expander, and returns the units placed.
+func (pl *planner) buy(d *wdemand, g, need int) int {
+	placed := 0
+	for need > 0 {
+		best, ok := pl.expand(d, g, need)
+		if !ok {
+			break
+		}
+		wp := &pl.pools[best.pool]
+		gpn := wp.st.Pool.GPUsPerNode
+		per := gpn / g
+		left := best.units
+		for k := 0; k < best.nodes; k++ {
+			u := min(per, left)
+			left -= u
+			wp.newFree = append(wp.newFree, gpn-u*g)
+		}
+		wp.add += best.nodes
+		pl.clusterGPUs += best.nodes * gpn
+		pl.modelGPUs[wp.st.Pool.GPUModel] += best.nodes * gpn
+		nodes := best.nodes
+		pl.undo = append(pl.undo, func() {
+			wp.newFree = wp.newFree[:len(wp.newFree)-nodes]
+			wp.add -= nodes
+			pl.clusterGPUs -= nodes * gpn
+			pl.modelGPUs[wp.st.Pool.GPUModel] -= nodes * gpn
+		})
+		pl.servePool(best.pool, d, best.units*g)
+		d.acted += best.units
+		placed += best.units
+		need -= best.units
+	}
+	return placed
+}
+
+// expand picks the pool to grow for need units of g GPUs. Every expander
+// prefers pools that place all the units (one scale-up, and a gang stays
+// whole), then applies its own rule, then the least waste, then pool order.
+func (pl *planner) expand(d *wdemand, g, need int) (option, bool) {
+	var best option
+	found := false
+	for _, pi := range d.cls.pools {
+		wp := &pl.pools[pi]
+		gpn := wp.st.Pool.GPUsPerNode
+		if gpn < g || wp.backoff != "" {
+			continue
+		}
+		h := pl.headroom(pi)
+		if h == 0 {
+			continue
+		}
+		per := gpn / g
+		nodes := min((need+per-1)/per, h)
+		units := min(need, nodes*per)
+		o := option{pool: pi, nodes: nodes, units: units, waste: nodes*gpn - units*g}
+		if !found || pl.better(o, best, need) {
+			best, found = o, true
+		}
+	}
+	return best, found
+}
+
+// better reports whether option a beats b under the policy's expander.
+func (pl *planner) better(a, b option, need int) bool {
+	if ac, bc := a.units == need, b.units == need; ac != bc {
+		return ac
+	}
+	pa, pb := &pl.pools[a.pool].st.Pool, &pl.pools[b.pool].st.Pool
+	switch pl.p.Expander {
+	case ExpanderMostPods:
+		if a.units != b.units {
+			return a.units > b.units
+		}
+	case ExpanderPriority:
+		if pa.ExpanderPriority != pb.ExpanderPriority {
+			return pa.ExpanderPriority > pb.ExpanderPriority
+		}
+	case ExpanderPrice:
+		ca, cb := pa.PricePerHour/float64(pa.GPUsPerNode), pb.PricePerHour/float64(pb.GPUsPerNode)
+		if ca != cb {
+			return ca < cb
+		}
+	default: // least-waste: the smallest fraction of added GPUs left idle
+		fa := float64(a.waste) / float64(a.nodes*pa.GPUsPerNode)
+		fb := float64(b.waste) / float64(b.nodes*pb.GPUsPerNode)
+		if fa != fb {
+			return fa < fb
+		}
+	}
+	if a.waste != b.waste {
+		return a.waste < b.waste
+	}
+	if a.units != b.units {
+		return a.units > b.units
+	}
+	return a.pool < b.pool
+}
+
+// diagnose says why units of d that need g GPUs each got no capacity.
+func (pl *planner) diagnose(d *wdemand, g int) (WaitReason, string) {
+	var backoff, atMax, clusterMax, room []string
+	for _, pi := range d.cls.pools {
+		wp := &pl.pools[pi]
+		pool := &wp.st.Pool
+		if pool.GPUsPerNode < g || pool.MaxNodes == 0 {
+			continue
+		}
+		switch {
+		case wp.backoff != "":
+			backoff = append(backoff, fmt.Sprintf("%s (%s)", pool.Name, wp.backoff))
+		case wp.size+wp.add >= pool.MaxNodes:
+			atMax = append(atMax, fmt.Sprintf("%s at %d of %d nodes", pool.Name, wp.size+wp.add, pool.MaxNodes))
+			if wp.size < pool.MaxNodes {
+				room = append(room, pool.Name)
+			}
+		default:
+			reason := fmt.Sprintf("%s: cluster at %d of %d GPUs", pool.Name, pl.clusterGPUs, pl.p.ClusterMaxGPUs)
+			if mm, ok := pl.p.ModelMaxGPUs[pool.GPUModel]; ok && pl.modelGPUs[pool.GPUModel]+pool.GPUsPerNode > mm {
+				reason = fmt.Sprintf("%s: %s at %d of %d GPUs", pool.Name, pool.GPUModel, pl.modelGPUs[pool.GPUModel], mm)
+			}
+			clusterMax = append(clusterMax, reason)
+			mm, capped := pl.p.ModelMaxGPUs[pool.GPUModel]
+			if pl.clusterStartGPUs+pool.GPUsPerNode <= pl.p.ClusterMaxGPUs &&
+				(!capped || pl.modelStartGPUs[pool.GPUModel]+pool.GPUsPerNode <= mm) {
+				room = append(room, pool.Name)
+			}
+		}
+	}
+	var reason WaitReason
+	var detail string
+	switch {
+	case len(room) > 0:
+		reason = WaitPriority
+		detail = "higher-priority demand in this plan took the room in pools " + strings.Join(room, ", ")
+	case len(backoff) > 0:
+		reason, detail = WaitBackoff, "fitting pools back off: "+strings.Join(backoff, "; ")
+	case len(clusterMax) > 0:
+		reason, detail = WaitClusterMax, "GPU max reached: "+strings.Join(clusterMax, "; ")
+	case len(atMax) > 0:
+		reason, detail = WaitPoolMax, "fitting pools are at max: "+strings.Join(atMax, "; ")
+	default:
+		reason = WaitPoolMax
+		detail = fmt.Sprintf("no pool with %d or more GPUs per node may add nodes for it, and matching %s nodes are full", g, d.d.Source)
+	}
+	if pl.p.Preemption && (reason == WaitPoolMax || reason == WaitClusterMax) {
+		detail += fmt.Sprintf("; no lower-priority preemptible work on matching %s nodes frees %d GPUs", d.d.Source, g)
+		reason = WaitNoPreemptible
+	}
+	return reason, detail
+}

@@ -1,0 +1,491 @@
+package broker
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// MakePlan is the planner: a pure, deterministic function of a snapshot and
+// a policy. It returns the actions to take, each with a reason and the demand
+// it serves, and one Wait for every pending demand that no action serves.
+// It never modifies the snapshot, and the order of the snapshot's slices
+// does not change the plan. (The function cannot be called Plan: that is the
+// name of its result type; Snapshot.Plan is the method form.)
+//
+// The steps, following DESIGN.md's arbitration rules:
+//  1. demand on a stale side waits; demand no pool or node could ever serve
+//     is unsatisfiable and never buys;
+//  2. quota admits demand in order (quota.go);
+//  3. placement, in admission order: free GPUs of its side, capacity already
+//     ordered for it, idle nodes of the other side, other in-flight capacity,
+//     new nodes, preemption (placement.go, preempt.go); gangs get all their
+//     units or none;
+//  4. unhealthy nodes are replaced and underused nodes reclaimed, offered to
+//     the other side first (scaledown.go).
+func MakePlan(s *Snapshot, p Policy) Plan {
+	pl := newPlanner(s, p)
+	pl.place()
+	pl.reclaim()
+	return pl.result()
+}
+
+// Plan is MakePlan as a method: s.Plan(policy).
+func (s *Snapshot) Plan(p Policy) Plan { return MakePlan(s, p) }
+
+// planner is the working copy of one plan. It points into the snapshot but
+// never writes through those pointers.
+type planner struct {
+	s       *Snapshot
+	p       Policy
+	now     time.Time
+	maxProv time.Duration
+
+	nodes   []wnode // sorted by name
+	nodeIdx map[string]int
+	pools   []wpool // sorted by name
+	poolIdx map[string]int
+	demand  []*wdemand // sorted by priority, age, ID
+	order   []*wdemand // admitted demand in admission order
+	// epoch changes on every rollback: classes then rebuild their lists.
+	epoch   int
+	classes map[string]*dclass
+
+	clusterGPUs      int // GPUs of all pools at their size, plus planned additions
+	clusterStartGPUs int
+	modelGPUs        map[string]int
+	modelStartGPUs   map[string]int
+
+	// opServes maps demand IDs to the in-flight ops that serve them.
+	opServes map[string][]*Op
+
+	transfers []*transfer
+	preempts  []Action
+	removals  []Action // scale-down and replace, in decision order
+	undo      []func()
+}
+
+// wnode is a node in the working copy.
+type wnode struct {
+	n       *Node
+	pool    int // -1 when the node is in no known pool
+	side    Source
+	owned   bool   // side is set (Owner is yarn or k8s)
+	model   string // the node's GPU model, or its pool's
+	free    int    // working free GPUs
+	sched   bool   // its scheduler may place work on it now
+	idle    bool   // no non-system work and nothing allocated
+	busy    bool   // an in-flight op acts on it
+	touched bool   // this plan reserved, preempted or moved something on it
+	removed bool   // this plan scales it down, replaces or transfers it
+
+	xfer    *transfer // set when this plan hands it to the other side
+	victims []victim  // preemptible work, cheapest first; built lazily
+	vbuilt  bool
+}
+
+// wpool is a pool in the working copy.
+type wpool struct {
+	st *PoolState
+	// size is the larger of the desired capacity and the targets of
+	// in-flight scale-ups: the nodes the pool has or is getting.
+	size int
+	// pendingDown counts in-flight scale-downs and replacements whose node
+	// is not terminating yet: the desired capacity will drop by that much.
+	pendingDown int
+	add         int   // nodes this plan adds
+	minAdd      int   // of which, nodes that restore the pool's minimum
+	slots       []int // free GPUs of each in-flight node
+	newFree     []int // free GPUs of each node this plan adds
+	backoff     string
+	serves      []string
+	gpusFor     int // GPUs of demand the added nodes serve
+	downs       int // scale-downs this plan takes
+}
+
+// wdemand is a pending demand in the working copy, with its outcome.
+type wdemand struct {
+	d   *Demand
+	id  string
+	cls *dclass
+
+	admitted    int
+	guaranteed  bool
+	quotaDetail string
+
+	free, inflight, acted int // units placed on each kind of capacity
+	firstFree             string
+	firstInflight         string
+	reason                WaitReason
+	detail                string
+	done                  bool // a wait was decided before placement
+}
+
+func (d *wdemand) placed() int { return d.free + d.inflight + d.acted }
+
+// newPlanner builds the working copy: nodes and pools sorted by name,
+// in-flight ops applied, demand classified and sorted.
+func newPlanner(s *Snapshot, p Policy) *planner {
+	pl := &planner{
+		s:         s,
+		p:         p,
+		now:       s.Now,
+		maxProv:   p.MaxProvisionTime.D(),
+		nodeIdx:   make(map[string]int, len(s.Nodes)),
+		poolIdx:   make(map[string]int, len(s.Pools)),
+		classes:   make(map[string]*dclass),
+		modelGPUs: make(map[string]int),
+		opServes:  make(map[string][]*Op),
+	}
+	if pl.maxProv <= 0 {
+		pl.maxProv = DefaultPolicy().MaxProvisionTime.D()
+	}
+	if pl.p.Expander == "" {
+		pl.p.Expander = ExpanderLeastWaste
+	}
+
+	// Pools, sorted and de-duplicated by name.
+	pidx := make([]int, len(s.Pools))
+	for i := range pidx {
+		pidx[i] = i
+	}
+	slices.SortStableFunc(pidx, func(a, b int) int {
+		return comparePoolStates(&s.Pools[a], &s.Pools[b])
+	})
+	for _, i := range pidx {
+		st := &s.Pools[i]
+		if _, dup := pl.poolIdx[st.Pool.Name]; dup {
+			continue
+		}
+		pl.poolIdx[st.Pool.Name] = len(pl.pools)
+		pl.pools = append(pl.pools, wpool{st: st, size: st.Desired})
+	}
+
+	// In-flight ops, in ID order.
+	ops := make([]*Op, 0, len(s.InFlight))
+	for i := range s.InFlight {
+		if !s.InFlight[i].State.Terminal() {
+			ops = append(ops, &s.InFlight[i])
+		}
+	}
+	slices.SortStableFunc(ops, compareOps)
+	busy := make(map[string]bool)
+	for _, op := range ops {
+		if op.Node != "" {
+			busy[op.Node] = true
+		}
+		for _, id := range op.Serves {
+			pl.opServes[id] = append(pl.opServes[id], op)
+		}
+		if op.Kind == ActScaleUp {
+			if pi, ok := pl.poolIdx[op.Pool]; ok && op.Target > pl.pools[pi].size {
+				pl.pools[pi].size = op.Target
+			}
+		}
+	}
+
+	// Nodes, sorted and de-duplicated by name.
+	nidx := make([]int, len(s.Nodes))
+	for i := range nidx {
+		nidx[i] = i
+	}
+	slices.SortStableFunc(nidx, func(a, b int) int { return compareNodes(&s.Nodes[a], &s.Nodes[b]) })
+	pl.nodes = make([]wnode, 0, len(s.Nodes))
+	ready := make([]int, len(pl.pools))
+	for _, i := range nidx {
+		n := &s.Nodes[i]
+		if _, dup := pl.nodeIdx[n.Name]; dup {
+			continue
+		}
+		w := wnode{n: n, pool: -1, model: n.GPUModel, busy: busy[n.Name]}
+		if pi, ok := pl.poolIdx[n.Pool]; ok && n.Pool != "" {
+			w.pool = pi
+			if w.model == "" {
+				w.model = pl.pools[pi].st.Pool.GPUModel
+			}
+		}
+		w.side, w.owned = n.Owner.Side()
+		w.free = n.FreeGPUs()
+		w.idle = n.GPUsAllocated == 0 && !hasWork(n)
+		w.sched = w.owned && !w.busy && healthy(n) &&
+			(n.Phase == PhaseActive || n.Phase == PhaseGPUReady) && n.GPUsTotal > 0
+		if w.pool >= 0 {
+			wp := &pl.pools[w.pool]
+			switch {
+			case n.Phase.InFlight():
+				if !n.PhaseSince.IsZero() && pl.now.Sub(n.PhaseSince) > pl.maxProv {
+					if wp.backoff == "" {
+						wp.backoff = fmt.Sprintf("node %s has been %s for %s, longer than the max provision time of %s",
+							n.Name, n.Phase, pl.now.Sub(n.PhaseSince).Round(time.Second), pl.maxProv)
+					}
+					ready[w.pool]++ // an overdue node is not capacity on its way
+				}
+			case n.Phase == PhaseTerminating || n.Phase == PhaseGone:
+			default:
+				ready[w.pool]++
+			}
+		}
+		pl.nodeIdx[n.Name] = len(pl.nodes)
+		pl.nodes = append(pl.nodes, w)
+	}
+	for _, op := range ops {
+		if op.Kind != ActScaleDown && op.Kind != ActReplace {
+			continue
+		}
+		ni, ok := pl.nodeIdx[op.Node]
+		if !ok {
+			continue
+		}
+		n := pl.nodes[ni]
+		if n.pool >= 0 && n.n.Phase != PhaseTerminating && n.n.Phase != PhaseGone {
+			pl.pools[n.pool].pendingDown++
+		}
+	}
+
+	// Pool capacity on its way, backoff, cluster totals.
+	for i := range pl.pools {
+		wp := &pl.pools[i]
+		pool := &wp.st.Pool
+		if until := wp.st.BackoffUntil; until.After(pl.now) {
+			r := wp.st.BackoffReason
+			if r == "" {
+				r = "the provider asked to back off"
+			}
+			wp.backoff = fmt.Sprintf("%s, until %s", r, until.UTC().Format(time.RFC3339))
+		}
+		if pool.GPUsPerNode > 0 {
+			for k := ready[i]; k < wp.size; k++ {
+				wp.slots = append(wp.slots, pool.GPUsPerNode)
+			}
+		}
+		pl.clusterGPUs += wp.size * pool.GPUsPerNode
+		pl.modelGPUs[pool.GPUModel] += wp.size * pool.GPUsPerNode
+	}
+	pl.clusterStartGPUs = pl.clusterGPUs
+	pl.modelStartGPUs = maps.Clone(pl.modelGPUs)
+
+	// Demand, de-duplicated by ID, classified and sorted.
+	pl.demand = make([]*wdemand, 0, len(s.Demand))
+	seen := make(map[string]int, len(s.Demand))
+	for i := range s.Demand {
+		d := &s.Demand[i]
+		id := d.ID()
+		if j, dup := seen[id]; dup {
+			if compareDuplicates(d, pl.demand[j].d) < 0 {
+				pl.demand[j].d = d
+			}
+			continue
+		}
+		seen[id] = len(pl.demand)
+		pl.demand = append(pl.demand, &wdemand{d: d, id: id})
+	}
+	for _, d := range pl.demand {
+		if err := d.d.Validate(); err != nil {
+			d.done, d.reason, d.detail = true, WaitUnsatisfiable, "invalid demand: "+err.Error()
+			continue
+		}
+		key := classKey(d.d.Source, &d.d.Constraints)
+		c, ok := pl.classes[key]
+		if !ok {
+			c = pl.newClass(d.d.Source, &d.d.Constraints)
+			pl.classes[key] = c
+		}
+		d.cls = c
+	}
+	sortDemand(pl.demand)
+	return pl
+}
+
+// hasWork reports whether non-system work runs on the node.
+func hasWork(n *Node) bool {
+	for _, w := range n.Work {
+		if !w.System {
+			return true
+		}
+	}
+	return false
+}
+
+// healthy reports whether the node may take work. A node counts as
+// unhealthy only when an agent reported why (Healthy false with a
+// HealthReason); a node nobody reported on is not replaced.
+func healthy(n *Node) bool { return n.Healthy || n.HealthReason == "" }
+
+// place runs admission and placement for all pending demand.
+func (pl *planner) place() {
+	var live []*wdemand
+	for _, d := range pl.demand {
+		switch {
+		case d.done:
+		case pl.s.IsStale(d.d.Source):
+			d.done, d.reason = true, WaitStale
+			d.detail = fmt.Sprintf("the %s observation is stale (%s); nothing is planned for its demand until it is fresh",
+				d.d.Source, pl.s.Stale[d.d.Source])
+		case d.d.GPUsPerUnit > d.cls.maxUnit:
+			d.done, d.reason, d.detail = true, WaitUnsatisfiable, d.cls.unsatisfiable(d.d.GPUsPerUnit)
+		case len(pl.opServes[d.id]) > 0 && pl.servedByOp(d):
+			d.done = true
+		default:
+			live = append(live, d)
+		}
+	}
+	order := admit(newQuotas(pl.s, pl.nodes, live), live)
+	pl.order = order
+	pl.restoreMin()
+	// Pass 1: free GPUs of the demand's own side; its scheduler will place it.
+	for _, d := range order {
+		pl.placeDemand(d, stageFree)
+	}
+	// Pass 2: capacity already ordered for this demand.
+	for _, d := range order {
+		pl.placeDemand(d, stageOrdered)
+	}
+	// Pass 3: everything else.
+	for _, d := range order {
+		pl.placeDemand(d, stageAll)
+	}
+	for _, d := range live {
+		if d.admitted == 0 {
+			d.done, d.reason, d.detail = true, WaitQuota, d.quotaDetail
+		}
+	}
+}
+
+// servedByOp reports whether an in-flight transfer or preemption serves the
+// demand, which then waits for it instead of asking for more. Scale-ups
+// that serve it are counted as in-flight capacity during placement.
+func (pl *planner) servedByOp(d *wdemand) bool {
+	for _, op := range pl.opServes[d.id] {
+		if op.Kind == ActTransfer || op.Kind == ActPreempt {
+			d.reason = WaitInFlight
+			d.detail = fmt.Sprintf("in-flight %s op %d on node %s serves it (step %q)", op.Kind, op.ID, op.Node, op.Step)
+			return true
+		}
+	}
+	return false
+}
+
+// result assembles the plan: actions in the order to start them (scale-ups,
+// transfers, preemptions, replacements and scale-downs) and waits by demand ID.
+func (pl *planner) result() Plan {
+	var out Plan
+	served := make(map[string]bool)
+	for i := range pl.pools {
+		wp := &pl.pools[i]
+		if wp.add == 0 {
+			continue
+		}
+		pool := &wp.st.Pool
+		target := wp.size + wp.add
+		var why []string
+		if len(wp.serves) > 0 {
+			why = append(why, fmt.Sprintf("for %d pending demand needing %d GPUs", len(wp.serves), wp.gpusFor))
+		}
+		if wp.minAdd > 0 {
+			why = append(why, fmt.Sprintf("to reach its minimum of %d nodes", pool.MinNodes))
+		}
+		out.Actions = append(out.Actions, Action{
+			Kind:   ActScaleUp,
+			Pool:   pool.Name,
+			Target: target,
+			Serves: slices.Clone(wp.serves),
+			Reason: fmt.Sprintf("scale pool %s from %d to %d nodes (+%d GPUs of %s, max %d nodes) %s",
+				pool.Name, wp.size, target, wp.add*pool.GPUsPerNode, orAny(pool.GPUModel), pool.MaxNodes, strings.Join(why, " and ")),
+		})
+		for _, id := range wp.serves {
+			served[id] = true
+		}
+	}
+	for _, t := range pl.transfers {
+		out.Actions = append(out.Actions, t.action(pl))
+		for _, id := range t.serves {
+			served[id] = true
+		}
+	}
+	for _, a := range pl.preempts {
+		out.Actions = append(out.Actions, a)
+		for _, id := range a.Serves {
+			served[id] = true
+		}
+	}
+	out.Actions = append(out.Actions, pl.removals...)
+
+	for _, d := range pl.demand {
+		if served[d.id] {
+			continue
+		}
+		w := Wait{Demand: d.id, Reason: d.reason, Detail: d.detail}
+		if !d.done && d.placed() == d.d.Units {
+			if d.inflight > 0 {
+				w.Reason = WaitInFlight
+				w.Detail = fmt.Sprintf("%d of %d units wait for in-flight capacity (%s)", d.inflight, d.d.Units, d.firstInflight)
+				if d.free > 0 {
+					w.Detail += fmt.Sprintf("; %d fit free GPUs on %s", d.free, d.firstFree)
+				}
+			} else {
+				w.Reason = WaitScheduler
+				w.Detail = fmt.Sprintf("free GPUs on %s nodes fit all %d units (first: %s); its scheduler should place it", d.d.Source, d.d.Units, d.firstFree)
+			}
+		} else if !d.done && d.admitted < d.d.Units && d.reason == "" {
+			w.Reason, w.Detail = WaitQuota, d.quotaDetail
+		}
+		if w.Reason == "" { // defensive: every wait names a reason
+			w.Reason, w.Detail = WaitPriority, "no capacity was left for it in this plan"
+		}
+		out.Waits = append(out.Waits, w)
+	}
+	slices.SortFunc(out.Waits, func(a, b Wait) int { return cmp.Compare(a.Demand, b.Demand) })
+	return out
+}
+
+func orAny(model string) string {
+	if model == "" {
+		return "any model"
+	}
+	return model
+}
+
+// comparePoolStates orders pools by name, then by the rest of their
+// content, so duplicate names resolve the same way whatever the input order.
+func comparePoolStates(a, b *PoolState) int {
+	return cmp.Or(
+		cmp.Compare(a.Pool.Name, b.Pool.Name),
+		cmp.Compare(a.Pool.Version, b.Pool.Version),
+		cmp.Compare(a.Desired, b.Desired),
+	)
+}
+
+func compareNodes(a, b *Node) int {
+	return cmp.Or(
+		cmp.Compare(a.Name, b.Name),
+		cmp.Compare(a.Pool, b.Pool),
+		cmp.Compare(a.InstanceID, b.InstanceID),
+		cmp.Compare(a.Owner, b.Owner),
+		cmp.Compare(a.Phase, b.Phase),
+	)
+}
+
+func compareOps(a, b *Op) int {
+	return cmp.Or(
+		cmp.Compare(a.ID, b.ID),
+		cmp.Compare(a.Kind, b.Kind),
+		cmp.Compare(a.Pool, b.Pool),
+		cmp.Compare(a.Node, b.Node),
+		cmp.Compare(a.Target, b.Target),
+	)
+}
+
+// compareDuplicates picks, among demand with one ID, the latest observation.
+func compareDuplicates(a, b *Demand) int {
+	return cmp.Or(
+		b.LastSeen.Compare(a.LastSeen),
+		a.FirstSeen.Compare(b.FirstSeen),
+		cmp.Compare(b.Priority, a.Priority),
+		cmp.Compare(a.GPUsPerUnit, b.GPUsPerUnit),
+		cmp.Compare(a.Units, b.Units),
+		cmp.Compare(a.Tenant, b.Tenant),
+	)
+}

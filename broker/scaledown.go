@@ -1,0 +1,301 @@
+package broker
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// transfer is a node this plan hands from one side to the other.
+type transfer struct {
+	node     int32
+	from, to Owner
+	// free is the node's GPUs not yet reserved for demand of the new side.
+	free   int
+	serves []string
+	gpus   int // GPUs of the demand it serves
+	// reclaimed says why an underused node with work is moved (scale-down
+	// offered to the other side); empty for an idle node.
+	reclaimed string
+}
+
+// startTransfer marks a node as handed over in this plan.
+func (pl *planner) startTransfer(t *transfer) {
+	n := &pl.nodes[t.node]
+	wasTouched := n.touched
+	n.removed, n.touched, n.xfer = true, true, t
+	pl.transfers = append(pl.transfers, t)
+	pl.undo = append(pl.undo, func() {
+		n.removed, n.touched, n.xfer = false, wasTouched, nil
+		pl.transfers = pl.transfers[:len(pl.transfers)-1]
+	})
+}
+
+// useTransfer reserves g GPUs of a handed-over node for d.
+func (pl *planner) useTransfer(t *transfer, d *wdemand, g int) {
+	k := len(t.serves)
+	if k == 0 || t.serves[k-1] != d.id {
+		t.serves = append(t.serves, d.id)
+	}
+	t.free -= g
+	t.gpus += g
+	pl.undo = append(pl.undo, func() {
+		t.serves = t.serves[:k]
+		t.free += g
+		t.gpus -= g
+	})
+}
+
+func (t *transfer) action(pl *planner) Action {
+	n := pl.nodes[t.node].n
+	what := fmt.Sprintf("hand idle node %s (%d GPUs of %s, pool %s)", n.Name, n.GPUsTotal, orAny(pl.nodes[t.node].model), n.Pool)
+	if t.reclaimed != "" {
+		what = fmt.Sprintf("drain underused node %s (%s) and hand it", n.Name, t.reclaimed)
+	}
+	return Action{
+		Kind:   ActTransfer,
+		Pool:   n.Pool,
+		Node:   n.Name,
+		From:   t.from,
+		To:     t.to,
+		Serves: slices.Clone(t.serves),
+		Reason: fmt.Sprintf("%s from %s to %s for %d pending demand needing %d GPUs", what, t.from, t.to, len(t.serves), t.gpus),
+	}
+}
+
+// restoreMin adds nodes to pools below their minimum; demand may use them.
+func (pl *planner) restoreMin() {
+	for i := range pl.pools {
+		wp := &pl.pools[i]
+		pool := &wp.st.Pool
+		short := pool.MinNodes - (wp.size - wp.pendingDown)
+		if short <= 0 || wp.backoff != "" {
+			continue
+		}
+		k := min(short, pl.headroom(i))
+		if k <= 0 {
+			continue
+		}
+		wp.add += k
+		wp.minAdd += k
+		for range k {
+			wp.newFree = append(wp.newFree, pool.GPUsPerNode)
+		}
+		pl.clusterGPUs += k * pool.GPUsPerNode
+		pl.modelGPUs[pool.GPUModel] += k * pool.GPUsPerNode
+	}
+}
+
+// reclaim replaces unhealthy nodes and reclaims underused ones: each is
+// first offered to the other side when demand there fits it, otherwise
+// drained and terminated. Nodes this plan already uses are left alone, and
+// a pool that grows in this plan does not shrink in it.
+func (pl *planner) reclaim() {
+	for i := range pl.nodes {
+		w := &pl.nodes[i]
+		n := w.n
+		if healthy(n) || w.pool < 0 || w.busy || w.removed || !w.owned || pl.s.IsStale(w.side) {
+			continue
+		}
+		if n.Phase != PhaseActive && n.Phase != PhaseGPUReady && n.Phase != PhaseRegistered {
+			continue
+		}
+		w.removed = true
+		pl.removals = append(pl.removals, Action{
+			Kind: ActReplace,
+			Pool: n.Pool,
+			Node: n.Name,
+			From: n.Owner,
+			Reason: fmt.Sprintf("replace unhealthy node %s of pool %s (%s): drain its %d allocated GPUs and terminate it",
+				n.Name, n.Pool, n.HealthReason, n.GPUsAllocated),
+		})
+	}
+
+	unneeded := pl.p.ScaleDownUnneeded.D()
+	var cands []int32
+	for i := range pl.nodes {
+		w := &pl.nodes[i]
+		n := w.n
+		if n.Phase != PhaseActive || !w.owned || w.pool < 0 || w.busy || w.removed || w.touched ||
+			n.Protected || !healthy(n) || n.GPUsTotal <= 0 || pl.s.IsStale(w.side) {
+			continue
+		}
+		if n.UnderusedSince.IsZero() || pl.now.Sub(n.UnderusedSince) < unneeded {
+			continue
+		}
+		if allocation(n) > pl.p.ScaleDownUtilisation {
+			continue
+		}
+		cands = append(cands, int32(i))
+	}
+	slices.SortStableFunc(cands, func(a, b int32) int {
+		na, nb := pl.nodes[a].n, pl.nodes[b].n
+		return cmp.Or(
+			cmp.Compare(allocation(na), allocation(nb)),
+			na.UnderusedSince.Compare(nb.UnderusedSince),
+			cmp.Compare(a, b),
+		)
+	})
+	if len(cands) == 0 {
+		return
+	}
+	poolNodes := make([][]int32, len(pl.pools))
+	for i := range pl.nodes {
+		if p := pl.nodes[i].pool; p >= 0 {
+			poolNodes[p] = append(poolNodes[p], int32(i))
+		}
+	}
+	pendingDownGPUs := 0
+	for i := range pl.pools {
+		pendingDownGPUs += pl.pools[i].pendingDown * pl.pools[i].st.Pool.GPUsPerNode
+	}
+	unmet := pl.unmet()
+	for _, ni := range cands {
+		w := &pl.nodes[ni]
+		n := w.n
+		wp := &pl.pools[w.pool]
+		pool := &wp.st.Pool
+		if w.touched || w.removed || wp.add > 0 {
+			continue
+		}
+		mark := len(pl.undo)
+		moved, ok := pl.moveWork(ni, poolNodes[w.pool])
+		if !ok {
+			pl.rollback(mark)
+			continue
+		}
+		why := fmt.Sprintf("%d of %d GPUs allocated, at or under %.0f%% for %s",
+			n.GPUsAllocated, n.GPUsTotal, 100*pl.p.ScaleDownUtilisation, pl.now.Sub(n.UnderusedSince).Round(time.Second))
+		if pl.offer(ni, unmet, why) {
+			continue
+		}
+		size := wp.size - wp.pendingDown - wp.downs
+		cluster := pl.clusterGPUs - pendingDownGPUs
+		if size-1 < pool.MinNodes || cluster-pool.GPUsPerNode < pl.p.ClusterMinGPUs {
+			pl.rollback(mark)
+			continue
+		}
+		wp.downs++
+		w.removed = true
+		pl.clusterGPUs -= pool.GPUsPerNode
+		pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
+		pl.removals = append(pl.removals, Action{
+			Kind: ActScaleDown,
+			Pool: pool.Name,
+			Node: n.Name,
+			From: n.Owner,
+			Reason: fmt.Sprintf("drain and terminate node %s of pool %s: %s (threshold %s); its %d GPUs of work fit on other %s nodes; pool goes from %d to %d nodes (min %d)",
+				n.Name, pool.Name, why, unneeded, moved, w.side, size, size-1, pool.MinNodes),
+		})
+	}
+}
+
+// allocation is the fraction of a node's GPUs held by running work.
+func allocation(n *Node) float64 {
+	if n.GPUsTotal <= 0 {
+		return 0
+	}
+	return float64(n.GPUsAllocated) / float64(n.GPUsTotal)
+}
+
+// moveWork reserves room for node ni's non-system GPU work on other
+// schedulable nodes of the same pool and side (same labels, taints and
+// model, so the work's constraints hold there too), largest first. Nodes
+// that take work are marked touched so they are not reclaimed after it.
+// CPU-only work does not keep a GPU node: it goes to CPU nodes.
+func (pl *planner) moveWork(ni int32, peers []int32) (int, bool) {
+	src := &pl.nodes[ni]
+	var sizes []int
+	for _, w := range src.n.Work {
+		if !w.System && w.GPUs > 0 {
+			sizes = append(sizes, w.GPUs)
+		}
+	}
+	slices.SortFunc(sizes, func(a, b int) int { return cmp.Compare(b, a) })
+	total := 0
+	for _, g := range sizes {
+		placed := false
+		for _, pi := range peers {
+			p := &pl.nodes[pi]
+			if pi == ni || !p.sched || p.removed || p.side != src.side || p.free < g {
+				continue
+			}
+			wasTouched := p.touched
+			p.free -= g
+			p.touched = true
+			pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched })
+			placed = true
+			break
+		}
+		if !placed {
+			return 0, false
+		}
+		total += g
+	}
+	return total, true
+}
+
+// unmet returns admitted demand with units no capacity was found for, in
+// admission order.
+func (pl *planner) unmet() []*wdemand {
+	var out []*wdemand
+	for _, d := range pl.order {
+		if !d.done && d.placed() < d.admitted {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// offer hands underused node ni to the other side when admitted demand
+// there is unmet and fits it. Gangs must fit whole.
+func (pl *planner) offer(ni int32, unmet []*wdemand, why string) bool {
+	w := &pl.nodes[ni]
+	other := SourceYARN
+	if w.side == SourceYARN {
+		other = SourceK8s
+	}
+	if !pl.p.OwnershipTransfer || pl.s.IsStale(SourceYARN) || pl.s.IsStale(SourceK8s) ||
+		!pl.pools[w.pool].st.Pool.Sides.Serves(other) || w.n.Protected {
+		return false
+	}
+	tgt := pl.nodeTarget(ni)
+	matches := make(map[*dclass]bool)
+	var t *transfer
+	for _, d := range unmet {
+		free := w.n.GPUsTotal
+		if t != nil {
+			free = t.free
+		}
+		if free <= 0 {
+			break
+		}
+		need := d.admitted - d.placed()
+		if d.d.Source != other || need == 0 {
+			continue
+		}
+		g := d.d.GPUsPerUnit
+		units := min(need, free/g)
+		if units == 0 || (d.d.Gang && units < need) {
+			continue
+		}
+		m, ok := matches[d.cls]
+		if !ok {
+			m = d.cls.c.matches(other, tgt)
+			matches[d.cls] = m
+		}
+		if !m {
+			continue
+		}
+		if t == nil {
+			t = &transfer{node: ni, from: w.n.Owner, to: ownerOf(other), free: w.n.GPUsTotal, reclaimed: why}
+			pl.startTransfer(t)
+		}
+		for range units {
+			pl.useTransfer(t, d, g)
+		}
+		d.acted += units
+	}
+	return t != nil
+}
