@@ -1,0 +1,429 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// CloseReason says why demand left the ledger.
+type CloseReason string
+
+// Why demand closed. CloseVanished is for demand that left an observation
+// without the adapter knowing why (for example a pod deleted between two
+// observations).
+const (
+	CloseScheduled CloseReason = "scheduled"
+	CloseFinished  CloseReason = "finished"
+	CloseDeleted   CloseReason = "deleted"
+	ClosePreempted CloseReason = "preempted"
+	CloseVanished  CloseReason = "vanished"
+)
+
+// Valid reports whether r is a known reason.
+func (r CloseReason) Valid() bool {
+	switch r {
+	case CloseScheduled, CloseFinished, CloseDeleted, ClosePreempted, CloseVanished:
+		return true
+	}
+	return false
+}
+
+// Observation is one complete view of one source's pending demand. Only a
+// successful, complete observation may be applied: rows missing from it are
+// closed, so a failed or partial one would look like "demand went away".
+type Observation struct {
+	Source broker.Source
+	At     time.Time
+	// Demand is every pending demand of Source; FirstSeen and LastSeen are
+	// ignored (the ledger keeps the first time it saw a key).
+	Demand []broker.Demand
+	// Closed gives the reason for keys the adapter knows left, e.g. a pod
+	// that is now scheduled. Keys absent from Demand and from Closed close
+	// with CloseVanished.
+	Closed map[string]CloseReason
+}
+
+// ApplyResult counts what an observation changed.
+type ApplyResult struct {
+	Inserted, Updated, Closed int
+}
+
+// ApplyObservation merges obs into the ledger in one transaction: new keys
+// are inserted with first-seen = obs.At, changed rows are updated (rows that
+// did not change are not rewritten), and live rows of the source that obs
+// no longer holds move to the history with their reason and wait time.
+//
+// It runs COPY into a temporary table and set-based statements, so a whole
+// observation of tens of thousands of rows costs a few round trips.
+func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyResult, error) {
+	var res ApplyResult
+	if !obs.Source.Valid() {
+		return res, broker.Invalid("source", "must be yarn or k8s, got %q", obs.Source)
+	}
+	if obs.At.IsZero() {
+		return res, broker.Invalid("at", "observation time must be set")
+	}
+	seen := make(map[string]struct{}, len(obs.Demand))
+	for i, d := range obs.Demand {
+		if d.Source != obs.Source {
+			return res, broker.Invalid("demand["+strconv.Itoa(i)+"].source", "must be %q like the observation, got %q", obs.Source, d.Source)
+		}
+		if err := d.Validate(); err != nil {
+			return res, broker.WithPrefix("demand["+strconv.Itoa(i)+"]", err)
+		}
+		if _, dup := seen[d.Key]; dup {
+			return res, broker.Invalid("demand["+strconv.Itoa(i)+"].key", "key %q appears twice in one observation", d.Key)
+		}
+		seen[d.Key] = struct{}{}
+	}
+	closedKeys := make([]string, 0, len(obs.Closed))
+	closedReasons := make([]string, 0, len(obs.Closed))
+	for k, r := range obs.Closed {
+		if !r.Valid() {
+			return res, broker.Invalid("closed["+k+"]", "unknown close reason %q", r)
+		}
+		closedKeys = append(closedKeys, k)
+		closedReasons = append(closedReasons, string(r))
+	}
+
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// IMPORTANT: lock the source's observation row first, so two
+		// replicas (or a leader and a stale former leader) applying
+		// observations of one source are serialised rather than interleaved.
+		var prev time.Time
+		err := tx.QueryRow(ctx, `
+			INSERT INTO observations (source, observed_at) VALUES ($1, $2)
+			ON CONFLICT (source) DO UPDATE SET source = excluded.source
+			RETURNING observed_at`, obs.Source, obs.At).Scan(&prev)
+		if err != nil {
+			return err
+		}
+		if obs.At.Before(prev) {
+			return fmt.Errorf("observation of %s at %s is older than the applied one at %s: %w",
+				obs.Source, obs.At.Format(time.RFC3339Nano), prev.Format(time.RFC3339Nano), broker.ErrConflict)
+		}
+		// The temporary table has no index: after ANALYZE the joins below
+		// are hash joins over the whole observation, which beat maintaining
+		// an index during COPY. work_mem keeps those hashes in memory.
+		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			CREATE TEMP TABLE obs_demand (
+				key text, name text, tenant text, queue text, priority bigint,
+				gpus_per_unit integer, units integer, gang boolean, constraints jsonb, preemptible boolean
+			) ON COMMIT DROP`); err != nil {
+			return err
+		}
+		rows := make([][]any, len(obs.Demand))
+		for i, d := range obs.Demand {
+			c, err := json.Marshal(d.Constraints)
+			if err != nil {
+				return fmt.Errorf("encode constraints of %s: %w", d.ID(), err)
+			}
+			rows[i] = []any{d.Key, d.Name, d.Tenant, d.Queue, d.Priority, d.GPUsPerUnit, d.Units, d.Gang, string(c), d.Preemptible}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"obs_demand"},
+			[]string{"key", "name", "tenant", "queue", "priority", "gpus_per_unit", "units", "gang", "constraints", "preemptible"},
+			pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `ANALYZE obs_demand`); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
+			WITH gone AS (
+				DELETE FROM demand d
+				WHERE d.source = $1 AND NOT EXISTS (SELECT 1 FROM obs_demand o WHERE o.key = d.key)
+				RETURNING d.*
+			), reasons AS (
+				SELECT * FROM unnest($3::text[], $4::text[]) AS r(key, reason)
+			)
+			INSERT INTO demand_history (source, key, name, tenant, queue, priority, gpus_per_unit,
+				units, gang, first_seen, closed_at, reason, waited_ms)
+			SELECT g.source, g.key, g.name, g.tenant, g.queue, g.priority, g.gpus_per_unit,
+				g.units, g.gang, g.first_seen, $2,
+				coalesce(r.reason, 'vanished'),
+				greatest(0, (extract(epoch FROM ($2::timestamptz - g.first_seen)) * 1000)::bigint)
+			FROM gone g LEFT JOIN reasons r ON r.key = g.key`,
+			obs.Source, obs.At, closedKeys, closedReasons)
+		if err != nil {
+			return err
+		}
+		res.Closed = int(tag.RowsAffected())
+		// One statement inserts new keys and rewrites only rows whose
+		// attributes changed; unchanged rows are skipped by the WHERE of
+		// DO UPDATE, so a steady ledger creates no dead tuples.
+		err = tx.QueryRow(ctx, `
+			WITH up AS (
+				INSERT INTO demand (source, key, name, tenant, queue, priority, gpus_per_unit, units,
+					gang, constraints, preemptible, first_seen)
+				SELECT $1, o.key, o.name, o.tenant, o.queue, o.priority, o.gpus_per_unit, o.units,
+					o.gang, o.constraints, o.preemptible, $2
+				FROM obs_demand o
+				ON CONFLICT (source, key) DO UPDATE SET name = excluded.name, tenant = excluded.tenant,
+					queue = excluded.queue, priority = excluded.priority,
+					gpus_per_unit = excluded.gpus_per_unit, units = excluded.units, gang = excluded.gang,
+					constraints = excluded.constraints, preemptible = excluded.preemptible
+				WHERE (demand.name, demand.tenant, demand.queue, demand.priority, demand.gpus_per_unit,
+					demand.units, demand.gang, demand.constraints, demand.preemptible)
+				  IS DISTINCT FROM
+				  (excluded.name, excluded.tenant, excluded.queue, excluded.priority, excluded.gpus_per_unit,
+					excluded.units, excluded.gang, excluded.constraints, excluded.preemptible)
+				RETURNING xmax = 0 AS inserted
+			)
+			SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM up`,
+			obs.Source, obs.At).Scan(&res.Inserted, &res.Updated)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE observations SET observed_at = $2, generation = generation + 1, rows = $3
+			WHERE source = $1`, obs.Source, obs.At, len(obs.Demand))
+		return err
+	})
+	if err != nil {
+		return ApplyResult{}, mapError("apply "+string(obs.Source)+" observation", err)
+	}
+	return res, nil
+}
+
+// DemandFilter selects ledger rows. Zero fields do not filter.
+type DemandFilter struct {
+	Source broker.Source
+	Tenant string
+	// MinWait keeps demand pending at least this long at Now.
+	MinWait time.Duration
+	// Now is the reference time for MinWait (required when MinWait is set).
+	Now time.Time
+	// MinPriority keeps demand at or above this priority, when set.
+	MinPriority *int64
+	// WaitReason keeps demand whose recorded wait reason matches.
+	WaitReason string
+	// Limit caps the page (default 100, at most 1000).
+	Limit int
+	// After is the cursor returned by the previous page.
+	After string
+}
+
+// DemandRow is a ledger row: the demand and why it waits.
+type DemandRow struct {
+	broker.Demand
+	WaitReason string `json:"wait_reason,omitempty"`
+	WaitDetail string `json:"wait_detail,omitempty"`
+}
+
+// DemandPage is one page of the ledger, oldest first. Next is empty on the
+// last page.
+type DemandPage struct {
+	Rows []DemandRow `json:"rows"`
+	Next string      `json:"next,omitempty"`
+}
+
+// MaxPageSize bounds every paginated read.
+const MaxPageSize = 1000
+
+// ListDemand reads the live ledger, oldest first, with keyset pagination on
+// (first_seen, id): pages stay correct while rows come and go.
+func (s *Store) ListDemand(ctx context.Context, f DemandFilter) (DemandPage, error) {
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return DemandPage{}, err
+	}
+	var where []string
+	var args []any
+	arg := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
+	if f.Source != "" {
+		if !f.Source.Valid() {
+			return DemandPage{}, broker.Invalid("source", "must be yarn or k8s, got %q", f.Source)
+		}
+		where = append(where, "d.source = "+arg(string(f.Source)))
+	}
+	if f.Tenant != "" {
+		where = append(where, "d.tenant = "+arg(f.Tenant))
+	}
+	if f.MinWait < 0 {
+		return DemandPage{}, broker.Invalid("min_wait", "must not be negative, got %s", f.MinWait)
+	}
+	if f.MinWait > 0 {
+		if f.Now.IsZero() {
+			return DemandPage{}, broker.Invalid("now", "is required with min_wait")
+		}
+		where = append(where, "d.first_seen <= "+arg(f.Now.Add(-f.MinWait)))
+	}
+	if f.MinPriority != nil {
+		where = append(where, "d.priority >= "+arg(*f.MinPriority))
+	}
+	if f.WaitReason != "" {
+		where = append(where, "d.wait_reason = "+arg(f.WaitReason))
+	}
+	if f.After != "" {
+		ts, id, err := decodeCursor(f.After)
+		if err != nil {
+			return DemandPage{}, err
+		}
+		where = append(where, "(d.first_seen, d.id) > ("+arg(ts)+", "+arg(id)+")")
+	}
+	q := `SELECT d.id, d.source, d.key, d.name, d.tenant, d.queue, d.priority, d.gpus_per_unit,
+			d.units, d.gang, d.constraints, d.preemptible, d.first_seen, o.observed_at,
+			d.wait_reason, d.wait_detail
+		FROM demand d JOIN observations o ON o.source = d.source`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY d.first_seen, d.id LIMIT " + arg(limit+1)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return DemandPage{}, mapError("list demand", err)
+	}
+	defer rows.Close()
+	var page DemandPage
+	var lastID int64
+	var lastTS time.Time
+	for rows.Next() {
+		var r DemandRow
+		var id int64
+		var src string
+		var cons []byte
+		if err := rows.Scan(&id, &src, &r.Key, &r.Name, &r.Tenant, &r.Queue, &r.Priority,
+			&r.GPUsPerUnit, &r.Units, &r.Gang, &cons, &r.Preemptible, &r.FirstSeen, &r.LastSeen,
+			&r.WaitReason, &r.WaitDetail); err != nil {
+			return DemandPage{}, mapError("list demand", err)
+		}
+		r.Source = broker.Source(src)
+		if err := json.Unmarshal(cons, &r.Constraints); err != nil {
+			return DemandPage{}, fmt.Errorf("decode constraints of %s: %w", r.ID(), err)
+		}
+		if len(page.Rows) == limit {
+			page.Next = encodeCursor(lastTS, lastID)
+			break
+		}
+		page.Rows = append(page.Rows, r)
+		lastID, lastTS = id, r.FirstSeen
+	}
+	if err := rows.Err(); err != nil {
+		return DemandPage{}, mapError("list demand", err)
+	}
+	return page, nil
+}
+
+// SetWaitReasons records why demand waits, as decided by the last plan.
+// Demand not named keeps its previous reason.
+func (s *Store) SetWaitReasons(ctx context.Context, waits []broker.Wait) error {
+	if len(waits) == 0 {
+		return nil
+	}
+	ids := make([]string, len(waits))
+	reasons := make([]string, len(waits))
+	details := make([]string, len(waits))
+	for i, w := range waits {
+		ids[i], reasons[i], details[i] = w.Demand, string(w.Reason), w.Detail
+	}
+	_, err := s.pool.Exec(ctx, `
+		UPDATE demand d SET wait_reason = w.reason, wait_detail = w.detail
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS w(id, reason, detail)
+		WHERE d.source || '/' || d.key = w.id
+		  AND (d.wait_reason, d.wait_detail) IS DISTINCT FROM (w.reason, w.detail)`,
+		ids, reasons, details)
+	return mapError("set wait reasons", err)
+}
+
+// ClosedDemand is one history row.
+type ClosedDemand struct {
+	ID          int64         `json:"id"`
+	Source      broker.Source `json:"source"`
+	Key         string        `json:"key"`
+	Name        string        `json:"name"`
+	Tenant      string        `json:"tenant"`
+	Queue       string        `json:"queue"`
+	Priority    int64         `json:"priority"`
+	GPUsPerUnit int           `json:"gpus_per_unit"`
+	Units       int           `json:"units"`
+	Gang        bool          `json:"gang"`
+	FirstSeen   time.Time     `json:"first_seen"`
+	ClosedAt    time.Time     `json:"closed_at"`
+	Reason      CloseReason   `json:"reason"`
+	Waited      time.Duration `json:"waited_ns"`
+}
+
+// HistoryFilter selects closed demand, newest first.
+type HistoryFilter struct {
+	Source broker.Source
+	Tenant string
+	Reason CloseReason
+	Limit  int
+	// BeforeID is the cursor: the ID of the last row of the previous page.
+	BeforeID int64
+}
+
+// ListHistory reads closed demand, newest first, paginated by id.
+func (s *Store) ListHistory(ctx context.Context, f HistoryFilter) ([]ClosedDemand, error) {
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	if f.Reason != "" && !f.Reason.Valid() {
+		return nil, broker.Invalid("reason", "must be scheduled, finished, deleted, preempted or vanished, got %q", f.Reason)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, source, key, name, tenant, queue, priority, gpus_per_unit, units, gang,
+			first_seen, closed_at, reason, waited_ms
+		FROM demand_history
+		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR tenant = $2) AND ($3 = '' OR reason = $3)
+		  AND ($4 = 0 OR id < $4)
+		ORDER BY id DESC LIMIT $5`,
+		string(f.Source), f.Tenant, string(f.Reason), f.BeforeID, limit)
+	if err != nil {
+		return nil, mapError("list closed demand", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClosedDemand, error) {
+		var c ClosedDemand
+		var src, reason string
+		var ms int64
+		err := r.Scan(&c.ID, &src, &c.Key, &c.Name, &c.Tenant, &c.Queue, &c.Priority, &c.GPUsPerUnit,
+			&c.Units, &c.Gang, &c.FirstSeen, &c.ClosedAt, &reason, &ms)
+		c.Source, c.Reason, c.Waited = broker.Source(src), CloseReason(reason), time.Duration(ms)*time.Millisecond
+		return c, err
+	})
+}
+
+func pageLimit(n int) (int, error) {
+	switch {
+	case n == 0:
+		return 100, nil
+	case n < 0 || n > MaxPageSize:
+		return 0, broker.Invalid("limit", "must be between 1 and %d, got %d", MaxPageSize, n)
+	}
+	return n, nil
+}
+
+func encodeCursor(ts time.Time, id int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(ts.UnixMicro(), 10) + "." + strconv.FormatInt(id, 10)))
+}
+
+func decodeCursor(c string) (time.Time, int64, error) {
+	bad := broker.Invalid("after", "is not a cursor returned by a previous page; start again without it")
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, 0, bad
+	}
+	ts, id, ok := strings.Cut(string(b), ".")
+	if !ok {
+		return time.Time{}, 0, bad
+	}
+	us, err1 := strconv.ParseInt(ts, 10, 64)
+	n, err2 := strconv.ParseInt(id, 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, 0, bad
+	}
+	return time.UnixMicro(us), n, nil
+}

@@ -1,0 +1,4 @@
+package store
+
+// MapErrorForTest exposes mapError to the external tests.
+var MapErrorForTest = mapError
