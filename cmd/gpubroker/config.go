@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// fileConfig is the YAML configuration of "gpubroker serve" and friends.
+// Field names match the REST API's JSON names.
+type fileConfig struct {
+	Database   databaseConfig   `yaml:"database"`
+	API        apiConfig        `yaml:"api"`
+	YARN       yarnConfig       `yaml:"yarn"`
+	Kubernetes kubernetesConfig `yaml:"kubernetes"`
+	Cloud      cloudConfig      `yaml:"cloud"`
+	Policy     policyConfig     `yaml:"policy"`
+	Pools      []poolConfig     `yaml:"pools"`
+	Tenants    []tenantConfig   `yaml:"tenants"`
+}
+
+type databaseConfig struct {
+	URL      string `yaml:"url"`
+	MaxConns int32  `yaml:"max_conns"`
+}
+
+type apiConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+type yarnConfig struct {
+	// RM lists the ResourceManager web addresses (HA: several).
+	RM           []string        `yaml:"rm"`
+	User         string          `yaml:"user"`
+	PollInterval broker.Duration `yaml:"poll_interval"`
+	Timeout      broker.Duration `yaml:"timeout"`
+	AdminAddress []string        `yaml:"admin_address"`
+	ExcludeFile  string          `yaml:"exclude_file"`
+}
+
+type kubernetesConfig struct {
+	// Kubeconfig is a file; empty means in-cluster configuration.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// GPUModelLabel names the node label holding the GPU product.
+	GPUModelLabel string `yaml:"gpu_model_label"`
+	// SchedulerNames are the schedulers whose pods count as demand.
+	SchedulerNames []string `yaml:"scheduler_names"`
+}
+
+type cloudConfig struct {
+	Provider string `yaml:"provider"`
+	Region   string `yaml:"region"`
+	Endpoint string `yaml:"endpoint"`
+}
+
+type policyConfig struct {
+	ClusterMinGPUs         *int            `yaml:"cluster_min_gpus"`
+	ClusterMaxGPUs         *int            `yaml:"cluster_max_gpus"`
+	ModelMaxGPUs           map[string]int  `yaml:"model_max_gpus"`
+	ScaleDownUnneeded      broker.Duration `yaml:"scale_down_unneeded"`
+	ScaleDownUtilisation   *float64        `yaml:"scale_down_utilisation"`
+	MaxProvisionTime       broker.Duration `yaml:"max_provision_time"`
+	Expander               string          `yaml:"expander"`
+	DrainTimeout           broker.Duration `yaml:"drain_timeout"`
+	ForceAfterDrainTimeout *bool           `yaml:"force_after_drain_timeout"`
+	Preemption             *bool           `yaml:"preemption"`
+	OwnershipTransfer      *bool           `yaml:"ownership_transfer"`
+}
+
+type taintConfig struct {
+	Key    string `yaml:"key"`
+	Value  string `yaml:"value"`
+	Effect string `yaml:"effect"`
+}
+
+type poolConfig struct {
+	Name             string            `yaml:"name"`
+	Provider         string            `yaml:"provider"`
+	Group            string            `yaml:"group"`
+	GPUModel         string            `yaml:"gpu_model"`
+	GPUsPerNode      int               `yaml:"gpus_per_node"`
+	MinNodes         int               `yaml:"min_nodes"`
+	MaxNodes         int               `yaml:"max_nodes"`
+	Labels           map[string]string `yaml:"labels"`
+	Taints           []taintConfig     `yaml:"taints"`
+	Sides            string            `yaml:"sides"`
+	PricePerHour     float64           `yaml:"price_per_hour"`
+	ExpanderPriority int               `yaml:"expander_priority"`
+}
+
+type tenantConfig struct {
+	Name           string   `yaml:"name"`
+	BasePriority   int64    `yaml:"base_priority"`
+	GuaranteedGPUs int      `yaml:"guaranteed_gpus"`
+	MaxGPUs        int      `yaml:"max_gpus"`
+	Weight         float64  `yaml:"weight"`
+	YARNQueues     []string `yaml:"yarn_queues"`
+	Namespaces     []string `yaml:"namespaces"`
+	Admins         []string `yaml:"admins"`
+}
+
+// config is the validated configuration, in domain types.
+type config struct {
+	file    fileConfig
+	policy  broker.Policy
+	pools   []broker.Pool
+	tenants []broker.Tenant
+}
+
+// loadConfig reads and validates a YAML file. Every problem is a usage
+// error naming the file, the field and the fix.
+func loadConfig(path string) (*config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("config: %s", err)
+	}
+	return parseConfig(path, b)
+}
+
+// yamlTypeNames maps Go type names in yaml.v3's messages to config paths.
+var yamlTypeNames = map[string]string{
+	"main.fileConfig": "the top level", "main.databaseConfig": "database", "main.apiConfig": "api",
+	"main.yarnConfig": "yarn", "main.kubernetesConfig": "kubernetes", "main.cloudConfig": "cloud",
+	"main.policyConfig": "policy", "main.poolConfig": "a pool", "main.tenantConfig": "a tenant",
+	"main.taintConfig": "a taint",
+}
+
+var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\S+)$`)
+
+func parseConfig(path string, b []byte) (*config, error) {
+	var fc fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			msg := te.Errors[0]
+			if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
+				where := yamlTypeNames[m[3]]
+				if where == "" {
+					where = m[3]
+				}
+				return nil, usagef("config %s: line %s: unknown key %q in %s; remove it or check its spelling", path, m[1], m[2], where)
+			}
+			return nil, usagef("config %s: %s", path, msg)
+		}
+		return nil, usagef("config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	c, err := fc.validate()
+	if err != nil {
+		var ve *broker.ValidationError
+		if errors.As(err, &ve) {
+			return nil, usagef("config %s: %s: %s", path, ve.Field, ve.Problem)
+		}
+		return nil, usagef("config %s: %s", path, err)
+	}
+	return c, nil
+}
+
+func (fc fileConfig) validate() (*config, error) {
+	c := &config{file: fc}
+	p := broker.DefaultPolicy()
+	pc := fc.Policy
+	if pc.ClusterMinGPUs != nil {
+		p.ClusterMinGPUs = *pc.ClusterMinGPUs
+	}
+	if pc.ClusterMaxGPUs != nil {
+		p.ClusterMaxGPUs = *pc.ClusterMaxGPUs
+	}
+	if pc.ModelMaxGPUs != nil {
+		p.ModelMaxGPUs = pc.ModelMaxGPUs
+	}
+	if pc.ScaleDownUnneeded != 0 {
+		p.ScaleDownUnneeded = pc.ScaleDownUnneeded
+	}
+	if pc.ScaleDownUtilisation != nil {
+		p.ScaleDownUtilisation = *pc.ScaleDownUtilisation
+	}
+	if pc.MaxProvisionTime != 0 {
+		p.MaxProvisionTime = pc.MaxProvisionTime
+	}
+	if pc.Expander != "" {
+		p.Expander = broker.Expander(pc.Expander)
+	}
+	if pc.DrainTimeout != 0 {
+		p.DrainTimeout = pc.DrainTimeout
+	}
+	if pc.ForceAfterDrainTimeout != nil {
+		p.ForceAfterDrainTimeout = *pc.ForceAfterDrainTimeout
+	}
+	if pc.Preemption != nil {
+		p.Preemption = *pc.Preemption
+	}
+	if pc.OwnershipTransfer != nil {
+		p.OwnershipTransfer = *pc.OwnershipTransfer
+	}
+	if err := p.Validate(); err != nil {
+		return nil, broker.WithPrefix("policy", err)
+	}
+	c.policy = p
+
+	names := map[string]bool{}
+	for i, pl := range fc.Pools {
+		prefix := "pools[" + strconv.Itoa(i) + "]"
+		pool := broker.Pool{
+			Name: pl.Name, Provider: pl.Provider, Group: pl.Group, GPUModel: pl.GPUModel,
+			GPUsPerNode: pl.GPUsPerNode, MinNodes: pl.MinNodes, MaxNodes: pl.MaxNodes,
+			Labels: pl.Labels, Sides: broker.PoolSides(pl.Sides), PricePerHour: pl.PricePerHour,
+			ExpanderPriority: pl.ExpanderPriority,
+		}
+		if pool.Provider == "" {
+			pool.Provider = "aws"
+		}
+		if pool.Group == "" {
+			pool.Group = pool.Name
+		}
+		if pool.Sides == "" {
+			pool.Sides = broker.PoolShared
+		}
+		for j, t := range pl.Taints {
+			switch t.Effect {
+			case "NoSchedule", "PreferNoSchedule", "NoExecute":
+			default:
+				return nil, broker.Invalid(fmt.Sprintf("%s.taints[%d].effect", prefix, j), "must be NoSchedule, PreferNoSchedule or NoExecute, got %q", t.Effect)
+			}
+			pool.Taints = append(pool.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+		}
+		if err := pool.Validate(); err != nil {
+			return nil, broker.WithPrefix(prefix, err)
+		}
+		if names[pool.Name] {
+			return nil, broker.Invalid(prefix+".name", "pool %q is defined twice", pool.Name)
+		}
+		names[pool.Name] = true
+		c.pools = append(c.pools, pool)
+	}
+
+	tnames := map[string]bool{}
+	owners := map[string]string{}
+	for i, tc := range fc.Tenants {
+		prefix := "tenants[" + strconv.Itoa(i) + "]"
+		t := broker.Tenant{
+			Name: tc.Name, BasePriority: tc.BasePriority, GuaranteedGPUs: tc.GuaranteedGPUs,
+			MaxGPUs: tc.MaxGPUs, Weight: tc.Weight, YARNQueues: tc.YARNQueues,
+			Namespaces: tc.Namespaces, Admins: tc.Admins,
+		}
+		if t.Weight == 0 {
+			t.Weight = 1
+		}
+		if err := t.Validate(); err != nil {
+			return nil, broker.WithPrefix(prefix, err)
+		}
+		if tnames[t.Name] {
+			return nil, broker.Invalid(prefix+".name", "tenant %q is defined twice", t.Name)
+		}
+		tnames[t.Name] = true
+		for _, q := range t.YARNQueues {
+			if o, ok := owners["q/"+q]; ok {
+				return nil, broker.Invalid(prefix+".yarn_queues", "queue %q already belongs to tenant %q", q, o)
+			}
+			owners["q/"+q] = t.Name
+		}
+		for _, n := range t.Namespaces {
+			if o, ok := owners["n/"+n]; ok {
+				return nil, broker.Invalid(prefix+".namespaces", "namespace %q already belongs to tenant %q", n, o)
+			}
+			owners["n/"+n] = t.Name
+		}
+		c.tenants = append(c.tenants, t)
+	}
+
+	if fc.Database.MaxConns < 0 {
+		return nil, broker.Invalid("database.max_conns", "must be positive, got %d", fc.Database.MaxConns)
+	}
+	if fc.YARN.PollInterval < 0 || (fc.YARN.PollInterval > 0 && fc.YARN.PollInterval.D() < 100*time.Millisecond) {
+		return nil, broker.Invalid("yarn.poll_interval", "must be at least 100ms, got %s", fc.YARN.PollInterval)
+	}
+	return c, nil
+}
