@@ -1,0 +1,239 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/smithy-go"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// group is one autoscaling group resolved to a pool.
+type group struct {
+	name      string // autoscaling group name
+	pool      broker.Pool
+	asgMin    int
+	asgMax    int
+	desired   int
+	instances []groupInstance
+}
+
+type groupInstance struct {
+	id        string
+	lifecycle string
+}
+
+// machine is what EC2 says about one instance.
+type machine struct {
+	hostname string
+	state    string
+	launched time.Time
+}
+
+// namesPerCall is how many group names one DescribeAutoScalingGroups call
+// may carry; instancesPerCall bounds DescribeInstances the same way.
+const (
+	namesPerCall     = 50
+	instancesPerCall = 200
+)
+
+// describeAll reads every configured group and, with discovery on, every
+// group tagged gpubroker.io/pool, and resolves them to pools sorted by name.
+// A configured group that does not exist is logged and left out, so one
+// misconfigured pool does not blind the broker to the others.
+func (p *Provider) describeAll(ctx context.Context) ([]*group, error) {
+	byGroup := map[string]asgtypes.AutoScalingGroup{}
+	var names []string
+	for _, pc := range p.cfg.Pools {
+		names = append(names, pc.Group)
+	}
+	for start := 0; start < len(names); start += namesPerCall {
+		end := min(start+namesPerCall, len(names))
+		gs, err := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: names[start:end]})
+		if err != nil {
+			return nil, fmt.Errorf("describe groups %v: %w", names[start:end], err)
+		}
+		for _, g := range gs {
+			byGroup[aws.ToString(g.AutoScalingGroupName)] = g
+		}
+	}
+	for _, n := range names {
+		if _, ok := byGroup[n]; !ok {
+			p.log.Warn("configured autoscaling group not found", "group", n)
+		}
+	}
+	if p.cfg.Discover {
+		gs, err := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
+			Filters: []asgtypes.Filter{{Name: aws.String("tag-key"), Values: []string{TagPool}}},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("discover groups tagged %s: %w", TagPool, err)
+		}
+		for _, g := range gs {
+			byGroup[aws.ToString(g.AutoScalingGroupName)] = g
+		}
+	}
+
+	groupNames := make([]string, 0, len(byGroup))
+	for n := range byGroup {
+		groupNames = append(groupNames, n)
+	}
+	sort.Strings(groupNames)
+	configuredByGroup := map[string]*PoolConfig{}
+	for name, pc := range p.conf {
+		configuredByGroup[p.conf[name].Group] = pc
+	}
+	seen := map[string]string{}
+	var out []*group
+	for _, gn := range groupNames {
+		g, ok := p.resolve(byGroup[gn], configuredByGroup[gn])
+		if !ok {
+			continue
+		}
+		if other, dup := seen[g.pool.Name]; dup {
+			p.log.Warn("two autoscaling groups claim one pool; ignoring the second",
+				"pool", g.pool.Name, "group", gn, "kept_group", other)
+			continue
+		}
+		seen[g.pool.Name] = gn
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].pool.Name < out[j].pool.Name })
+	p.mu.Lock()
+	for _, g := range out {
+		p.groups[g.pool.Name] = g.name
+	}
+	p.mu.Unlock()
+	return out, nil
+}
+
+// resolve turns an SDK group into a pool, merging tags and configuration.
+func (p *Provider) resolve(g asgtypes.AutoScalingGroup, pc *PoolConfig) (*group, bool) {
+	gn := aws.ToString(g.AutoScalingGroupName)
+	tags := make(map[string]string, len(g.Tags))
+	for _, t := range g.Tags {
+		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+	}
+	name := tags[TagPool]
+	if pc != nil {
+		name = pc.Name
+	}
+	pool, warns := poolFromTags(name, gn, tags, pc)
+	for _, w := range warns {
+		p.log.Warn("ignoring bad group tag", "group", gn, "problem", w)
+	}
+	out := &group{
+		name:    gn,
+		asgMin:  int(aws.ToInt32(g.MinSize)),
+		asgMax:  int(aws.ToInt32(g.MaxSize)),
+		desired: int(aws.ToInt32(g.DesiredCapacity)),
+	}
+	pool.MinNodes, pool.MaxNodes = out.asgMin, out.asgMax
+	if pc != nil && pc.MinNodes != nil && *pc.MinNodes > pool.MinNodes {
+		pool.MinNodes = *pc.MinNodes
+	}
+	if pc != nil && pc.MaxNodes != nil && *pc.MaxNodes < pool.MaxNodes {
+		pool.MaxNodes = *pc.MaxNodes
+	}
+	if pool.MaxNodes < pool.MinNodes {
+		p.log.Warn("pool bounds are empty; configuration and group disagree",
+			"pool", pool.Name, "group", gn, "min", pool.MinNodes, "max", pool.MaxNodes)
+		return nil, false
+	}
+	if err := pool.Validate(); err != nil {
+		p.log.Warn("ignoring autoscaling group with an invalid pool", "group", gn, "problem", err.Error())
+		return nil, false
+	}
+	out.pool = pool
+	for _, in := range g.Instances {
+		out.instances = append(out.instances, groupInstance{id: aws.ToString(in.InstanceId), lifecycle: string(in.LifecycleState)})
+	}
+	return out, true
+}
+
+// describeGroups runs one paginated DescribeAutoScalingGroups.
+func (p *Provider) describeGroups(ctx context.Context, in *autoscaling.DescribeAutoScalingGroupsInput) ([]asgtypes.AutoScalingGroup, error) {
+	in.MaxRecords = aws.Int32(int32(p.cfg.PageSize))
+	pages := autoscaling.NewDescribeAutoScalingGroupsPaginator(p.asg, in)
+	var out []asgtypes.AutoScalingGroup
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, translate(err)
+		}
+		out = append(out, page.AutoScalingGroups...)
+	}
+	return out, nil
+}
+
+// group reads the one group behind a pool.
+func (p *Provider) group(ctx context.Context, pool string) (*group, error) {
+	p.mu.Lock()
+	gn, ok := p.groups[pool]
+	p.mu.Unlock()
+	if !ok {
+		// A discovered pool not seen yet: discover now.
+		if _, err := p.describeAll(ctx); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		gn, ok = p.groups[pool]
+		p.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("pool %q: %w", pool, broker.ErrNotFound)
+		}
+	}
+	gs, err := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{gn}})
+	if err != nil {
+		return nil, fmt.Errorf("describe group %q: %w", gn, err)
+	}
+	if len(gs) == 0 {
+		return nil, fmt.Errorf("group %q of pool %q: %w", gn, pool, broker.ErrNotFound)
+	}
+	g, ok := p.resolve(gs[0], p.conf[pool])
+	if !ok {
+		return nil, broker.Invalid("pool", "group %q of pool %q does not describe a valid pool; see the log", gn, pool)
+	}
+	g.pool.Name = pool
+	return g, nil
+}
+
+// describeInstances reads private DNS names, states and launch times. An
+// instance EC2 does not know yet (eventual consistency right after a
+// launch) is left without them until the next call.
+func (p *Provider) describeInstances(ctx context.Context, ids []string) (map[string]machine, error) {
+	out := make(map[string]machine, len(ids))
+	for start := 0; start < len(ids); start += instancesPerCall {
+		batch := ids[start:min(start+instancesPerCall, len(ids))]
+		pages := ec2.NewDescribeInstancesPaginator(p.ec2, &ec2.DescribeInstancesInput{InstanceIds: batch})
+		for pages.HasMorePages() {
+			page, err := pages.NextPage(ctx)
+			var ae smithy.APIError
+			if errors.As(err, &ae) && ae.ErrorCode() == "InvalidInstanceID.NotFound" {
+				p.log.Debug("instances not visible in EC2 yet", "problem", ae.ErrorMessage())
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("describe instances: %w", translate(err))
+			}
+			for _, r := range page.Reservations {
+				for _, in := range r.Instances {
+					m := machine{hostname: aws.ToString(in.PrivateDnsName), launched: aws.ToTime(in.LaunchTime)}
+					if in.State != nil {
+						m.state = string(in.State.Name)
+					}
+					out[aws.ToString(in.InstanceId)] = m
+				}
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,214 @@
+package cloud
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// Provider is a broker.NodePool backed by AWS autoscaling groups. It is
+// safe for concurrent use.
+type Provider struct {
+	cfg  Config
+	asg  *autoscaling.Client
+	ec2  *ec2.Client
+	log  *slog.Logger
+	now  func() time.Time
+	conf map[string]*PoolConfig // by pool name
+
+	mu sync.Mutex
+	// groups maps pool names to group names as last seen, so SetDesired and
+	// Terminate find discovered pools without a full discovery.
+	groups map[string]string
+	// backoff is the per-pool backoff state.
+	backoff map[string]backoff
+	// registered holds the instance ids and host names that are nodes on
+	// either side; nil until ObserveRegistered is first called, which
+	// keeps the provision timeout off until the broker has looked.
+	registered map[string]struct{}
+	// stuck remembers instances already reported as never registering.
+	stuck map[string]struct{}
+}
+
+var _ broker.NodePool = (*Provider)(nil)
+
+// New returns a Provider. It loads credentials from cfg.Credentials or the
+// default chain (environment, shared files, IRSA, instance profile) but
+// calls no AWS API.
+func New(ctx context.Context, cfg Config) (*Provider, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts := []func(*awsconfig.LoadOptions) error{
+		awsconfig.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = cfg.MaxAttempts
+				o.MaxBackoff = cfg.MaxBackoff
+			})
+		}),
+	}
+	if cfg.Region != "" {
+		opts = append(opts, awsconfig.WithRegion(cfg.Region))
+	}
+	if cfg.Credentials != nil {
+		opts = append(opts, awsconfig.WithCredentialsProvider(cfg.Credentials))
+	}
+	if cfg.Endpoint != "" {
+		opts = append(opts, awsconfig.WithBaseEndpoint(cfg.Endpoint))
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("load aws configuration: %w", err)
+	}
+	if awsCfg.Region == "" {
+		return nil, broker.Invalid("region", "no region configured and none found in AWS_REGION or the shared config")
+	}
+	p := &Provider{
+		cfg:     cfg,
+		asg:     autoscaling.NewFromConfig(awsCfg),
+		ec2:     ec2.NewFromConfig(awsCfg),
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		conf:    map[string]*PoolConfig{},
+		groups:  map[string]string{},
+		backoff: map[string]backoff{},
+		stuck:   map[string]struct{}{},
+	}
+	for i := range cfg.Pools {
+		pc := &p.cfg.Pools[i]
+		p.conf[pc.Name] = pc
+		p.groups[pc.Name] = pc.Group
+	}
+	return p, nil
+}
+
+// ObserveRegistered tells the provider which machines are nodes on either
+// side: Kubernetes node names and YARN NodeManager hosts (private DNS
+// names) or instance ids. It replaces the previous set. The tick loop calls
+// it every tick; once it has been called, instances that stay unregistered
+// past MaxProvisionTime put their pool into backoff.
+//
+// The provider, not the broker, decides about the provision timeout because
+// it also owns the other backoff causes and the instance launch times; the
+// broker only has to say what registered.
+func (p *Provider) ObserveRegistered(names []string) {
+	set := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		set[n] = struct{}{}
+	}
+	p.mu.Lock()
+	p.registered = set
+	p.mu.Unlock()
+}
+
+// Pools returns every configured and discovered pool with its state.
+func (p *Provider) Pools(ctx context.Context) ([]broker.PoolState, error) {
+	groups, err := p.describeAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, g := range groups {
+		for _, in := range g.instances {
+			ids = append(ids, in.id)
+		}
+	}
+	machines, err := p.describeInstances(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	now := p.now()
+	out := make([]broker.PoolState, 0, len(groups))
+	for _, g := range groups {
+		p.checkActivities(ctx, g, now)
+		out = append(out, p.state(g, machines, now))
+	}
+	return out, nil
+}
+
+// state builds one pool's state and applies the provision timeout.
+func (p *Provider) state(g *group, machines map[string]machine, now time.Time) broker.PoolState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := broker.PoolState{Pool: g.pool, Desired: g.desired, Instances: make([]broker.Instance, 0, len(g.instances))}
+	var stuck []string
+	for _, in := range g.instances {
+		m := machines[in.id]
+		bi := broker.Instance{ID: in.id, Hostname: m.hostname, LaunchedAt: m.launched}
+		bi.Phase = phaseOf(in.lifecycle, m.state)
+		_, regID := p.registered[in.id]
+		_, regHost := p.registered[m.hostname]
+		registered := regID || (m.hostname != "" && regHost)
+		if bi.Phase == broker.PhaseBooting && registered && in.lifecycle == "InService" {
+			bi.Phase = broker.PhaseRegistered
+		}
+		if p.registered != nil && bi.Phase == broker.PhaseBooting && !registered &&
+			!m.launched.IsZero() && now.Sub(m.launched) > p.cfg.MaxProvisionTime {
+			if _, seen := p.stuck[in.id]; !seen {
+				p.stuck[in.id] = struct{}{}
+				stuck = append(stuck, in.id)
+			}
+		}
+		st.Instances = append(st.Instances, bi)
+	}
+	if len(stuck) > 0 {
+		reason := fmt.Sprintf("instance %s did not register as a node within %s", stuck[0], p.cfg.MaxProvisionTime)
+		if len(stuck) > 1 {
+			reason = fmt.Sprintf("instances %v did not register as nodes within %s", stuck, p.cfg.MaxProvisionTime)
+		}
+		p.setBackoffLocked(g.pool.Name, backoff{until: now.Add(p.cfg.PoolBackoff), reason: reason, cause: causeProvision, since: now})
+	}
+	if b, ok := p.backoff[g.pool.Name]; ok && now.Before(b.until) {
+		st.BackoffUntil = b.until
+		st.BackoffReason = b.reason
+	}
+	sort.Slice(st.Instances, func(i, j int) bool { return st.Instances[i].ID < st.Instances[j].ID })
+	return st
+}
+
+// phaseOf maps an autoscaling lifecycle state and the EC2 instance state to
+// a node phase. Registration on a side is not the cloud's to know; an
+// instance in service is booting until ObserveRegistered names it.
+func phaseOf(lifecycle, ec2State string) broker.Phase {
+	switch ec2State {
+	case "shutting-down", "stopping", "stopped":
+		return broker.PhaseTerminating
+	case "terminated":
+		return broker.PhaseGone
+	}
+	switch lifecycle {
+	case "Terminating", "Terminating:Wait", "Terminating:Proceed", "Terminating:Retained", "Detaching":
+		return broker.PhaseTerminating
+	case "Terminated", "Detached":
+		return broker.PhaseGone
+	case "EnteringStandby", "Standby":
+		// Out of service but still a machine: nothing may be scheduled.
+		return broker.PhaseDrained
+	default:
+		// Pending, Pending:Wait/Proceed, Quarantined, InService,
+		// ReplacingRootVolume*, RootVolumeReplaced.
+		return broker.PhaseBooting
+	}
+}
+
+// gone reports whether an instance of this lifecycle state is on its way
+// out, so terminating it again must not decrement again.
+func gone(lifecycle string) bool {
+	switch phaseOf(lifecycle, "") {
+	case broker.PhaseTerminating, broker.PhaseGone:
+		return true
+	}
+	return false
+}

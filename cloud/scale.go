@@ -1,0 +1,121 @@
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/smithy-go"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// SetDesired sets the pool's desired capacity to the absolute target.
+// Setting the value the group already has calls nothing, so a journaled
+// step can be repeated. A target outside the pool's bounds is a
+// *broker.ValidationError; growing a pool that backs off, or throttling that
+// outlasted the SDK's retries, is a *broker.BackoffError.
+func (p *Provider) SetDesired(ctx context.Context, pool string, target int) error {
+	g, err := p.group(ctx, pool)
+	if err != nil {
+		return err
+	}
+	switch {
+	case target < g.pool.MinNodes:
+		return broker.Invalid("target", "pool %q must keep at least %d nodes, got %d", pool, g.pool.MinNodes, target)
+	case target > g.pool.MaxNodes:
+		return broker.Invalid("target", "pool %q may have at most %d nodes, got %d", pool, g.pool.MaxNodes, target)
+	case target == g.desired:
+		return nil
+	}
+	now := p.now()
+	if target > g.desired {
+		if err := p.backoffError(pool, now); err != nil {
+			return fmt.Errorf("scale pool %q to %d: %w", pool, target, err)
+		}
+	}
+	_, err = p.asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
+		AutoScalingGroupName: aws.String(g.name),
+		DesiredCapacity:      aws.Int32(int32(target)),
+		HonorCooldown:        aws.Bool(false),
+	})
+	if err != nil {
+		return p.actionError(pool, fmt.Sprintf("set desired capacity of group %q to %d", g.name, target), err)
+	}
+	p.log.Info("set desired capacity", "pool", pool, "group", g.name, "from", g.desired, "to", target)
+	return nil
+}
+
+// Terminate terminates one instance of the pool and decrements the desired
+// capacity with it, so the group does not replace it.
+//
+// IMPORTANT: the instance is looked up before the call and again after a
+// failed call. An instance that is already terminating or no longer in the
+// group was terminated by an earlier attempt (perhaps one whose answer was
+// lost), so it is success without a second call: the desired capacity is
+// never decremented twice for one instance.
+func (p *Provider) Terminate(ctx context.Context, pool, instanceID string) error {
+	g, err := p.group(ctx, pool)
+	if err != nil {
+		return err
+	}
+	in, ok := g.instance(instanceID)
+	if !ok || gone(in.lifecycle) {
+		p.log.Debug("instance already leaving the group", "pool", pool, "instance", instanceID)
+		return nil
+	}
+	if g.desired-1 < g.pool.MinNodes {
+		return fmt.Errorf("terminate instance %q of pool %q: desired capacity %d would drop below min %d: %w",
+			instanceID, pool, g.desired, g.pool.MinNodes, broker.ErrConflict)
+	}
+	_, callErr := p.asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
+		InstanceId:                     aws.String(instanceID),
+		ShouldDecrementDesiredCapacity: aws.Bool(true),
+	})
+	if callErr == nil {
+		p.log.Info("terminated instance with decrement", "pool", pool, "group", g.name, "instance", instanceID,
+			"desired", g.desired-1)
+		return nil
+	}
+	// The call may have taken effect before it failed (a lost response, a
+	// 5xx after the change): look again before reporting failure.
+	if ctx.Err() == nil {
+		if again, err := p.group(ctx, pool); err == nil {
+			if in, ok := again.instance(instanceID); !ok || gone(in.lifecycle) {
+				p.log.Info("terminate took effect despite an error", "pool", pool, "instance", instanceID,
+					"err", callErr.Error())
+				return nil
+			}
+		}
+	}
+	return p.actionError(pool, fmt.Sprintf("terminate instance %q of group %q", instanceID, g.name), callErr)
+}
+
+func (g *group) instance(id string) (groupInstance, bool) {
+	for _, in := range g.instances {
+		if in.id == id {
+			return in, true
+		}
+	}
+	return groupInstance{}, false
+}
+
+// actionError wraps a failed scaling call. Throttling that outlasted the
+// SDK's retries puts the pool into backoff and is returned as a
+// *broker.BackoffError; AWS validation errors become *broker.ValidationError.
+func (p *Provider) actionError(pool, what string, err error) error {
+	if isThrottle(err) {
+		now := p.now()
+		b := backoff{until: now.Add(p.cfg.PoolBackoff), reason: "throttled by the autoscaling API", cause: causeThrottle, since: now}
+		p.setBackoff(pool, b)
+		return fmt.Errorf("%s: %w", what, errors.Join(
+			&broker.BackoffError{Pool: pool, Reason: b.reason, Until: b.until}, err))
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "ValidationError" {
+		return fmt.Errorf("%s: %w", what, broker.Invalid("target", "%s", ae.ErrorMessage()))
+	}
+	return fmt.Errorf("%s: %w", what, translate(err))
+}
