@@ -32,7 +32,7 @@ type backoff struct {
 	reason string
 	cause  backoffCause
 	// since is when the cause happened (the failed activity's time for
-	// launch failures), so a later successful launch can end it early.
+	// launch failures).
 	since time.Time
 }
 
@@ -76,15 +76,32 @@ func (p *Provider) backoffError(pool string, now time.Time) error {
 	return &broker.BackoffError{Pool: pool, Reason: b.reason, Until: b.until}
 }
 
-// checkActivities reads the group's recent scaling activities. When the
-// newest launch activity failed (insufficient capacity, an invalid launch
-// template, a spot request that could not be fulfilled), the pool backs off
-// for PoolBackoff from the failure's time; a newer successful launch ends a
-// launch backoff early. The backoff is derived from the activity's own time,
-// so re-reading the same activity after a restart gives the same answer.
+// checkActivities looks for failed launches while the group is short of
+// its desired capacity. When a launch failed within the last PoolBackoff
+// (insufficient capacity for the instance type, an invalid launch template,
+// a spot request that could not be fulfilled) and the group still has fewer
+// instances than it wants, the pool backs off until PoolBackoff after the
+// failure. Once the group has all its instances, a launch backoff ends
+// early: capacity came back. The backoff is derived from the activity's own
+// time, so reading the same activity after a restart gives the same answer.
 // A failure to read activities is logged, not returned: it must not blind
 // the broker to the pool's instances.
 func (p *Provider) checkActivities(ctx context.Context, g *group, now time.Time) {
+	live := 0
+	for _, in := range g.instances {
+		if !gone(in.lifecycle) {
+			live++
+		}
+	}
+	if live >= g.desired {
+		p.mu.Lock()
+		if b, ok := p.backoff[g.pool.Name]; ok && b.cause == causeLaunch {
+			delete(p.backoff, g.pool.Name)
+			p.log.Info("pool backoff ends: the group reached its desired capacity", "pool", g.pool.Name)
+		}
+		p.mu.Unlock()
+		return
+	}
 	out, err := p.asg.DescribeScalingActivities(ctx, &autoscaling.DescribeScalingActivitiesInput{
 		AutoScalingGroupName: aws.String(g.name),
 		MaxRecords:           aws.Int32(int32(p.cfg.ActivityRecords)),
@@ -95,34 +112,23 @@ func (p *Provider) checkActivities(ctx context.Context, g *group, now time.Time)
 		}
 		return
 	}
-	// Activities come newest first; find the newest launch.
+	// Activities come newest first: the first failed launch is the newest.
 	for _, a := range out.Activities {
-		if !isLaunch(a) {
+		if !isLaunch(a) || (a.StatusCode != asgtypes.ScalingActivityStatusCodeFailed &&
+			a.StatusCode != asgtypes.ScalingActivityStatusCodeCancelled) {
 			continue
 		}
 		at := aws.ToTime(a.EndTime)
 		if at.IsZero() {
 			at = aws.ToTime(a.StartTime)
 		}
-		switch a.StatusCode {
-		case asgtypes.ScalingActivityStatusCodeFailed, asgtypes.ScalingActivityStatusCodeCancelled:
-			until := at.Add(p.cfg.PoolBackoff)
-			if now.Before(until) {
-				msg := strings.TrimSpace(aws.ToString(a.StatusMessage))
-				if msg == "" {
-					msg = aws.ToString(a.Description)
-				}
-				p.setBackoff(g.pool.Name, backoff{until: until, reason: "launch failed: " + msg, cause: causeLaunch, since: at})
+		until := at.Add(p.cfg.PoolBackoff)
+		if now.Before(until) {
+			msg := strings.TrimSpace(aws.ToString(a.StatusMessage))
+			if msg == "" {
+				msg = aws.ToString(a.Description)
 			}
-		case asgtypes.ScalingActivityStatusCodeSuccessful:
-			p.mu.Lock()
-			if b, ok := p.backoff[g.pool.Name]; ok && b.cause == causeLaunch && at.After(b.since) {
-				delete(p.backoff, g.pool.Name)
-				p.log.Info("pool backoff ends: a later launch succeeded", "pool", g.pool.Name)
-			}
-			p.mu.Unlock()
-		default:
-			continue // in progress: look at the next older one
+			p.setBackoff(g.pool.Name, backoff{until: until, reason: "launch failed: " + msg, cause: causeLaunch, since: at})
 		}
 		return
 	}

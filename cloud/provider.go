@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,6 +116,28 @@ func (p *Provider) ObserveRegistered(names []string) {
 
 // Pools returns every configured and discovered pool with its state.
 func (p *Provider) Pools(ctx context.Context) ([]broker.PoolState, error) {
+	reports, err := p.Report(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]broker.PoolState, len(reports))
+	for i, r := range reports {
+		out[i] = r.PoolState
+	}
+	return out, nil
+}
+
+// PoolReport is a pool's state with the cloud's own instance counts, for
+// people (gpubroker inspect cloud) rather than the planner.
+type PoolReport struct {
+	broker.PoolState
+	// InService counts instances in the autoscaling lifecycle state
+	// InService; Pending counts those still launching (Pending*).
+	InService, Pending int
+}
+
+// Report observes every pool as Pools does and adds lifecycle counts.
+func (p *Provider) Report(ctx context.Context) ([]PoolReport, error) {
 	groups, err := p.describeAll(ctx)
 	if err != nil {
 		return nil, err
@@ -130,10 +153,19 @@ func (p *Provider) Pools(ctx context.Context) ([]broker.PoolState, error) {
 		return nil, err
 	}
 	now := p.now()
-	out := make([]broker.PoolState, 0, len(groups))
+	out := make([]PoolReport, 0, len(groups))
 	for _, g := range groups {
 		p.checkActivities(ctx, g, now)
-		out = append(out, p.state(g, machines, now))
+		r := PoolReport{PoolState: p.state(g, machines, now)}
+		for _, in := range g.instances {
+			switch {
+			case in.lifecycle == "InService":
+				r.InService++
+			case strings.HasPrefix(in.lifecycle, "Pending"):
+				r.Pending++
+			}
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }

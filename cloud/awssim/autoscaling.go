@@ -31,10 +31,10 @@ func (s *Server) autoscaling(action string, form url.Values) (any, []func(), *ap
 		if name == "" {
 			return nil, nil, validation("LaunchConfigurationName is required")
 		}
-		if s.configs[name] {
+		if _, ok := s.configs[name]; ok {
 			return nil, nil, &apiError{status: 400, code: "AlreadyExists", message: "Launch Configuration by this name already exists - A launch configuration already exists with the name " + name, sender: true}
 		}
-		s.configs[name] = true
+		s.configs[name] = form.Get("InstanceType")
 		return &emptyResponse{XMLName: xml.Name{Local: "CreateLaunchConfigurationResponse"}, Xmlns: asgNamespace}, nil, nil
 	case "CreateOrUpdateTags":
 		return s.createOrUpdateTags(form)
@@ -447,8 +447,15 @@ func (s *Server) createGroup(form url.Values) (any, []func(), *apiError) {
 		desired = minSize
 	}
 	lc := form.Get("LaunchConfigurationName")
-	if lc != "" && !s.configs[lc] {
-		return nil, nil, validation("Launch configuration name not found - Launch configuration %s not found", lc)
+	instanceType := form.Get("InstanceType")
+	if lc != "" {
+		it, ok := s.configs[lc]
+		if !ok {
+			return nil, nil, validation("Launch configuration name not found - Launch configuration %s not found", lc)
+		}
+		if instanceType == "" {
+			instanceType = it
+		}
 	}
 	name := form.Get("AutoScalingGroupName")
 	tags := map[string]tag{}
@@ -460,7 +467,7 @@ func (s *Server) createGroup(form url.Values) (any, []func(), *apiError) {
 		}
 		tags[k[0]] = tag{value: form.Get(p + ".Value"), propagate: form.Get(p+".PropagateAtLaunch") == "true"}
 	}
-	if aerr := s.createGroupLocked(name, minSize, maxSize, desired, form.Get("InstanceType"), lc,
+	if aerr := s.createGroupLocked(name, minSize, maxSize, desired, instanceType, lc,
 		members(form, "AvailabilityZones.member"), tags); aerr != nil {
 		return nil, nil, aerr
 	}

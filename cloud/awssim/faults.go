@@ -1,7 +1,6 @@
 package awssim
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -80,7 +79,7 @@ func (s *Server) Throttle(action string, n int) {
 
 // FailLaunches makes the next n launches of group fail, each recorded as a
 // Failed scaling activity with message (InsufficientCapacity for the
-// group's instance type when empty), and retried after LaunchRetry as AWS
+// group's instance type when empty; the group need not exist yet), and retried after LaunchRetry as AWS
 // does. n < 0 fails every launch until FailLaunches(group, 0, "") clears it.
 // Failing some launches of a scale-up gives a partial failure.
 func (s *Server) FailLaunches(group string, n int, message string) {
@@ -92,14 +91,6 @@ func (s *Server) FailLaunches(group string, n int, message string) {
 			s.reconcileLocked(g)
 		}
 		return
-	}
-	if message == "" {
-		it := "p4d.24xlarge"
-		if g, ok := s.groups[group]; ok {
-			it = g.instanceType
-		}
-		r := s.cfg.Region
-		message = fmt.Sprintf(InsufficientCapacity, it, r, it, r, r)
 	}
 	s.faults.launchFailures[group] = launchFailure{n: n, message: message}
 }

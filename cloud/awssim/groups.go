@@ -147,9 +147,13 @@ func (s *Server) reconcileLocked(g *group) {
 			active++
 		}
 	}
-	for ; active < g.desired; active++ {
-		if !s.launchLocked(g, active) {
-			break
+	// Each missing instance is one launch attempt; a failed attempt is one
+	// failed activity, so some launches of a scale-up may fail while others
+	// succeed.
+	missing := g.desired - active
+	for range missing {
+		if s.launchLocked(g, active) {
+			active++
 		}
 	}
 	if active > g.desired {
@@ -179,11 +183,16 @@ func (s *Server) launchLocked(g *group, active int) bool {
 		} else {
 			s.faults.launchFailures[g.name] = lf
 		}
+		msg := lf.message
+		if msg == "" {
+			r := s.cfg.Region
+			msg = fmt.Sprintf(InsufficientCapacity, g.instanceType, r, g.instanceType, r, r)
+		}
 		s.addActivity(g, activity{
-			description: "Launching a new EC2 instance.  Status Reason: " + lf.message,
-			cause:       cause, status: "Failed", message: lf.message, start: now, end: now,
+			description: "Launching a new EC2 instance.  Status Reason: " + msg,
+			cause:       cause, status: "Failed", message: msg, start: now, end: now,
 		})
-		s.log.Info("awssim fails a launch", "group", g.name, "reason", lf.message)
+		s.log.Info("awssim fails a launch", "group", g.name, "reason", msg)
 		if !g.retryPending {
 			g.retryPending = true
 			time.AfterFunc(s.cfg.LaunchRetry, func() {

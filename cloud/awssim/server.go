@@ -76,7 +76,7 @@ type Server struct {
 	seq       int
 	groups    map[string]*group
 	instances map[string]*instance // by id, including terminated ones
-	configs   map[string]bool      // launch configuration names
+	configs   map[string]string    // launch configuration name to instance type
 	faults    faults
 	calls     map[string]int
 
@@ -106,7 +106,7 @@ func New(cfg Config) *Server {
 		log:       cfg.Logger,
 		groups:    map[string]*group{},
 		instances: map[string]*instance{},
-		configs:   map[string]bool{},
+		configs:   map[string]string{},
 		faults:    newFaults(),
 		calls:     map[string]int{},
 	}

@@ -10,6 +10,7 @@ import (
 func runInspect(ctx context.Context, e env, args []string) error {
 	targets := map[string]func(context.Context, env, []string) error{
 		// Each adapter adds its entry here: "yarn", "k8s", "cloud".
+		"cloud": runInspectCloud,
 	}
 	if len(args) == 0 {
 		return usagef("name what to inspect: one of %s", strings.Join(sortedKeys(targets), ", "))
