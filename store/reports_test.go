@@ -1,0 +1,116 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
+)
+
+func obsOf(src broker.Source, at time.Time, ds ...broker.Demand) store.Observation {
+	return store.Observation{Source: src, At: at, Demand: ds}
+}
+
+func closedFilter(minWait time.Duration) store.ClosedFilter {
+	return store.ClosedFilter{MinWait: minWait}
+}
+
+func report(node string, at time.Time, util float64) broker.NodeReport {
+	return broker.NodeReport{Node: node, At: at, AgentVersion: "1", DriverVersion: "550.54",
+		GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-" + node, Product: "H100", Utilisation: util}}}
+}
+
+func TestReportsLatestWins(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	if _, err := s.LatestReport(ctx, "n1"); !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("no report yet: got %v, want ErrNotFound", err)
+	}
+	if ok, err := s.SaveReport(ctx, report("n1", t0, 0.25)); err != nil || !ok {
+		t.Fatalf("save: %v %v", ok, err)
+	}
+	if ok, err := s.SaveReport(ctx, report("n1", t0.Add(time.Minute), 0.75)); err != nil || !ok {
+		t.Fatalf("save newer: %v %v", ok, err)
+	}
+	// An older report arriving late must not replace the newer one.
+	if ok, err := s.SaveReport(ctx, report("n1", t0.Add(-time.Minute), 0.5)); err != nil || ok {
+		t.Fatalf("save older: got %v %v, want ignored", ok, err)
+	}
+	if _, err := s.SaveReport(ctx, report("n2", t0, 0.1)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.LatestReport(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.At.Equal(t0.Add(time.Minute)) || r.GPUs[0].Utilisation != 0.75 || r.DriverVersion != "550.54" {
+		t.Fatalf("latest of n1: %+v", r)
+	}
+	all, err := s.LatestReports(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all["n1"].GPUs[0].Utilisation != 0.75 || all["n2"].GPUs[0].UUID != "GPU-n2" {
+		t.Fatalf("latest reports: %+v", all)
+	}
+}
+
+func TestReportValidation(t *testing.T) {
+	s, _ := newStore(t)
+	r := report("n1", t0, 1.5)
+	_, err := s.SaveReport(context.Background(), r)
+	var ve *broker.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "gpus[0].utilisation" {
+		t.Fatalf("bad utilisation: got %v", err)
+	}
+}
+
+func TestDemandSummaryAndClosed(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	mustTenant(t, s, "ml", []string{"root.ml"}, []string{"ml"})
+	mk := func(key string, prio int64, gpus int) broker.Demand {
+		return broker.Demand{Source: broker.SourceK8s, Key: key, Name: "ml/" + key, Tenant: "ml", Queue: "ml",
+			Priority: prio, GPUsPerUnit: gpus, Units: 1}
+	}
+	obs := obsOf(broker.SourceK8s, t0, mk("a", 10, 2), mk("b", 10, 4), mk("c", 99, 1))
+	if _, err := s.ApplyObservation(ctx, obs); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := s.DemandSummary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gs) != 2 || gs[0].Priority != 99 || gs[0].GPUs != 1 || gs[1].Count != 2 || gs[1].GPUs != 6 || !gs[1].OldestSeen.Equal(t0) {
+		t.Fatalf("summary: %+v", gs)
+	}
+	// a closes after 10 minutes, b after 1 minute.
+	if _, err := s.ApplyObservation(ctx, obsOf(broker.SourceK8s, t0.Add(time.Minute), mk("a", 10, 2), mk("c", 99, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ApplyObservation(ctx, obsOf(broker.SourceK8s, t0.Add(10*time.Minute), mk("c", 99, 1))); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.ListClosed(ctx, closedFilter(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 || cs[0].Key != "a" || cs[0].Waited != 10*time.Minute {
+		t.Fatalf("closed with min wait 5m: %+v", cs)
+	}
+	cs, err = s.ListClosed(ctx, closedFilter(0))
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("all closed: %+v %v", cs, err)
+	}
+	var ve *broker.ValidationError
+	if _, err := s.ListClosed(ctx, closedFilter(-time.Second)); !errors.As(err, &ve) || ve.Field != "min_wait" {
+		t.Fatalf("negative min wait: %v", err)
+	}
+	n, err := s.GetNode(ctx, "nope")
+	if !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("missing node: %+v %v", n, err)
+	}
+}
