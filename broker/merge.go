@@ -1,0 +1,139 @@
+package broker
+
+import (
+	"sort"
+	"time"
+)
+
+// mergeInput is everything observed in one tick, before it becomes a snapshot.
+type mergeInput struct {
+	now     time.Time
+	policy  Policy
+	sides   map[Source]SideObservation
+	pools   []PoolState
+	stored  map[string]Node
+	reports map[string]NodeReport
+	ops     []Op
+	// reportMaxAge bounds how old an agent report may be to count.
+	reportMaxAge time.Duration
+}
+
+// mergeNodes joins the sides' nodes, the pools' instances, what the store
+// remembers and the agents' reports into one list of nodes, by name.
+func mergeNodes(in mergeInput) []Node {
+	byName := map[string]*Node{}
+	var order []string
+	get := func(name string) (*Node, bool) {
+		n, ok := byName[name]
+		if !ok {
+			n = &Node{Name: name, Owner: OwnerNone, Utilisation: -1, Healthy: true}
+			byName[name] = n
+			order = append(order, name)
+		}
+		return n, ok
+	}
+	// Sides in a fixed order so the merge is deterministic.
+	for _, src := range Sources {
+		obs, ok := in.sides[src]
+		if !ok {
+			continue
+		}
+		for _, sn := range obs.Nodes {
+			n, existed := get(sn.Name)
+			if !existed || (n.Owner == OwnerNone && sn.Owner != OwnerNone) {
+				work := n.Work
+				*n = sn
+				n.Work = append(append([]Workload(nil), sn.Work...), work...)
+				if n.Utilisation == 0 && !existed {
+					n.Utilisation = -1
+				}
+				n.Healthy = true
+				continue
+			}
+			// The other side also knows the machine: keep the owner's view
+			// and add the work still running on this side (a drain in
+			// progress), so nothing is terminated under it.
+			n.Work = append(n.Work, sn.Work...)
+			n.GPUsAllocated = max(n.GPUsAllocated, sn.GPUsAllocated)
+		}
+	}
+	// Pool membership comes from the cloud alone: a side may remember a
+	// node whose instance is gone (a Kubernetes Node object outlives its
+	// machine), and such a node must not count as pool capacity.
+	byInstance := map[string]string{}
+	for _, name := range order {
+		n := byName[name]
+		if n.InstanceID != "" {
+			byInstance[n.InstanceID] = name
+		}
+		n.Pool = ""
+	}
+	// Pool instances: matched by instance id (the side's provider id),
+	// then by hostname; unmatched instances are capacity on its way (or
+	// machines that never joined).
+	for _, ps := range in.pools {
+		for _, inst := range ps.Instances {
+			name, ok := byInstance[inst.ID]
+			if !ok {
+				name = inst.Hostname
+			}
+			if name == "" {
+				name = inst.ID
+			}
+			n, existed := get(name)
+			n.InstanceID, n.Pool = inst.ID, ps.Pool.Name
+			if !existed {
+				n.Phase = inst.Phase
+				if inst.Phase == "" {
+					n.Phase = PhaseBooting
+				}
+				n.PhaseSince = inst.LaunchedAt
+				n.GPUModel = ps.Pool.GPUModel
+				n.GPUsTotal = ps.Pool.GPUsPerNode
+				n.Labels, n.Taints = ps.Pool.Labels, ps.Pool.Taints
+			}
+			if inst.Phase == PhaseTerminating || inst.Phase == PhaseGone {
+				n.Phase = inst.Phase
+			}
+		}
+	}
+	draining := map[string]bool{}
+	for _, op := range in.ops {
+		if op.Node != "" && !op.State.Terminal() && (op.Kind == ActScaleDown || op.Kind == ActTransfer || op.Kind == ActReplace) {
+			draining[op.Node] = true
+		}
+	}
+	sort.Strings(order)
+	out := make([]Node, 0, len(order))
+	for _, name := range order {
+		n := byName[name]
+		if st, ok := in.stored[name]; ok {
+			n.Protected = st.Protected
+			n.UnderusedSince = st.UnderusedSince
+			if st.Phase == n.Phase && !st.PhaseSince.IsZero() {
+				n.PhaseSince = st.PhaseSince
+			}
+		}
+		if n.PhaseSince.IsZero() {
+			n.PhaseSince = in.now
+		}
+		if draining[name] && (n.Phase == PhaseActive || n.Phase == PhaseGPUReady) {
+			n.Phase = PhaseDraining
+		}
+		if r, ok := in.reports[name]; ok && (in.reportMaxAge <= 0 || in.now.Sub(r.At) <= in.reportMaxAge) {
+			n.Utilisation, n.Healthy, n.HealthReason = r.Health()
+		}
+		// Underused: GPU allocation at or under the threshold. GPU use
+		// decides; CPU-only work does not keep a GPU node.
+		if n.GPUsTotal > 0 && n.Phase == PhaseActive &&
+			float64(n.GPUsAllocated)/float64(n.GPUsTotal) <= in.policy.ScaleDownUtilisation {
+			if n.UnderusedSince.IsZero() {
+				n.UnderusedSince = in.now
+			}
+		} else {
+			n.UnderusedSince = time.Time{}
+		}
+		out = append(out, *n)
+	}
+	return out
+}

@@ -1,0 +1,448 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// RuntimeConfig wires the tick loop to the world.
+type RuntimeConfig struct {
+	// Observers, one per side; a side without one is reported stale.
+	Observers []SideObserver
+	// Actions, one per side, for drains, hand-overs and preemption.
+	Actions []SideActions
+	// Pools is the cloud provider.
+	Pools NodePool
+	// Ledger is the durable state.
+	Ledger Ledger
+	// Now is the clock (default time.Now); tests drive a fake one.
+	Now func() time.Time
+	// Logger receives one line per decision and action (default: discard).
+	Logger *slog.Logger
+	// ObserveTimeout bounds each source's observation (default 10s).
+	ObserveTimeout time.Duration
+	// Period is the tick interval when nothing triggers one (default 5s,
+	// the YARN poll interval).
+	Period time.Duration
+	// BatchWindow delays a triggered tick so a burst of new pods is planned
+	// together (default 1s).
+	BatchWindow time.Duration
+	// ReportMaxAge is how old an agent report may be to count (default 2m).
+	ReportMaxAge time.Duration
+	// StepsPerOp caps executor steps per op and tick (default 8).
+	StepsPerOp int
+}
+
+func (c *RuntimeConfig) setDefaults() error {
+	if c.Ledger == nil {
+		return errors.New("runtime: a Ledger is required")
+	}
+	if c.Pools == nil {
+		return errors.New("runtime: a NodePool is required")
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ObserveTimeout <= 0 {
+		c.ObserveTimeout = 10 * time.Second
+	}
+	if c.Period <= 0 {
+		c.Period = 5 * time.Second
+	}
+	if c.BatchWindow <= 0 {
+		c.BatchWindow = time.Second
+	}
+	if c.ReportMaxAge <= 0 {
+		c.ReportMaxAge = 2 * time.Minute
+	}
+	if c.StepsPerOp <= 0 {
+		c.StepsPerOp = 8
+	}
+	return nil
+}
+
+// Runtime is the tick loop and the executor: observe, persist, plan,
+// validate, journal, act, record.
+type Runtime struct {
+	cfg     RuntimeConfig
+	log     *slog.Logger
+	actions map[Source]SideActions
+
+	mu        sync.Mutex // guards the fields below, read by Status
+	tick      int64
+	lastTick  time.Time
+	lastGood  map[Source]SideObservation
+	stale     map[Source]string
+	firstSeen map[string]time.Time
+	waitSeen  map[string]WaitReason
+	loaded    bool
+}
+
+// NewRuntime checks the configuration and returns a runtime.
+func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	r := &Runtime{
+		cfg: cfg, log: cfg.Logger, actions: map[Source]SideActions{},
+		lastGood: map[Source]SideObservation{}, stale: map[Source]string{},
+		waitSeen: map[string]WaitReason{},
+	}
+	for _, a := range cfg.Actions {
+		r.actions[a.Source()] = a
+	}
+	return r, nil
+}
+
+// RuntimeStatus is what /readyz and the dashboard show of the loop.
+type RuntimeStatus struct {
+	Tick     int64             `json:"tick"`
+	LastTick time.Time         `json:"last_tick,omitzero"`
+	Stale    map[Source]string `json:"stale,omitempty"`
+}
+
+// Status returns the loop's latest state.
+func (r *Runtime) Status() RuntimeStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := RuntimeStatus{Tick: r.tick, LastTick: r.lastTick, Stale: map[Source]string{}}
+	for k, v := range r.stale {
+		st.Stale[k] = v
+	}
+	return st
+}
+
+// TickReport says what one tick did.
+type TickReport struct {
+	Tick     int64
+	Snapshot *Snapshot
+	Plan     Plan
+	// Journaled are the ops written this tick.
+	Journaled []Op
+	// Rejected are planned destructive actions that fresh state did not confirm.
+	Rejected []Action
+	// Advanced counts executor steps taken.
+	Advanced int
+}
+
+// Run ticks every Period, and BatchWindow after a signal on trigger (the
+// Kubernetes watch's "new unschedulable GPU pod"), until ctx ends. A tick
+// that fails is logged and the loop goes on.
+func (r *Runtime) Run(ctx context.Context, trigger <-chan struct{}) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var batch <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-trigger:
+			if batch == nil {
+				batch = time.After(r.cfg.BatchWindow)
+			}
+			continue
+		case <-batch:
+			batch = nil
+		case <-timer.C:
+		}
+		start := time.Now()
+		if _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("tick failed", "err", err)
+		}
+		r.log.Debug("tick done", "duration_ms", time.Since(start).Milliseconds())
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(r.cfg.Period)
+	}
+}
+
+// Tick runs one observe → persist → plan → validate → journal → act →
+// record cycle.
+func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
+	r.mu.Lock()
+	r.tick++
+	rep := &TickReport{Tick: r.tick}
+	r.mu.Unlock()
+
+	if err := r.loadOnce(ctx); err != nil {
+		return rep, err
+	}
+	snap, policy, err := r.observe(ctx, true)
+	if err != nil {
+		return rep, err
+	}
+	rep.Snapshot = snap
+	plan := MakePlan(snap, policy)
+	rep.Plan = plan
+
+	accepted, rejected, err := r.validate(ctx, plan)
+	if err != nil {
+		return rep, err
+	}
+	rep.Rejected = rejected
+	rep.Journaled = r.journal(ctx, snap.Now, accepted)
+	if err := r.record(ctx, snap, plan, rejected); err != nil {
+		r.log.Warn("record decisions", "err", err)
+	}
+	n, err := r.advance(ctx, policy)
+	rep.Advanced = n
+	if err != nil {
+		return rep, err
+	}
+	r.mu.Lock()
+	r.lastTick = snap.Now
+	r.mu.Unlock()
+	return rep, nil
+}
+
+// DryRun observes once and plans without persisting or acting.
+func (r *Runtime) DryRun(ctx context.Context) (Plan, error) {
+	if err := r.loadOnce(ctx); err != nil {
+		return Plan{}, err
+	}
+	snap, policy, err := r.observe(ctx, false)
+	if err != nil {
+		return Plan{}, err
+	}
+	return MakePlan(snap, policy), nil
+}
+
+func (r *Runtime) loadOnce(ctx context.Context) error {
+	r.mu.Lock()
+	loaded := r.loaded
+	r.mu.Unlock()
+	if loaded {
+		return nil
+	}
+	fs, err := r.cfg.Ledger.DemandFirstSeen(ctx)
+	if err != nil {
+		return fmt.Errorf("load ledger: %w", err)
+	}
+	r.mu.Lock()
+	r.firstSeen, r.loaded = fs, true
+	r.mu.Unlock()
+	return nil
+}
+
+// observe takes a snapshot. With persist, fresh sides' demand and the
+// merged nodes are written to the ledger.
+func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy, error) {
+	l := r.cfg.Ledger
+	policy, err := l.Policy(ctx)
+	if err != nil {
+		return nil, Policy{}, fmt.Errorf("read policy: %w", err)
+	}
+	idx, err := l.TenantIndex(ctx)
+	if err != nil {
+		return nil, Policy{}, fmt.Errorf("read tenants: %w", err)
+	}
+
+	// Every source in parallel, each with its own timeout.
+	type result struct {
+		obs SideObservation
+		err error
+	}
+	results := make([]result, len(r.cfg.Observers))
+	var pools []PoolState
+	var poolErr error
+	var wg sync.WaitGroup
+	for i, o := range r.cfg.Observers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
+			defer cancel()
+			obs, err := o.Observe(octx, idx)
+			if err == nil && obs.Source != o.Source() {
+				err = fmt.Errorf("observer for %s returned an observation of %q", o.Source(), obs.Source)
+			}
+			results[i] = result{obs, err}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
+		defer cancel()
+		pools, poolErr = r.cfg.Pools.Pools(octx)
+	}()
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, Policy{}, ctx.Err()
+	}
+	if poolErr != nil {
+		// Without the pools nothing can be sized or removed safely.
+		return nil, Policy{}, fmt.Errorf("observe pools: %w", poolErr)
+	}
+	now := r.cfg.Now()
+	sides := map[Source]SideObservation{}
+	stale := map[Source]string{}
+	for _, src := range Sources {
+		stale[src] = "no observer configured"
+	}
+	r.mu.Lock()
+	for i, o := range r.cfg.Observers {
+		src := o.Source()
+		if res := results[i]; res.err != nil {
+			stale[src] = res.err.Error()
+			r.log.Warn("source stale", "source", src, "err", res.err)
+			if prev, ok := r.lastGood[src]; ok {
+				sides[src] = prev
+			}
+			continue
+		}
+		delete(stale, src)
+		if results[i].obs.At.IsZero() {
+			results[i].obs.At = now
+		}
+		sides[src] = results[i].obs
+		if persist {
+			r.lastGood[src] = results[i].obs
+		}
+	}
+	if persist {
+		r.stale = stale
+	}
+	r.mu.Unlock()
+
+	if persist {
+		for _, src := range Sources {
+			obs, ok := sides[src]
+			if !ok || stale[src] != "" {
+				continue
+			}
+			if err := l.ApplyDemand(ctx, obs); err != nil {
+				return nil, Policy{}, fmt.Errorf("persist %s demand: %w", src, err)
+			}
+		}
+	}
+
+	settings, err := l.PoolSettings(ctx)
+	if err != nil {
+		return nil, Policy{}, fmt.Errorf("read pools: %w", err)
+	}
+	pools = mergePools(settings, pools, now)
+	storedNodes, err := l.StoredNodes(ctx)
+	if err != nil {
+		return nil, Policy{}, fmt.Errorf("read nodes: %w", err)
+	}
+	stored := make(map[string]Node, len(storedNodes))
+	for _, n := range storedNodes {
+		stored[n.Name] = n
+	}
+	reports, err := l.LatestReports(ctx)
+	if err != nil {
+		return nil, Policy{}, fmt.Errorf("read agent reports: %w", err)
+	}
+	ops, err := l.OpenOps(ctx)
+	if err != nil {
+		return nil, Policy{}, fmt.Errorf("read journal: %w", err)
+	}
+	nodes := mergeNodes(mergeInput{now: now, policy: policy, sides: sides, pools: pools,
+		stored: stored, reports: reports, ops: ops, reportMaxAge: r.cfg.ReportMaxAge})
+	if persist {
+		if err := l.SaveNodes(ctx, nodes, now); err != nil {
+			return nil, Policy{}, fmt.Errorf("persist nodes: %w", err)
+		}
+	}
+
+	snap := &Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops}
+	if len(stale) > 0 {
+		snap.Stale = stale
+	}
+	r.mu.Lock()
+	for _, src := range Sources {
+		obs, ok := sides[src]
+		if !ok {
+			continue
+		}
+		for _, d := range obs.Demand {
+			id := d.ID()
+			fs, ok := r.firstSeen[id]
+			if !ok {
+				fs = now
+				if persist {
+					r.firstSeen[id] = fs
+				}
+			}
+			d.FirstSeen, d.LastSeen = fs, obs.At
+			snap.Demand = append(snap.Demand, d)
+		}
+	}
+	if persist {
+		r.pruneFirstSeen(sides, stale)
+	}
+	r.mu.Unlock()
+	return snap, policy, nil
+}
+
+// pruneFirstSeen forgets demand that left a fresh observation. Callers hold r.mu.
+func (r *Runtime) pruneFirstSeen(sides map[Source]SideObservation, stale map[Source]string) {
+	live := map[string]bool{}
+	for _, obs := range sides {
+		for _, d := range obs.Demand {
+			live[d.ID()] = true
+		}
+	}
+	for id := range r.firstSeen {
+		src, _, _ := cutID(id)
+		if stale[src] == "" && !live[id] {
+			delete(r.firstSeen, id)
+			delete(r.waitSeen, id)
+		}
+	}
+}
+
+func cutID(id string) (Source, string, bool) {
+	for i := 0; i < len(id); i++ {
+		if id[i] == '/' {
+			return Source(id[:i]), id[i+1:], true
+		}
+	}
+	return "", id, false
+}
+
+// mergePools overlays the provider's view on the configured pools: the
+// configuration owns min/max and placement attributes, the provider owns
+// desired and instances; a recorded backoff that has not expired stays.
+func mergePools(settings, observed []PoolState, now time.Time) []PoolState {
+	obs := map[string]PoolState{}
+	for _, p := range observed {
+		obs[p.Pool.Name] = p
+	}
+	out := make([]PoolState, 0, len(settings))
+	for _, s := range settings {
+		ps := s
+		if o, ok := obs[s.Pool.Name]; ok {
+			ps.Desired, ps.Instances = o.Desired, o.Instances
+			if o.BackoffUntil.After(ps.BackoffUntil) {
+				ps.BackoffUntil, ps.BackoffReason = o.BackoffUntil, o.BackoffReason
+			}
+			if ps.Pool.GPUsPerNode == 0 {
+				ps.Pool.GPUsPerNode = o.Pool.GPUsPerNode
+			}
+			if ps.Pool.GPUModel == "" {
+				ps.Pool.GPUModel = o.Pool.GPUModel
+			}
+		} else {
+			// Configured but not found at the provider: never scale it.
+			ps.BackoffUntil, ps.BackoffReason = now.Add(time.Minute), "group not found at the cloud provider"
+		}
+		if !ps.BackoffUntil.After(now) {
+			ps.BackoffUntil, ps.BackoffReason = time.Time{}, ""
+		}
+		out = append(out, ps)
+	}
+	return out
+}

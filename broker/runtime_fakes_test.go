@@ -1,0 +1,424 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// rtClock is a fake clock the tests move by hand.
+type rtClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *rtClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *rtClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// rtLedger is an in-memory Ledger with the store's semantics that matter
+// to the loop: one open op per node and per pool scale-up, terminal ops
+// never revived.
+type rtLedger struct {
+	mu        sync.Mutex
+	idx       TenantIndex
+	policy    Policy
+	pools     []PoolState
+	demand    map[string]Demand
+	firstSeen map[string]time.Time
+	closed    map[string]string
+	nodes     map[string]Node
+	ops       []Op
+	decisions []Decision
+	waits     map[string]Wait
+	samples   []CapacitySample
+	reports   map[string]NodeReport
+}
+
+func newRTLedger(policy Policy, pools []PoolState, tenants ...Tenant) *rtLedger {
+	l := &rtLedger{policy: policy, pools: pools, demand: map[string]Demand{}, firstSeen: map[string]time.Time{},
+		closed: map[string]string{}, nodes: map[string]Node{}, waits: map[string]Wait{}, reports: map[string]NodeReport{},
+		idx: TenantIndex{Tenants: map[string]Tenant{}, Queues: map[string]string{}, Namespaces: map[string]string{}}}
+	for _, t := range tenants {
+		l.idx.Tenants[t.Name] = t
+		for _, q := range t.YARNQueues {
+			l.idx.Queues[q] = t.Name
+		}
+		for _, n := range t.Namespaces {
+			l.idx.Namespaces[n] = t.Name
+		}
+	}
+	return l
+}
+
+func (l *rtLedger) TenantIndex(context.Context) (TenantIndex, error) { return l.idx, nil }
+func (l *rtLedger) Policy(context.Context) (Policy, error)           { return l.policy, nil }
+func (l *rtLedger) PoolSettings(context.Context) ([]PoolState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.pools), nil
+}
+func (l *rtLedger) SetPoolBackoff(_ context.Context, pool string, until time.Time, reason string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.pools {
+		if l.pools[i].Pool.Name == pool {
+			l.pools[i].BackoffUntil, l.pools[i].BackoffReason = until, reason
+			return nil
+		}
+	}
+	return ErrNotFound
+}
+func (l *rtLedger) DemandFirstSeen(context.Context) (map[string]time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]time.Time{}
+	for k, v := range l.firstSeen {
+		out[k] = v
+	}
+	return out, nil
+}
+func (l *rtLedger) ApplyDemand(_ context.Context, obs SideObservation) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	live := map[string]bool{}
+	for _, d := range obs.Demand {
+		live[d.ID()] = true
+		if _, ok := l.firstSeen[d.ID()]; !ok {
+			l.firstSeen[d.ID()] = obs.At
+		}
+		l.demand[d.ID()] = d
+	}
+	for id, d := range l.demand {
+		if d.Source == obs.Source && !live[id] {
+			reason := obs.Closed[d.Key]
+			if reason == "" {
+				reason = "vanished"
+			}
+			l.closed[id] = reason
+			delete(l.demand, id)
+			delete(l.firstSeen, id)
+		}
+	}
+	return nil
+}
+func (l *rtLedger) StoredNodes(context.Context) ([]Node, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Node
+	for _, n := range l.nodes {
+		out = append(out, n)
+	}
+	return out, nil
+}
+func (l *rtLedger) SaveNodes(_ context.Context, nodes []Node, _ time.Time) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range nodes {
+		if old, ok := l.nodes[n.Name]; ok {
+			n.Protected = old.Protected
+		}
+		l.nodes[n.Name] = n
+	}
+	return nil
+}
+func (l *rtLedger) OpenOps(context.Context) ([]Op, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Op
+	for _, op := range l.ops {
+		if !op.State.Terminal() {
+			out = append(out, op)
+		}
+	}
+	return out, nil
+}
+func (l *rtLedger) InsertOp(_ context.Context, op Op) (Op, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, o := range l.ops {
+		if o.State.Terminal() {
+			continue
+		}
+		if (op.Node != "" && o.Node == op.Node) || (op.Kind == ActScaleUp && o.Kind == ActScaleUp && o.Pool == op.Pool) {
+			return Op{}, fmt.Errorf("op %d open: %w", o.ID, ErrConflict)
+		}
+	}
+	op.ID = int64(len(l.ops) + 1)
+	l.ops = append(l.ops, op)
+	return op, nil
+}
+func (l *rtLedger) AdvanceOp(_ context.Context, op Op) (Op, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := int(op.ID) - 1
+	if i < 0 || i >= len(l.ops) {
+		return Op{}, ErrNotFound
+	}
+	if l.ops[i].State.Terminal() {
+		return Op{}, ErrConflict
+	}
+	l.ops[i] = op
+	return op, nil
+}
+func (l *rtLedger) RecordDecisions(_ context.Context, ds []Decision) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.decisions = append(l.decisions, ds...)
+	return nil
+}
+func (l *rtLedger) SetWaitReasons(_ context.Context, ws []Wait) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range ws {
+		l.waits[w.Demand] = w
+	}
+	return nil
+}
+func (l *rtLedger) RecordSamples(_ context.Context, ss []CapacitySample) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.samples = append(l.samples, ss...)
+	return nil
+}
+func (l *rtLedger) LatestReports(context.Context) (map[string]NodeReport, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]NodeReport{}
+	for k, v := range l.reports {
+		out[k] = v
+	}
+	return out, nil
+}
+func (l *rtLedger) opsOf(kind ActionKind) []Op {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Op
+	for _, o := range l.ops {
+		if o.Kind == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// rtCloud is a node pool whose instances register on a side through join.
+type rtCloud struct {
+	mu         sync.Mutex
+	pools      map[string]*PoolState
+	setCalls   []int
+	terminated []string
+	next       int
+	failSet    error
+}
+
+func newRTCloud(pools ...PoolState) *rtCloud {
+	c := &rtCloud{pools: map[string]*PoolState{}}
+	for _, p := range pools {
+		c.pools[p.Pool.Name] = &p
+	}
+	return c
+}
+
+func (c *rtCloud) Pools(context.Context) ([]PoolState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []PoolState
+	for _, p := range c.pools {
+		cp := *p
+		cp.Instances = slices.Clone(p.Instances)
+		out = append(out, cp)
+	}
+	slices.SortFunc(out, func(a, b PoolState) int { return comparePoolStates(&a, &b) })
+	return out, nil
+}
+
+func (c *rtCloud) SetDesired(_ context.Context, pool string, target int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failSet != nil {
+		return c.failSet
+	}
+	p, ok := c.pools[pool]
+	if !ok {
+		return ErrNotFound
+	}
+	c.setCalls = append(c.setCalls, target)
+	for p.Desired < target {
+		c.next++
+		id := fmt.Sprintf("i-%04d", c.next)
+		p.Instances = append(p.Instances, Instance{ID: id, Hostname: "node-" + id, Phase: PhaseBooting})
+		p.Desired++
+	}
+	return nil
+}
+
+func (c *rtCloud) Terminate(_ context.Context, pool, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pools[pool]
+	i := slices.IndexFunc(p.Instances, func(in Instance) bool { return in.ID == id })
+	if i < 0 {
+		return nil // already gone: idempotent
+	}
+	p.Instances = slices.Delete(p.Instances, i, i+1)
+	p.Desired--
+	c.terminated = append(c.terminated, id)
+	return nil
+}
+
+// rtSide is one simulated side: nodes, pending demand and running work,
+// with a tiny scheduler that places pending units on free GPUs.
+type rtSide struct {
+	mu       sync.Mutex
+	src      Source
+	nodes    map[string]*Node
+	pending  []Demand
+	closed   map[string]string
+	err      error
+	released map[string]bool
+	admitted []string
+	evicted  []string
+	// drainBlocked keeps work on released nodes (a PDB that never allows).
+	drainBlocked bool
+}
+
+func newRTSide(src Source) *rtSide {
+	return &rtSide{src: src, nodes: map[string]*Node{}, released: map[string]bool{}, closed: map[string]string{}}
+}
+
+func (s *rtSide) Source() Source { return s.src }
+
+func (s *rtSide) Observe(context.Context, TenantIndex) (SideObservation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return SideObservation{}, s.err
+	}
+	s.schedule()
+	obs := SideObservation{Source: s.src, Demand: slices.Clone(s.pending), Closed: s.closed}
+	s.closed = map[string]string{}
+	for _, n := range s.nodes {
+		cp := *n
+		cp.Work = slices.Clone(n.Work)
+		if s.released[n.Name] {
+			cp.Owner = OwnerNone
+		}
+		obs.Nodes = append(obs.Nodes, cp)
+	}
+	slices.SortFunc(obs.Nodes, func(a, b Node) int { return compareNodes(&a, &b) })
+	return obs, nil
+}
+
+func (s *rtSide) join(name, pool string, gpus int, labels map[string]string, taints []Taint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes[name] = &Node{Name: name, Owner: Owner(s.src), Phase: PhaseActive, GPUsTotal: gpus, Pool: pool,
+		Labels: labels, Taints: taints, GPUModel: "A100"}
+}
+
+// schedule places pending demand on free GPUs of schedulable nodes.
+func (s *rtSide) schedule() {
+	var left []Demand
+	for _, d := range s.pending {
+		placed := false
+		for _, name := range sortedNodeNames(s.nodes) {
+			n := s.nodes[name]
+			if s.released[name] || n.FreeGPUs() < d.GPUs() || !d.Constraints.Matches(s.src, n.Labels, n.Taints, n.GPUModel) {
+				continue
+			}
+			n.GPUsAllocated += d.GPUs()
+			n.Work = append(n.Work, Workload{Source: s.src, Key: d.Key, Name: d.Name, Tenant: d.Tenant,
+				Priority: d.Priority, GPUs: d.GPUs(), Preemptible: d.Preemptible, CheckpointAge: -1})
+			s.closed[d.Key] = "scheduled"
+			placed = true
+			break
+		}
+		if !placed {
+			left = append(left, d)
+		}
+	}
+	s.pending = left
+}
+
+func sortedNodeNames(m map[string]*Node) []string {
+	var names []string
+	for k := range m {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func (s *rtSide) finish(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		for i, w := range n.Work {
+			if w.Key == key {
+				n.GPUsAllocated -= w.GPUs
+				n.Work = slices.Delete(n.Work, i, i+1)
+				return
+			}
+		}
+	}
+}
+
+func (s *rtSide) submit(d Demand) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending = append(s.pending, d)
+}
+
+func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (ReleaseStatus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[node]
+	if !ok {
+		return ReleaseStatus{Drained: true}, nil
+	}
+	s.released[node] = true
+	var names []string
+	for _, w := range n.Work {
+		if !w.System {
+			names = append(names, w.Key)
+		}
+	}
+	if s.drainBlocked && len(names) > 0 {
+		return ReleaseStatus{Remaining: names, BlockedBy: "PodDisruptionBudget default/pdb"}, nil
+	}
+	// Evicted work goes back to pending, as a controller would recreate it.
+	for _, w := range n.Work {
+		if !w.System {
+			s.pending = append(s.pending, Demand{Source: s.src, Key: w.Key + "-again", Tenant: w.Tenant, GPUsPerUnit: w.GPUs, Units: 1})
+		}
+	}
+	n.Work, n.GPUsAllocated = nil, 0
+	return ReleaseStatus{Drained: true}, nil
+}
+
+func (s *rtSide) Admit(_ context.Context, node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.released, node)
+	s.admitted = append(s.admitted, node)
+	return nil
+}
+
+func (s *rtSide) Evict(_ context.Context, node string, w Workload) error {
+	s.mu.Lock()
+	s.evicted = append(s.evicted, w.Key)
+	n := s.nodes[node]
+	s.mu.Unlock()
+	if n == nil {
+		return errors.New("no such node")
+	}
+	s.finish(w.Key)
+	return nil
+}
