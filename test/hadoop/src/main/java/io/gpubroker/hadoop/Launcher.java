@@ -1,0 +1,450 @@
+package io.gpubroker.hadoop;
+
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.security.PrivilegedExceptionAction;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.EnumSet;
+import java.util.List;
+
+import org.apache.hadoop.metrics2.lib.DefaultMetricsSystem;
+import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.util.VersionInfo;
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptReport;
+import org.apache.hadoop.yarn.api.records.YarnApplicationAttemptState;
+import org.apache.hadoop.yarn.api.records.ApplicationId;
+import org.apache.hadoop.yarn.api.records.ApplicationReport;
+import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
+import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
+import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
+import org.apache.hadoop.yarn.api.records.Priority;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.api.records.YarnApplicationState;
+import org.apache.hadoop.yarn.client.api.AMRMClient;
+import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.YarnClient;
+import org.apache.hadoop.yarn.client.api.YarnClientApplication;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+import org.apache.hadoop.yarn.server.nodemanager.Context;
+import org.apache.hadoop.yarn.server.nodemanager.LocalDirsHandlerService;
+import org.apache.hadoop.yarn.server.nodemanager.NodeManager;
+import org.apache.hadoop.yarn.server.nodemanager.ResourceView;
+import org.apache.hadoop.yarn.server.nodemanager.webapp.WebServer;
+import org.apache.hadoop.yarn.server.security.ApplicationACLsManager;
+import org.apache.hadoop.yarn.server.resourcemanager.ResourceManager;
+import org.apache.hadoop.yarn.util.resource.ResourceUtils;
+
+/**
+ * Launcher runs a small real YARN cluster in one JVM for gpubroker's tests: a
+ * ResourceManager with the CapacityScheduler and DominantResourceCalculator,
+ * the countable resource type yarn.io/gpu, queues root.a and root.b, and
+ * several NodeManagers, each bound to its own loopback address (127.0.0.11,
+ * 127.0.0.12, ...) so the RM sees distinct hostnames, each offering the same
+ * fixed number of GPUs.
+ *
+ * <p>When everything is up it prints one line "READY {json}" on stdout (and
+ * writes the JSON to --ready if given), then reads commands from stdin, one a
+ * line, answering each with one line "OK ..." or "ERR ...":
+ * <ul>
+ *   <li>submit QUEUE APP_PRIORITY CONTAINERS GPUS_PER_CONTAINER [HOST] — an
+ *       unmanaged-AM application that registers and asks for CONTAINERS
+ *       containers of 1024 MB, 1 vcore and GPUS_PER_CONTAINER yarn.io/gpu at
+ *       request priority 1 (optionally preferring HOST, so the RM also holds
+ *       host and rack requests); the AM never launches what it is given and
+ *       never heartbeats again, so what the scheduler cannot place stays
+ *       pending; answers "OK application_..."</li>
+ *   <li>finish APP_ID — unregisters the application (it leaves
+ *       ACCEPTED/RUNNING)</li>
+ *   <li>quit — stops everything and exits</li>
+ * </ul>
+ * Stdin closing also stops the cluster, so a dying test harness never leaks a
+ * JVM.
+ */
+public final class Launcher {
+  private static final String GPU = "yarn.io/gpu";
+
+  private final File dir;
+  private final int numNodes;
+  private final int gpusPerNode;
+  private final YarnConfiguration conf;
+  private ResourceManager rm;
+  private final List<NodeManager> nms = new ArrayList<>();
+  private final List<String> hosts = new ArrayList<>();
+  private YarnClient yarn;
+  private final List<AppHandle> apps = new ArrayList<>();
+
+  private static final class AppHandle {
+    ApplicationId id;
+    UserGroupInformation ugi;
+    AMRMClient<ContainerRequest> amrm;
+  }
+
+  /**
+   * HeadlessNodeManager runs without its web UI. Guice's servlet pipeline is
+   * JVM-wide, so every web app started after the RM's would take over the
+   * RM's port and answer its /ws/v1 requests with 404s.
+   */
+  private static final class HeadlessNodeManager extends NodeManager {
+    @Override
+    protected WebServer createWebServer(Context ctx, ResourceView view,
+        ApplicationACLsManager acls, LocalDirsHandlerService dirs) {
+      return new WebServer(ctx, view, acls, dirs) {
+        @Override
+        protected void serviceStart() {
+        }
+
+        @Override
+        protected void serviceStop() {
+        }
+      };
+    }
+  }
+
+  private Launcher(File dir, int numNodes, int gpusPerNode) {
+    this.dir = dir;
+    this.numNodes = numNodes;
+    this.gpusPerNode = gpusPerNode;
+    this.conf = new YarnConfiguration();
+  }
+
+  public static void main(String[] args) throws Exception {
+    String dirArg = null;
+    String ready = null;
+    int nodes = 3;
+    int gpus = 4;
+    for (int i = 0; i < args.length; i++) {
+      switch (args[i]) {
+        case "--dir": dirArg = args[++i]; break;
+        case "--ready": ready = args[++i]; break;
+        case "--nodes": nodes = Integer.parseInt(args[++i]); break;
+        case "--gpus": gpus = Integer.parseInt(args[++i]); break;
+        default:
+          System.err.println("usage: Launcher --dir DIR [--ready FILE] [--nodes N] [--gpus G]");
+          System.exit(2);
+      }
+    }
+    if (dirArg == null) {
+      System.err.println("usage: Launcher --dir DIR [--ready FILE] [--nodes N] [--gpus G]");
+      System.exit(2);
+    }
+    // Stdout carries the protocol only; route everything else to stderr.
+    PrintStream out = System.out;
+    System.setOut(System.err);
+    Launcher l = new Launcher(new File(dirArg), nodes, gpus);
+    try {
+      String readyJson = l.start();
+      if (ready != null) {
+        Files.write(new File(ready).toPath(), readyJson.getBytes(StandardCharsets.UTF_8));
+      }
+      out.println("READY " + readyJson);
+      out.flush();
+      l.serve(out);
+    } catch (Throwable t) {
+      t.printStackTrace();
+      out.println("ERR start: " + oneLine(t));
+      out.flush();
+      Runtime.getRuntime().halt(1);
+    }
+    l.stop();
+    Runtime.getRuntime().halt(0);
+  }
+
+  private static int freePort(String host) throws IOException {
+    try (ServerSocket s = new ServerSocket()) {
+      s.setReuseAddress(true);
+      s.bind(new InetSocketAddress(InetAddress.getByName(host), 0));
+      return s.getLocalPort();
+    }
+  }
+
+  private String start() throws Exception {
+    if (!dir.isDirectory() && !dir.mkdirs()) {
+      throw new IOException("create " + dir);
+    }
+    DefaultMetricsSystem.setMiniClusterMode(true);
+
+    conf.set(YarnConfiguration.RESOURCE_TYPES, GPU);
+    ResourceUtils.resetResourceTypes(conf);
+
+    String rmHost = "127.0.0.1";
+    conf.set(YarnConfiguration.RM_HOSTNAME, rmHost);
+    conf.set(YarnConfiguration.RM_ADDRESS, rmHost + ":" + freePort(rmHost));
+    conf.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, rmHost + ":" + freePort(rmHost));
+    conf.set(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, rmHost + ":" + freePort(rmHost));
+    conf.set(YarnConfiguration.RM_ADMIN_ADDRESS, rmHost + ":" + freePort(rmHost));
+    conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, rmHost + ":" + freePort(rmHost));
+    conf.setBoolean(YarnConfiguration.RECOVERY_ENABLED, false);
+    conf.setBoolean(YarnConfiguration.TIMELINE_SERVICE_ENABLED, false);
+    conf.setInt(YarnConfiguration.MAX_CLUSTER_LEVEL_APPLICATION_PRIORITY, 10);
+    conf.setLong(YarnConfiguration.RM_NM_HEARTBEAT_INTERVAL_MS, 250);
+    // The test AMs heartbeat once; keep them and their unlaunched containers
+    // alive for the life of a test run.
+    conf.setLong(YarnConfiguration.RM_AM_EXPIRY_INTERVAL_MS, 3_600_000L);
+    conf.setLong(YarnConfiguration.RM_CONTAINER_ALLOC_EXPIRY_INTERVAL_MS, 3_600_000L);
+
+    // Graceful decommission (a later issue) writes this file and calls
+    // refreshNodes on the admin address.
+    File exclude = new File(dir, "exclude.xml");
+    Files.write(exclude.toPath(),
+        "<?xml version=\"1.0\"?>\n<hosts>\n</hosts>\n".getBytes(StandardCharsets.UTF_8));
+    conf.set(YarnConfiguration.RM_NODES_EXCLUDE_FILE_PATH, exclude.getAbsolutePath());
+
+    conf.set(YarnConfiguration.RM_SCHEDULER,
+        "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler");
+    conf.set("yarn.scheduler.capacity.resource-calculator",
+        "org.apache.hadoop.yarn.util.resource.DominantResourceCalculator");
+    conf.set("yarn.scheduler.capacity.root.queues", "a,b");
+    for (String q : new String[] {"a", "b"}) {
+      String p = "yarn.scheduler.capacity.root." + q + ".";
+      conf.set(p + "capacity", "50");
+      conf.set(p + "maximum-capacity", "100");
+      conf.set(p + "user-limit-factor", "100");
+      conf.set(p + "maximum-am-resource-percent", "1.0");
+    }
+    // Off-switch placement at once: the test apps name a preferred host.
+    conf.setInt("yarn.scheduler.capacity.node-locality-delay", -1);
+
+    conf.setInt(YarnConfiguration.NM_PMEM_MB, 16384);
+    conf.setInt(YarnConfiguration.NM_VCORES, 16);
+    conf.set(YarnConfiguration.NM_RESOURCES_PREFIX + GPU, Integer.toString(gpusPerNode));
+    conf.setBoolean(YarnConfiguration.NM_VMEM_CHECK_ENABLED, false);
+    conf.setBoolean(YarnConfiguration.NM_PMEM_CHECK_ENABLED, false);
+    conf.setFloat(YarnConfiguration.NM_MAX_PER_DISK_UTILIZATION_PERCENTAGE, 100.0f);
+    conf.setBoolean(YarnConfiguration.NM_RECOVERY_ENABLED, false);
+    conf.set(YarnConfiguration.NM_AUX_SERVICES, "");
+
+    rm = new ResourceManager();
+    rm.init(conf);
+    rm.start();
+
+    for (int i = 0; i < numNodes; i++) {
+      String host = "127.0.0." + (11 + i);
+      YarnConfiguration nc = new YarnConfiguration(conf);
+      nc.set(YarnConfiguration.NM_ADDRESS, host + ":" + freePort(host));
+      nc.set(YarnConfiguration.NM_LOCALIZER_ADDRESS, host + ":" + freePort(host));
+      nc.set(YarnConfiguration.NM_WEBAPP_ADDRESS, host + ":" + freePort(host));
+      nc.set(YarnConfiguration.NM_COLLECTOR_SERVICE_ADDRESS, host + ":" + freePort(host));
+      File nmDir = new File(dir, "nm-" + host);
+      nc.set(YarnConfiguration.NM_LOCAL_DIRS, new File(nmDir, "local").getAbsolutePath());
+      nc.set(YarnConfiguration.NM_LOG_DIRS, new File(nmDir, "logs").getAbsolutePath());
+      nc.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, new File(nmDir, "remote-logs").getAbsolutePath());
+      NodeManager nm = new HeadlessNodeManager();
+      nm.init(nc);
+      nm.start();
+      nms.add(nm);
+      hosts.add(host);
+    }
+
+    // Wait until every NodeManager is registered and RUNNING with its GPUs.
+    long deadline = System.currentTimeMillis() + 120_000;
+    while (true) {
+      int running = 0;
+      for (org.apache.hadoop.yarn.server.resourcemanager.rmnode.RMNode n
+          : rm.getRMContext().getRMNodes().values()) {
+        if (n.getState() == org.apache.hadoop.yarn.api.records.NodeState.RUNNING
+            && n.getTotalCapability().getResourceValue(GPU) == gpusPerNode) {
+          running++;
+        }
+      }
+      if (running == numNodes
+          && rm.getResourceScheduler().getNumClusterNodes() == numNodes) {
+        break;
+      }
+      if (System.currentTimeMillis() > deadline) {
+        throw new IOException("only " + running + " of " + numNodes
+            + " NodeManagers registered with " + gpusPerNode + " GPUs");
+      }
+      Thread.sleep(100);
+    }
+
+    yarn = YarnClient.createYarnClient();
+    yarn.init(conf);
+    yarn.start();
+
+    StringBuilder nodesJson = new StringBuilder();
+    for (String h : hosts) {
+      if (nodesJson.length() > 0) {
+        nodesJson.append(',');
+      }
+      nodesJson.append('"').append(h).append('"');
+    }
+    return "{\"rm_web\":\"http://" + conf.get(YarnConfiguration.RM_WEBAPP_ADDRESS) + "\""
+        + ",\"rm_address\":\"" + conf.get(YarnConfiguration.RM_ADDRESS) + "\""
+        + ",\"rm_admin\":\"" + conf.get(YarnConfiguration.RM_ADMIN_ADDRESS) + "\""
+        + ",\"exclude_path\":" + jsonString(exclude.getAbsolutePath())
+        + ",\"hadoop_version\":\"" + VersionInfo.getVersion() + "\""
+        + ",\"gpus_per_node\":" + gpusPerNode
+        + ",\"nodes\":[" + nodesJson + "]}";
+  }
+
+  private void serve(PrintStream out) throws IOException {
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line;
+    while ((line = in.readLine()) != null) {
+      String[] f = line.trim().split("\\s+");
+      if (f.length == 0 || f[0].isEmpty()) {
+        continue;
+      }
+      String reply;
+      try {
+        switch (f[0]) {
+          case "submit":
+            if (f.length < 5 || f.length > 6) {
+              throw new IllegalArgumentException(
+                  "usage: submit QUEUE APP_PRIORITY CONTAINERS GPUS_PER_CONTAINER [HOST]");
+            }
+            reply = "OK " + submit(f[1], Integer.parseInt(f[2]), Integer.parseInt(f[3]),
+                Integer.parseInt(f[4]), f.length == 6 ? f[5] : null);
+            break;
+          case "finish":
+            if (f.length != 2) {
+              throw new IllegalArgumentException("usage: finish APP_ID");
+            }
+            finish(f[1]);
+            reply = "OK " + f[1];
+            break;
+          case "quit":
+            out.println("OK bye");
+            out.flush();
+            return;
+          default:
+            throw new IllegalArgumentException("unknown command " + f[0]);
+        }
+      } catch (Throwable t) {
+        t.printStackTrace();
+        reply = "ERR " + oneLine(t);
+      }
+      out.println(reply);
+      out.flush();
+    }
+  }
+
+  private String submit(String queue, int appPriority, int containers, int gpus, String host)
+      throws Exception {
+    YarnClientApplication app = yarn.createApplication();
+    ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
+    ApplicationId id = ctx.getApplicationId();
+    ctx.setApplicationName("gpubroker-test-" + id.getId());
+    ctx.setApplicationType("GPUBROKER-TEST");
+    ctx.setQueue(queue);
+    ctx.setPriority(Priority.newInstance(appPriority));
+    ctx.setUnmanagedAM(true);
+    ctx.setAMContainerSpec(ContainerLaunchContext.newInstance(
+        Collections.emptyMap(), Collections.emptyMap(), Collections.emptyList(),
+        Collections.emptyMap(), null, Collections.emptyMap()));
+    ctx.setResource(Resource.newInstance(1024, 1));
+    yarn.submitApplication(ctx);
+
+    // An unmanaged AM may register once its attempt is LAUNCHED; only then
+    // does the RM hand out the attempt's AMRM token.
+    ApplicationAttemptId attempt = null;
+    Token<AMRMTokenIdentifier> token = null;
+    long deadline = System.currentTimeMillis() + 60_000;
+    while (token == null) {
+      ApplicationReport r = yarn.getApplicationReport(id);
+      if (EnumSet.of(YarnApplicationState.FAILED, YarnApplicationState.KILLED,
+          YarnApplicationState.FINISHED).contains(r.getYarnApplicationState())) {
+        throw new IOException(id + " ended as " + r.getYarnApplicationState() + ": "
+            + r.getDiagnostics());
+      }
+      attempt = r.getCurrentApplicationAttemptId();
+      if (attempt != null) {
+        ApplicationAttemptReport ar = yarn.getApplicationAttemptReport(attempt);
+        if (ar.getYarnApplicationAttemptState() == YarnApplicationAttemptState.LAUNCHED) {
+          token = yarn.getAMRMToken(id);
+        }
+      }
+      if (token != null) {
+        break;
+      }
+      if (System.currentTimeMillis() > deadline) {
+        throw new IOException(id + " attempt not launched in time: " + r.getYarnApplicationState());
+      }
+      Thread.sleep(50);
+    }
+
+    AppHandle h = new AppHandle();
+    h.id = id;
+    h.ugi = UserGroupInformation.createRemoteUser(attempt.toString());
+    h.ugi.addToken(token);
+    final String[] nodes = host == null ? null : new String[] {host};
+    h.ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
+      AMRMClient<ContainerRequest> amrm = AMRMClient.createAMRMClient();
+      amrm.init(conf);
+      amrm.start();
+      amrm.registerApplicationMaster("", 0, "");
+      Resource cap = Resource.newInstance(1024, 1);
+      cap.setResourceValue(GPU, gpus);
+      for (int i = 0; i < containers; i++) {
+        amrm.addContainerRequest(new ContainerRequest(cap, nodes, null, Priority.newInstance(1)));
+      }
+      amrm.allocate(0.0f);
+      h.amrm = amrm;
+      return null;
+    });
+    synchronized (apps) {
+      apps.add(h);
+    }
+    return id.toString();
+  }
+
+  private void finish(String appId) throws Exception {
+    AppHandle found = null;
+    synchronized (apps) {
+      for (AppHandle h : apps) {
+        if (h.id.toString().equals(appId)) {
+          found = h;
+        }
+      }
+      if (found != null) {
+        apps.remove(found);
+      }
+    }
+    if (found == null) {
+      throw new IllegalArgumentException("unknown application " + appId);
+    }
+    final AppHandle h = found;
+    h.ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
+      h.amrm.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, "done", "");
+      h.amrm.stop();
+      return null;
+    });
+  }
+
+  private void stop() {
+    try {
+      if (yarn != null) {
+        yarn.stop();
+      }
+      for (NodeManager nm : nms) {
+        nm.stop();
+      }
+      if (rm != null) {
+        rm.stop();
+      }
+    } catch (Throwable t) {
+      t.printStackTrace();
+    }
+  }
+
+  private static String oneLine(Throwable t) {
+    String m = t.getClass().getSimpleName() + ": " + t.getMessage();
+    return m.replace('\n', ' ').replace('\r', ' ');
+  }
+
+  private static String jsonString(String s) {
+    return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
+  }
+}

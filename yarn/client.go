@@ -1,0 +1,247 @@
+package yarn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// The RM REST paths the client reads, under /ws/v1/cluster.
+const (
+	// PathApps asks only for live apps: an unfiltered /apps also lists
+	// every finished app the RM remembers, which makes answers huge.
+	PathApps      = "/ws/v1/cluster/apps?states=ACCEPTED,RUNNING"
+	PathNodes     = "/ws/v1/cluster/nodes"
+	PathScheduler = "/ws/v1/cluster/scheduler"
+)
+
+// maxRedirects bounds standby-to-active redirects within one request.
+const maxRedirects = 3
+
+// Client reads the ResourceManager REST API. It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	http *http.Client
+
+	mu     sync.Mutex
+	active int // index in cfg.RMs of the RM that answered last
+}
+
+// NewClient returns a client for the RMs in cfg.
+func NewClient(cfg Config) (*Client, error) {
+	cfg.RMs = slices.Clone(cfg.RMs)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("yarn client config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	return &Client{
+		cfg: cfg,
+		http: &http.Client{
+			Transport: cfg.Transport,
+			// Redirects are followed by hand: a standby RM's redirect
+			// target is remembered as the active RM.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+// RMs returns the configured RM addresses, normalised.
+func (c *Client) RMs() []string { return slices.Clone(c.cfg.RMs) }
+
+// Observe reads apps in ACCEPTED or RUNNING with their resource requests, the
+// nodes and the queue tree. On any failure it returns an error that names
+// the RM addresses tried and wraps broker.ErrStale, never a partial or empty
+// observation.
+func (c *Client) Observe(ctx context.Context) (*Observation, error) {
+	var (
+		apps  appsResponse
+		nodes nodesResponse
+		sched schedulerResponse
+		wg    sync.WaitGroup
+		rms   [3]string
+		errs  [3]error
+	)
+	for i, f := range []struct {
+		path string
+		v    any
+	}{{PathApps, &apps}, {PathNodes, &nodes}, {PathScheduler, &sched}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rms[i], errs[i] = c.Get(ctx, f.path, f.v)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	if sched.Scheduler == nil || sched.Scheduler.SchedulerInfo == nil {
+		return nil, fmt.Errorf("rm %s: %s: no schedulerInfo in the answer: %w", rms[2], PathScheduler, broker.ErrStale)
+	}
+	obs := &Observation{
+		RM:    rms[0],
+		At:    c.cfg.Now().UTC(),
+		Apps:  convertApps(&apps),
+		Nodes: convertNodes(&nodes),
+	}
+	obs.Scheduler, obs.Queues = convertScheduler(&sched)
+	resolveQueues(obs.Apps, obs.Queues)
+	return obs, nil
+}
+
+// Get fetches path (under the RM root, with its query) as JSON into v,
+// starting with the RM that answered last and failing over to the others on
+// any failure. It returns the base URL of the RM that answered. Errors name
+// every RM tried and wrap broker.ErrStale.
+func (c *Client) Get(ctx context.Context, path string, v any) (string, error) {
+	c.mu.Lock()
+	start := c.active
+	c.mu.Unlock()
+	n := len(c.cfg.RMs)
+	var errs []error
+	for i := range n {
+		rm := c.cfg.RMs[(start+i)%n]
+		served, err := c.getFrom(ctx, rm, path, v)
+		if err == nil {
+			c.remember(served)
+			return served, nil
+		}
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("rm %s: get %s: %w", rm, path, ctx.Err())
+		}
+		errs = append(errs, err)
+		if i+1 < n {
+			c.cfg.Logger.WarnContext(ctx, "yarn rm failed, trying the next", "rm", rm, "path", path, "err", err)
+		}
+	}
+	return "", fmt.Errorf("%w: %w", broker.ErrStale, errors.Join(errs...))
+}
+
+// remember makes the RM at base the first one tried next time.
+func (c *Client) remember(base string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, rm := range c.cfg.RMs {
+		if rm == base {
+			c.active = i
+			return
+		}
+	}
+}
+
+// getFrom performs one request against rm, following standby redirects.
+func (c *Client) getFrom(ctx context.Context, rm, path string, v any) (string, error) {
+	target := rm + path
+	if c.cfg.User != "-" {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		target += sep + "user.name=" + url.QueryEscape(c.cfg.User)
+	}
+	for hop := 0; ; hop++ {
+		next, err := c.fetch(ctx, target, v)
+		if err != nil {
+			return "", fmt.Errorf("rm %s: get %s: %w", rm, path, err)
+		}
+		if next == "" {
+			return origin(target), nil
+		}
+		if hop >= maxRedirects {
+			return "", fmt.Errorf("rm %s: get %s: more than %d redirects", rm, path, maxRedirects)
+		}
+		c.cfg.Logger.InfoContext(ctx, "yarn rm redirects to the active rm", "rm", rm, "to", origin(next))
+		target = next
+	}
+}
+
+// fetch GETs target and decodes it into v. It returns a non-empty URL when
+// the RM redirects (a standby RM names the active one).
+func (c *Client) fetch(ctx context.Context, target string, v any) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+
+	switch {
+	case resp.StatusCode >= 300 && resp.StatusCode < 400:
+		loc := resp.Header.Get("Location")
+		if loc == "" {
+			return "", fmt.Errorf("standby RM answered %s without a redirect target", resp.Status)
+		}
+		u, err := resp.Request.URL.Parse(loc)
+		if err != nil {
+			return "", fmt.Errorf("redirect target %q: %w", loc, err)
+		}
+		return u.String(), nil
+	case resp.StatusCode != http.StatusOK:
+		return "", fmt.Errorf("answered %s: %s", resp.Status, errorDetail(resp))
+	}
+
+	ct := resp.Header.Get("Content-Type")
+	if mt, _, _ := mime.ParseMediaType(ct); !strings.HasSuffix(mt, "json") {
+		return "", fmt.Errorf("answered %q, not JSON: %s", ct, errorDetail(resp))
+	}
+	lr := &io.LimitedReader{R: resp.Body, N: c.cfg.MaxResponseBytes + 1}
+	if err := json.NewDecoder(lr).Decode(v); err != nil {
+		if lr.N <= 0 {
+			return "", fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("decode answer: truncated JSON: %w", err)
+		}
+		return "", fmt.Errorf("decode answer: %w", err)
+	}
+	return "", nil
+}
+
+var titleRE = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
+
+// errorDetail summarises an unexpected body: the RemoteException message, an
+// HTML page's title, or the start of the text.
+func errorDetail(resp *http.Response) string {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<10))
+	var re remoteException
+	if json.Unmarshal(b, &re) == nil && re.RemoteException != nil {
+		return re.RemoteException.Exception + ": " + re.RemoteException.Message
+	}
+	if m := titleRE.FindSubmatch(b); m != nil {
+		return "HTML page " + strings.Join(strings.Fields(string(m[1])), " ")
+	}
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	if s == "" {
+		s = "empty body"
+	}
+	return s
+}
+
+// origin returns scheme://host of a URL.
+func origin(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Scheme + "://" + u.Host + strings.TrimSuffix(strings.SplitN(u.Path, "/ws/", 2)[0], "/")
+}

@@ -1,0 +1,258 @@
+package yarn
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// This file holds the JSON shapes of the RM REST API (the JAXB DAOs of
+// org.apache.hadoop.yarn.server.resourcemanager.webapp.dao) and decoders for
+// the quirks of their Jersey rendering. Only the fields gpubroker reads are
+// declared; encoding/json ignores the rest.
+
+// list decodes a JAXB collection that Jersey may render as null, as {} (an
+// empty wrapper), as a bare object when it holds one element, or as an
+// array.
+type list[T any] []T
+
+func (l *list[T]) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || bytes.Equal(b, []byte("null")):
+		*l = nil
+		return nil
+	case b[0] == '[':
+		var s []T
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*l = s
+		return nil
+	case bytes.Equal(b, []byte("{}")):
+		*l = nil
+		return nil
+	default:
+		var one T
+		if err := json.Unmarshal(b, &one); err != nil {
+			return err
+		}
+		*l = list[T]{one}
+		return nil
+	}
+}
+
+// flexInt decodes an integer rendered as a JSON number or as a string
+// ("12345"), as JAXB maps render their values as strings on Hadoop 3.3 and
+// as numbers on 3.4+. Numbers are decoded as int64, never through float64,
+// so 9223372036854775807 survives.
+type flexInt int64
+
+func (n *flexInt) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if bytes.Equal(b, []byte("null")) {
+		*n = 0
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		b = []byte(s)
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		// A float such as 1.0E9 from an older RM.
+		f, ferr := strconv.ParseFloat(string(b), 64)
+		if ferr != nil {
+			return fmt.Errorf("decode integer %s: %w", b, err)
+		}
+		v = int64(f)
+	}
+	*n = flexInt(v)
+	return nil
+}
+
+// entryMap decodes a JAXB map, rendered as {"entry": {"key": k, "value": v}}
+// for one element, {"entry": [...]} for more, and {} or null for none.
+type entryMap map[string]flexInt
+
+func (m *entryMap) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Entry list[struct {
+			Key   string  `json:"key"`
+			Value flexInt `json:"value"`
+		}] `json:"entry"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	out := make(entryMap, len(w.Entry))
+	for _, e := range w.Entry {
+		out[e.Key] = e.Value
+	}
+	*m = out
+	return nil
+}
+
+// requestPriority decodes a resource request's priority, an int in Hadoop
+// 3.x ("priority": 1) and an object in some builds ({"priority": 1}).
+type requestPriority int32
+
+func (p *requestPriority) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '{' {
+		var w struct {
+			Priority flexInt `json:"priority"`
+		}
+		if err := json.Unmarshal(b, &w); err != nil {
+			return err
+		}
+		*p = requestPriority(w.Priority)
+		return nil
+	}
+	var n flexInt
+	if err := n.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	*p = requestPriority(n)
+	return nil
+}
+
+// resourceInfo is a ResourceInfo: memory and vCores, plus every resource
+// type (memory-mb, vcores, yarn.io/gpu, ...) in resourceInformations.
+type resourceInfo struct {
+	Memory               flexInt `json:"memory"`
+	VCores               flexInt `json:"vCores"`
+	ResourceInformations *struct {
+		ResourceInformation list[resourceInformation] `json:"resourceInformation"`
+	} `json:"resourceInformations"`
+}
+
+type resourceInformation struct {
+	Name              string  `json:"name"`
+	Value             flexInt `json:"value"`
+	Units             string  `json:"units"`
+	MaximumAllocation flexInt `json:"maximumAllocation"`
+	MinimumAllocation flexInt `json:"minimumAllocation"`
+}
+
+// get returns the value of resource type name, and whether it is present.
+func (r *resourceInfo) get(name string) (int64, bool) {
+	if r == nil || r.ResourceInformations == nil {
+		return 0, false
+	}
+	for _, ri := range r.ResourceInformations.ResourceInformation {
+		if ri.Name == name {
+			return int64(ri.Value), true
+		}
+	}
+	return 0, false
+}
+
+type appsResponse struct {
+	Apps *struct {
+		App list[appInfo] `json:"app"`
+	} `json:"apps"`
+}
+
+type appInfo struct {
+	ID                string                `json:"id"`
+	User              string                `json:"user"`
+	Name              string                `json:"name"`
+	Queue             string                `json:"queue"`
+	State             string                `json:"state"`
+	ApplicationType   string                `json:"applicationType"`
+	ApplicationTags   string                `json:"applicationTags"`
+	Priority          flexInt               `json:"priority"`
+	StartedTime       flexInt               `json:"startedTime"`
+	RunningContainers flexInt               `json:"runningContainers"`
+	AllocatedMB       flexInt               `json:"allocatedMB"`
+	AllocatedVCores   flexInt               `json:"allocatedVCores"`
+	ResourceSeconds   entryMap              `json:"resourceSecondsMap"`
+	ResourceRequests  list[resourceRequest] `json:"resourceRequests"`
+	Unmanaged         bool                  `json:"unmanagedApplication"`
+}
+
+type resourceRequest struct {
+	Priority            requestPriority `json:"priority"`
+	AllocationRequestID flexInt         `json:"allocationRequestId"`
+	ResourceName        string          `json:"resourceName"`
+	Capability          resourceInfo    `json:"capability"`
+	NumContainers       flexInt         `json:"numContainers"`
+	RelaxLocality       bool            `json:"relaxLocality"`
+	NodeLabelExpression string          `json:"nodeLabelExpression"`
+	ExecutionType       *struct {
+		ExecutionType string `json:"executionType"`
+	} `json:"executionTypeRequest"`
+}
+
+type nodesResponse struct {
+	Nodes *struct {
+		Node list[nodeInfo] `json:"node"`
+	} `json:"nodes"`
+}
+
+type nodeInfo struct {
+	Rack              string        `json:"rack"`
+	State             string        `json:"state"`
+	ID                string        `json:"id"`
+	NodeHostName      string        `json:"nodeHostName"`
+	NodeHTTPAddress   string        `json:"nodeHTTPAddress"`
+	LastHealthUpdate  flexInt       `json:"lastHealthUpdate"`
+	Version           string        `json:"version"`
+	HealthReport      string        `json:"healthReport"`
+	NumContainers     flexInt       `json:"numContainers"`
+	UsedMemoryMB      flexInt       `json:"usedMemoryMB"`
+	AvailMemoryMB     flexInt       `json:"availMemoryMB"`
+	NodeLabels        list[string]  `json:"nodeLabels"`
+	TotalResource     *resourceInfo `json:"totalResource"`
+	UsedResource      *resourceInfo `json:"usedResource"`
+	AvailableResource *resourceInfo `json:"availableResource"`
+}
+
+type schedulerResponse struct {
+	Scheduler *struct {
+		SchedulerInfo *schedulerQueue `json:"schedulerInfo"`
+	} `json:"scheduler"`
+}
+
+// schedulerQueue covers the CapacityScheduler's root and queue infos, the
+// FairScheduler's schedulerInfo (whose tree hangs off rootQueue and
+// childQueues), and the FIFO scheduler's flat info.
+type schedulerQueue struct {
+	Type              string  `json:"type"`
+	QueueName         string  `json:"queueName"`
+	QueuePath         string  `json:"queuePath"`
+	State             string  `json:"state"`
+	Capacity          float64 `json:"capacity"`
+	MaxCapacity       float64 `json:"maxCapacity"`
+	UsedCapacity      float64 `json:"usedCapacity"`
+	NumApplications   flexInt `json:"numApplications"`
+	PendingContainers flexInt `json:"pendingContainers"`
+	Queues            *struct {
+		Queue list[schedulerQueue] `json:"queue"`
+	} `json:"queues"`
+	Resources *struct {
+		ResourceUsagesByPartition list[struct {
+			PartitionName string        `json:"partitionName"`
+			Pending       *resourceInfo `json:"pending"`
+		}] `json:"resourceUsagesByPartition"`
+	} `json:"resources"`
+	// FairScheduler.
+	RootQueue   *schedulerQueue `json:"rootQueue"`
+	ChildQueues *struct {
+		Queue list[schedulerQueue] `json:"queue"`
+	} `json:"childQueues"`
+}
+
+// remoteException is the error body the RM's GenericExceptionHandler
+// writes for 4xx/5xx answers.
+type remoteException struct {
+	RemoteException *struct {
+		Exception string `json:"exception"`
+		Message   string `json:"message"`
+	} `json:"RemoteException"`
+}

@@ -1,0 +1,18 @@
+// Package yarnsim is a simulated YARN ResourceManager that serves the RM REST
+// API (/ws/v1/cluster/apps, /nodes, /scheduler, /info) over real HTTP in the
+// JSON shapes Hadoop 3.3 and 3.5 produce, so the yarn package's real client
+// runs against it in tests, benchmarks and gpubroker demo.
+//
+// It holds NodeManagers with GPUs, a CapacityScheduler-like queue tree and
+// applications whose GPU container requests are allocated first-fit when
+// nodes with free GPUs exist; what does not fit stays pending. Nodes can be
+// added and removed (their containers are asked for again, as an AM would),
+// and node states can be set (DECOMMISSIONING, ...) for the decommission
+// work that grows on it. Faults (an HTML login page, truncated JSON, a 500,
+// a standby RM without a redirect target) and a standby handler that
+// redirects to the active RM test the client's error handling and HA.
+//
+// It scales to thousands of nodes and tens of thousands of apps: submitting
+// an app schedules only that app, and a full scheduling pass skips work when
+// no GPUs are free.
+package yarnsim

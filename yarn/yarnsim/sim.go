@@ -1,0 +1,521 @@
+package yarnsim
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Flavor selects the Hadoop line whose JSON the simulator imitates.
+type Flavor string
+
+// Supported flavors. Hadoop 3.3 reports an app's queue by leaf name and
+// renders JAXB map values as strings; 3.4 and later report full queue paths,
+// numbers, and a queuePath in the scheduler tree.
+const (
+	Flavor33 Flavor = "3.3"
+	Flavor35 Flavor = "3.5"
+)
+
+// Quirks turn on renderings real RMs produce in some versions or cases.
+type Quirks struct {
+	// NullWhenEmpty renders empty collections as {"apps":null} instead of
+	// {"apps":{}}.
+	NullWhenEmpty bool
+	// SingleObject renders one-element lists as a bare object, as Jersey
+	// does without an array hint.
+	SingleObject bool
+}
+
+// QueueSpec declares a leaf queue of the tree.
+type QueueSpec struct {
+	// Path is the full path, root.a or root.x.y; leaf names must be unique.
+	Path string
+	// Capacity is the percentage of the parent (default: an equal share).
+	Capacity float64
+}
+
+// Config configures a Sim.
+type Config struct {
+	// Queues are the leaf queues; default root.a and root.b at 50% each.
+	Queues []QueueSpec
+	// Flavor is the JSON flavor (default Flavor35).
+	Flavor Flavor
+	// Quirks are optional renderings.
+	Quirks Quirks
+	// ClusterTimestamp is the RM start time in ms, the middle part of app
+	// ids (default 1700000000000).
+	ClusterTimestamp int64
+	// Now is the clock for app start times (default time.Now).
+	Now func() time.Time
+}
+
+// NodeSpec describes a NodeManager to add.
+type NodeSpec struct {
+	Host string
+	// Rack defaults to /default-rack.
+	Rack string
+	GPUs int
+	// MemoryMB and VCores default to 262144 and 64.
+	MemoryMB int64
+	VCores   int64
+	// Labels are the node's partition labels (at most one in YARN).
+	Labels []string
+}
+
+// RequestSpec is one container ask of an app, its ANY request.
+type RequestSpec struct {
+	// Priority is the request priority (default 1).
+	Priority int32
+	// Containers is how many containers are asked for.
+	Containers int
+	// GPUs per container.
+	GPUs int
+	// MemoryMB and VCores per container default to 1024 and 1.
+	MemoryMB int64
+	VCores   int64
+	// NodeLabel is the node-label expression; only nodes with that label
+	// serve it, and only unlabelled nodes serve an empty one.
+	NodeLabel string
+	// Hosts are preferred hosts; they add host and rack requests that repeat
+	// the ask, as AMRMClient does.
+	Hosts []string
+}
+
+// AppSpec describes an application to submit.
+type AppSpec struct {
+	Name string
+	// User defaults to "sim".
+	User string
+	// Queue is a leaf name or full path (default: the first queue).
+	Queue    string
+	Priority int64
+	Tags     []string
+	Requests []RequestSpec
+}
+
+// Fault makes the simulator answer every REST request badly.
+type Fault string
+
+// The faults.
+const (
+	FaultNone              Fault = ""
+	FaultHTML              Fault = "html"                // 200 text/html: a login page
+	FaultTruncated         Fault = "truncated"           // JSON cut off halfway
+	FaultServerError       Fault = "500"                 // 500 with a RemoteException
+	FaultStandbyNoRedirect Fault = "standby-no-redirect" // 307 without Location
+)
+
+type node struct {
+	spec                NodeSpec
+	state               string
+	port                int
+	usedGPUs            int
+	usedMem, usedVCores int64
+	containers          int
+	lastHealth          time.Time
+	allocs              map[*app]map[int]int // app → request index → containers
+}
+
+func (n *node) freeGPUs() int { return n.spec.GPUs - n.usedGPUs }
+
+type request struct {
+	spec    RequestSpec
+	pending int
+}
+
+type app struct {
+	seq       int
+	id        string
+	spec      AppSpec
+	queue     *queue
+	state     string
+	started   time.Time
+	requests  []request
+	running   int
+	usedGPUs  int
+	usedMem   int64
+	usedCores int64
+}
+
+type queue struct {
+	path, name string
+	capacity   float64
+	children   []*queue
+	leaf       bool
+}
+
+// Sim is a simulated ResourceManager. It is safe for concurrent use.
+type Sim struct {
+	mu       sync.Mutex
+	cfg      Config
+	root     *queue
+	leaves   map[string]*queue // by path and by leaf name
+	nodes    map[string]*node
+	apps     []*app // submit order
+	appByID  map[string]*app
+	nextSeq  int
+	nextPort int
+	fault    Fault
+	// freeGPUs per label: when zero, scheduling that label is skipped.
+	freeByLabel map[string]int
+}
+
+// New returns a simulator with no nodes and no apps.
+func New(cfg Config) (*Sim, error) {
+	if cfg.Flavor == "" {
+		cfg.Flavor = Flavor35
+	}
+	if cfg.Flavor != Flavor33 && cfg.Flavor != Flavor35 {
+		return nil, fmt.Errorf("yarnsim: flavor must be %q or %q, got %q", Flavor33, Flavor35, cfg.Flavor)
+	}
+	if cfg.ClusterTimestamp == 0 {
+		cfg.ClusterTimestamp = 1700000000000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []QueueSpec{{Path: "root.a", Capacity: 50}, {Path: "root.b", Capacity: 50}}
+	}
+	s := &Sim{
+		cfg:         cfg,
+		root:        &queue{path: "root", name: "root", capacity: 100},
+		leaves:      map[string]*queue{},
+		nodes:       map[string]*node{},
+		appByID:     map[string]*app{},
+		nextPort:    40000,
+		freeByLabel: map[string]int{},
+	}
+	for _, qs := range cfg.Queues {
+		if err := s.addQueue(qs); err != nil {
+			return nil, err
+		}
+	}
+	s.fillCapacities(s.root)
+	return s, nil
+}
+
+func (s *Sim) addQueue(qs QueueSpec) error {
+	parts := strings.Split(qs.Path, ".")
+	if len(parts) < 2 || parts[0] != "root" {
+		return fmt.Errorf("yarnsim: queue path must start with root., got %q", qs.Path)
+	}
+	leafName := parts[len(parts)-1]
+	if _, dup := s.leaves[leafName]; dup {
+		return fmt.Errorf("yarnsim: leaf queue name %q is used twice", leafName)
+	}
+	q := s.root
+	for i := 1; i < len(parts); i++ {
+		path := strings.Join(parts[:i+1], ".")
+		var next *queue
+		for _, c := range q.children {
+			if c.path == path {
+				next = c
+			}
+		}
+		if next == nil {
+			next = &queue{path: path, name: parts[i]}
+			q.children = append(q.children, next)
+		}
+		q = next
+	}
+	q.leaf = true
+	q.capacity = qs.Capacity
+	s.leaves[leafName] = q
+	s.leaves[qs.Path] = q
+	return nil
+}
+
+// fillCapacities gives queues without a capacity an equal share of what
+// their siblings leave.
+func (s *Sim) fillCapacities(q *queue) {
+	left, unset := 100.0, 0
+	for _, c := range q.children {
+		if c.capacity > 0 {
+			left -= c.capacity
+		} else {
+			unset++
+		}
+	}
+	for _, c := range q.children {
+		if c.capacity <= 0 && unset > 0 {
+			c.capacity = max(left, 0) / float64(unset)
+		}
+		s.fillCapacities(c)
+	}
+}
+
+// SetFault makes every REST answer fail as f until cleared with FaultNone.
+func (s *Sim) SetFault(f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fault = f
+}
+
+// AddNode registers a NodeManager in state RUNNING and schedules pending
+// requests onto it.
+func (s *Sim) AddNode(spec NodeSpec) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if spec.Host == "" {
+		return fmt.Errorf("yarnsim: node host must not be empty")
+	}
+	if n, ok := s.nodes[spec.Host]; ok && n.state != "SHUTDOWN" && n.state != "LOST" {
+		return fmt.Errorf("yarnsim: node %q already exists", spec.Host)
+	}
+	if spec.GPUs < 0 {
+		return fmt.Errorf("yarnsim: node %q: GPUs must not be negative", spec.Host)
+	}
+	if spec.Rack == "" {
+		spec.Rack = "/default-rack"
+	}
+	if spec.MemoryMB == 0 {
+		spec.MemoryMB = 262144
+	}
+	if spec.VCores == 0 {
+		spec.VCores = 64
+	}
+	spec.Labels = slices.Clone(spec.Labels)
+	s.nextPort++
+	s.nodes[spec.Host] = &node{spec: spec, state: "RUNNING", port: s.nextPort, lastHealth: s.cfg.Now(), allocs: map[*app]map[int]int{}}
+	s.freeByLabel[label(spec.Labels)] += spec.GPUs
+	s.scheduleAll()
+	return nil
+}
+
+// RemoveNode takes a NodeManager away. Its containers are lost; their apps
+// ask for them again, so they become pending.
+func (s *Sim) RemoveNode(host string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[host]
+	if !ok {
+		return fmt.Errorf("yarnsim: node %q: not found", host)
+	}
+	s.releaseNode(n)
+	s.freeByLabel[label(n.spec.Labels)] -= n.spec.GPUs
+	delete(s.nodes, host)
+	s.scheduleAll()
+	return nil
+}
+
+// SetNodeState sets a node's state (RUNNING, UNHEALTHY, DECOMMISSIONING,
+// DECOMMISSIONED, LOST, SHUTDOWN). Only RUNNING nodes receive containers;
+// DECOMMISSIONED, LOST and SHUTDOWN nodes lose theirs and report no
+// resources.
+func (s *Sim) SetNodeState(host, state string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[host]
+	if !ok {
+		return fmt.Errorf("yarnsim: node %q: not found", host)
+	}
+	switch state {
+	case "RUNNING", "UNHEALTHY", "DECOMMISSIONING", "DECOMMISSIONED", "LOST", "SHUTDOWN":
+	default:
+		return fmt.Errorf("yarnsim: node %q: unknown state %q", host, state)
+	}
+	wasLive := n.state == "RUNNING"
+	n.state = state
+	switch state {
+	case "DECOMMISSIONED", "LOST", "SHUTDOWN":
+		s.releaseNode(n)
+	}
+	if wasLive && state != "RUNNING" {
+		s.freeByLabel[label(n.spec.Labels)] -= n.freeGPUs()
+	} else if !wasLive && state == "RUNNING" {
+		s.freeByLabel[label(n.spec.Labels)] += n.freeGPUs()
+	}
+	s.scheduleAll()
+	return nil
+}
+
+// releaseNode returns a node's containers to their apps' pending asks.
+func (s *Sim) releaseNode(n *node) {
+	for a, reqs := range n.allocs {
+		for ri, c := range reqs {
+			r := &a.requests[ri]
+			r.pending += c
+			a.running -= c
+			a.usedGPUs -= c * r.spec.GPUs
+			a.usedMem -= int64(c) * r.spec.MemoryMB
+			a.usedCores -= int64(c) * r.spec.VCores
+		}
+	}
+	if n.state == "RUNNING" {
+		s.freeByLabel[label(n.spec.Labels)] += n.usedGPUs
+	}
+	n.allocs = map[*app]map[int]int{}
+	n.usedGPUs, n.usedMem, n.usedVCores, n.containers = 0, 0, 0, 0
+}
+
+// Submit adds a RUNNING application (its AM registered) and allocates what
+// fits now. It returns the application id.
+func (s *Sim) Submit(spec AppSpec) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.leaves[spec.Queue]
+	if spec.Queue == "" {
+		q = s.leaves[s.cfg.Queues[0].Path]
+	}
+	if q == nil {
+		return "", fmt.Errorf("yarnsim: queue %q: not found", spec.Queue)
+	}
+	if spec.User == "" {
+		spec.User = "sim"
+	}
+	a := &app{queue: q, state: "RUNNING", started: s.cfg.Now()}
+	spec.Tags = slices.Clone(spec.Tags)
+	for i := range spec.Tags {
+		spec.Tags[i] = strings.ToLower(spec.Tags[i]) // as YARN does
+	}
+	for _, r := range spec.Requests {
+		if r.Containers < 0 || r.GPUs < 0 {
+			return "", fmt.Errorf("yarnsim: app %q: containers and GPUs must not be negative", spec.Name)
+		}
+		if r.Priority == 0 {
+			r.Priority = 1
+		}
+		if r.MemoryMB == 0 {
+			r.MemoryMB = 1024
+		}
+		if r.VCores == 0 {
+			r.VCores = 1
+		}
+		r.Hosts = slices.Clone(r.Hosts)
+		a.requests = append(a.requests, request{spec: r, pending: r.Containers})
+	}
+	s.nextSeq++
+	a.seq = s.nextSeq
+	a.id = fmt.Sprintf("application_%d_%04d", s.cfg.ClusterTimestamp, a.seq)
+	if spec.Name == "" {
+		spec.Name = "sim-app-" + fmt.Sprint(a.seq)
+	}
+	a.spec = spec
+	s.apps = append(s.apps, a)
+	s.appByID[a.id] = a
+	s.schedule(a, s.liveNodes())
+	return a.id, nil
+}
+
+// Finish ends an application: its containers are freed and it leaves
+// ACCEPTED/RUNNING.
+func (s *Sim) Finish(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.appByID[id]
+	if !ok {
+		return fmt.Errorf("yarnsim: app %q: not found", id)
+	}
+	for _, n := range s.nodes {
+		reqs, ok := n.allocs[a]
+		if !ok {
+			continue
+		}
+		for ri, c := range reqs {
+			r := a.requests[ri].spec
+			n.usedGPUs -= c * r.GPUs
+			n.usedMem -= int64(c) * r.MemoryMB
+			n.usedVCores -= int64(c) * r.VCores
+			n.containers -= c
+			if n.state == "RUNNING" {
+				s.freeByLabel[label(n.spec.Labels)] += c * r.GPUs
+			}
+		}
+		delete(n.allocs, a)
+	}
+	delete(s.appByID, id)
+	i := slices.Index(s.apps, a)
+	s.apps = slices.Delete(s.apps, i, i+1)
+	s.scheduleAll()
+	return nil
+}
+
+func label(ls []string) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	return ls[0]
+}
+
+// liveNodes returns the RUNNING nodes in host order.
+func (s *Sim) liveNodes() []*node {
+	out := make([]*node, 0, len(s.nodes))
+	for _, n := range s.nodes {
+		if n.state == "RUNNING" {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b *node) int { return cmp.Compare(a.spec.Host, b.spec.Host) })
+	return out
+}
+
+// scheduleAll offers free capacity to pending apps: higher app priority
+// first, then submit order.
+func (s *Sim) scheduleAll() {
+	total := 0
+	for _, f := range s.freeByLabel {
+		total += max(f, 0)
+	}
+	if total == 0 {
+		return
+	}
+	order := slices.Clone(s.apps)
+	slices.SortStableFunc(order, func(a, b *app) int { return cmp.Compare(b.spec.Priority, a.spec.Priority) })
+	nodes := s.liveNodes()
+	for _, a := range order {
+		s.schedule(a, nodes)
+	}
+}
+
+// schedule places a's pending containers first-fit on nodes.
+func (s *Sim) schedule(a *app, nodes []*node) {
+	for ri := range a.requests {
+		r := &a.requests[ri]
+		if r.pending == 0 {
+			continue
+		}
+		lbl := r.spec.NodeLabel
+		for _, n := range nodes {
+			if r.pending == 0 || s.freeByLabel[lbl] < r.spec.GPUs || (r.spec.GPUs == 0 && lbl != "") {
+				break
+			}
+			if label(n.spec.Labels) != lbl {
+				continue
+			}
+			for r.pending > 0 && n.freeGPUs() >= r.spec.GPUs &&
+				n.spec.MemoryMB-n.usedMem >= r.spec.MemoryMB && n.spec.VCores-n.usedVCores >= r.spec.VCores {
+				r.pending--
+				n.usedGPUs += r.spec.GPUs
+				n.usedMem += r.spec.MemoryMB
+				n.usedVCores += r.spec.VCores
+				n.containers++
+				if n.allocs[a] == nil {
+					n.allocs[a] = map[int]int{}
+				}
+				n.allocs[a][ri]++
+				s.freeByLabel[lbl] -= r.spec.GPUs
+				a.running++
+				a.usedGPUs += r.spec.GPUs
+				a.usedMem += r.spec.MemoryMB
+				a.usedCores += r.spec.VCores
+			}
+		}
+	}
+}
+
+// Counts reports the simulator's totals: apps, nodes and pending GPUs.
+func (s *Sim) Counts() (apps, nodes, pendingGPUs int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.apps {
+		for _, r := range a.requests {
+			pendingGPUs += r.pending * r.spec.GPUs
+		}
+	}
+	return len(s.apps), len(s.nodes), pendingGPUs
+}
