@@ -3,7 +3,6 @@ package broker
 import (
 	"slices"
 	"strconv"
-	"strings"
 )
 
 // Label keys the planner reads or manages.
@@ -128,73 +127,76 @@ func (r LabelRequirement) Matches(labels map[string]string) bool {
 	return false
 }
 
-// classKey returns a canonical string for a source and its constraints:
-// demand with equal keys matches exactly the same nodes and pools, so the
-// planner matches each class once instead of each demand.
-func classKey(src Source, c *Constraints) string {
+// appendClassKey appends a canonical encoding of a source and its
+// constraints to buf: demand with equal keys matches exactly the same nodes
+// and pools, so the planner matches each class once instead of each demand.
+// Strings are length-prefixed, so no value can imitate a separator.
+func appendClassKey(buf []byte, src Source, c *Constraints) []byte {
+	buf = appendField(buf, string(src))
 	if len(c.GPUModels) == 0 && len(c.NodeSelector) == 0 && len(c.Affinity) == 0 &&
 		len(c.Tolerations) == 0 && c.NodeLabel == "" {
-		return string(src)
+		return buf
 	}
-	var b strings.Builder
-	b.WriteString(string(src))
-	b.WriteString("|m")
-	models := slices.Clone(c.GPUModels)
-	slices.Sort(models)
-	for _, m := range models {
-		writeQuoted(&b, m)
-	}
-	b.WriteString("|s")
-	keys := make([]string, 0, len(c.NodeSelector))
-	for k := range c.NodeSelector {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		writeQuoted(&b, k)
-		writeQuoted(&b, c.NodeSelector[k])
-	}
-	b.WriteString("|a")
-	terms := make([]string, 0, len(c.Affinity))
-	for _, t := range c.Affinity {
-		reqs := make([]string, 0, len(t.Requirements))
-		for _, r := range t.Requirements {
-			var rb strings.Builder
-			writeQuoted(&rb, r.Key)
-			writeQuoted(&rb, r.Operator)
-			vals := slices.Clone(r.Values)
-			slices.Sort(vals)
-			for _, v := range vals {
-				writeQuoted(&rb, v)
-			}
-			reqs = append(reqs, rb.String())
+	buf = append(buf, 'm')
+	buf = appendSorted(buf, c.GPUModels)
+	buf = append(buf, 's')
+	if len(c.NodeSelector) == 1 {
+		for k, v := range c.NodeSelector {
+			buf = appendField(appendField(buf, k), v)
 		}
-		slices.Sort(reqs)
-		terms = append(terms, "("+strings.Join(reqs, ",")+")")
+	} else {
+		keys := make([]string, 0, len(c.NodeSelector))
+		for k := range c.NodeSelector {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			buf = appendField(appendField(buf, k), c.NodeSelector[k])
+		}
 	}
-	slices.Sort(terms)
-	for _, t := range terms {
-		b.WriteString(t)
+	buf = append(buf, 'a')
+	if len(c.Affinity) > 0 {
+		terms := make([]string, 0, len(c.Affinity))
+		for _, t := range c.Affinity {
+			reqs := make([]string, 0, len(t.Requirements))
+			for _, r := range t.Requirements {
+				rb := appendField(appendField(nil, r.Key), r.Operator)
+				reqs = append(reqs, string(appendSorted(rb, r.Values)))
+			}
+			terms = append(terms, string(appendSorted(nil, reqs)))
+		}
+		buf = appendSorted(buf, terms)
 	}
-	b.WriteString("|t")
-	tols := make([]string, 0, len(c.Tolerations))
-	for _, t := range c.Tolerations {
-		var tb strings.Builder
-		writeQuoted(&tb, t.Key)
-		writeQuoted(&tb, t.Operator)
-		writeQuoted(&tb, t.Value)
-		writeQuoted(&tb, t.Effect)
-		tols = append(tols, tb.String())
+	buf = append(buf, 't')
+	if len(c.Tolerations) > 0 {
+		tols := make([]string, 0, len(c.Tolerations))
+		for _, t := range c.Tolerations {
+			tols = append(tols, string(appendField(appendField(appendField(appendField(nil, t.Key), t.Operator), t.Value), t.Effect)))
+		}
+		buf = appendSorted(buf, tols)
 	}
-	slices.Sort(tols)
-	for _, t := range tols {
-		b.WriteString(t)
-	}
-	b.WriteString("|l")
-	writeQuoted(&b, c.NodeLabel)
-	return b.String()
+	buf = append(buf, 'l')
+	return appendField(buf, c.NodeLabel)
 }
 
-func writeQuoted(b *strings.Builder, s string) {
-	b.WriteString(strconv.Quote(s))
+// classKey is appendClassKey as a string.
+func classKey(src Source, c *Constraints) string { return string(appendClassKey(nil, src, c)) }
+
+func appendField(buf []byte, s string) []byte {
+	buf = strconv.AppendInt(buf, int64(len(s)), 10)
+	buf = append(buf, ':')
+	return append(buf, s...)
+}
+
+// appendSorted appends the strings in sorted order, with their count.
+func appendSorted(buf []byte, ss []string) []byte {
+	buf = strconv.AppendInt(buf, int64(len(ss)), 10)
+	buf = append(buf, '[')
+	if !slices.IsSorted(ss) {
+		ss = slices.Sorted(slices.Values(ss))
+	}
+	for _, s := range ss {
+		buf = appendField(buf, s)
+	}
+	return buf
 }

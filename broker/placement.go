@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -30,13 +31,19 @@ type dclass struct {
 	own    []int32 // matching schedulable nodes of side src
 	ownSet []bool  // by node index
 	xall   []int32 // matching nodes of the other side in pools that may serve src
+	xSet   []bool  // by node index
 
-	epoch    int     // pl.epoch when the lists below were built
+	// Consumable lists: nodes leave them when used up and come back when
+	// a rollback or a preemption gives capacity back (reopen).
 	free     []int32 // own nodes that may still have free GPUs
+	inFree   []bool  // by node index
 	freeFail int     // smallest GPUs per unit no free node fits; 0 when none failed
 	xfer     []int32 // transfer candidates not used yet
+	inXfer   []bool
 	xferFail int
 	pfail    []pfail // preemption that found no victims
+	// pheaps hold candidate nodes for preemption, per query (preempt.go).
+	pheaps map[pkey]*pheap
 }
 
 // pfail records that no preemption could free gpus GPUs for demand at prio;
@@ -48,7 +55,7 @@ type pfail struct {
 
 // newClass matches one class against every pool and node.
 func (pl *planner) newClass(src Source, c *Constraints) *dclass {
-	cl := &dclass{src: src, c: c, ownSet: make([]bool, len(pl.nodes)), epoch: -1}
+	cl := &dclass{src: src, c: c, ownSet: make([]bool, len(pl.nodes)), xSet: make([]bool, len(pl.nodes))}
 	for i := range pl.pools {
 		pool := &pl.pools[i].st.Pool
 		if !pool.Sides.Serves(src) || !c.matches(src, target{pool.Labels, pool.Taints, pool.GPUModel}) {
@@ -84,31 +91,44 @@ func (pl *planner) newClass(src Source, c *Constraints) *dclass {
 			cl.ownSet[i] = true
 		case w.owned && !ownSide && poolServes:
 			cl.xall = append(cl.xall, int32(i))
+			cl.xSet[i] = true
 		}
 	}
+	cl.free, cl.inFree = slices.Clone(cl.own), slices.Clone(cl.ownSet)
+	cl.xfer, cl.inXfer = slices.Clone(cl.xall), slices.Clone(cl.xSet)
 	return cl
 }
 
-// refresh rebuilds the class's consumable lists after a rollback.
-func (pl *planner) refresh(c *dclass) {
-	if c.epoch == pl.epoch {
-		return
-	}
-	c.epoch = pl.epoch
-	c.free = append(c.free[:0], c.own...)
-	c.xfer = append(c.xfer[:0], c.xall...)
-	c.freeFail, c.xferFail, c.pfail = 0, 0, nil
-}
-
-// reopen makes node ni visible again to the free lists of every class after
-// its free GPUs grew (preemption freed more than the preemptor needs); it
-// may also need fewer victims now.
+// reopen makes node ni visible again to every class after it got capacity
+// back: free GPUs (a rollback, or a preemption that freed more than the
+// preemptor needs), its idleness (a rolled-back transfer) or victims (a
+// rolled-back preemption). Failure caches of those classes are dropped and
+// the node gets fresh entries in their preemption heaps.
 func (pl *planner) reopen(ni int32) {
+	pl.nver[ni]++
+	var buf []int
 	for _, c := range pl.classes {
 		if c.ownSet[ni] {
-			c.free = append(c.free, ni)
+			if !c.inFree[ni] {
+				c.inFree[ni] = true
+				c.free = append(c.free, ni)
+			}
 			c.freeFail = 0
 			c.pfail = nil
+			for k, h := range c.pheaps {
+				idx, cost, ok := pl.candidate(ni, k, buf)
+				buf = idx
+				if ok {
+					h.push(pitem{cost: cost, ni: ni, ver: pl.nver[ni]})
+				}
+			}
+		}
+		if c.xSet[ni] {
+			if !c.inXfer[ni] {
+				c.inXfer[ni] = true
+				c.xfer = append(c.xfer, ni)
+			}
+			c.xferFail = 0
 		}
 	}
 }
@@ -155,8 +175,6 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 	if need == 0 {
 		return
 	}
-	c := d.cls
-	pl.refresh(c)
 	g := d.d.GPUsPerUnit
 	mark := len(pl.undo)
 	saved := *d
@@ -241,7 +259,6 @@ func (pl *planner) rollback(mark int) {
 		pl.undo[i]()
 	}
 	pl.undo = pl.undo[:mark]
-	pl.epoch++
 }
 
 // takeFree reserves g free GPUs on a matching node of the demand's side.
@@ -256,6 +273,7 @@ func (pl *planner) takeFree(d *wdemand, g int) bool {
 		ni := list[r]
 		n := &pl.nodes[ni]
 		if n.free <= 0 || n.removed {
+			c.inFree[ni] = false
 			continue
 		}
 		list[w] = ni
@@ -266,9 +284,10 @@ func (pl *planner) takeFree(d *wdemand, g int) bool {
 		w += copy(list[w:], list[r+1:])
 		c.free = list[:w]
 		n.free -= g
+		pl.nver[ni]++
 		wasTouched := n.touched
 		n.touched = true
-		pl.undo = append(pl.undo, func() { n.free += g; n.touched = wasTouched })
+		pl.undo = append(pl.undo, func() { n.free += g; n.touched = wasTouched; pl.reopen(ni) })
 		if d.firstFree == "" {
 			d.firstFree = n.n.Name
 		}
@@ -350,6 +369,7 @@ func (pl *planner) takeTransfer(d *wdemand, g int) bool {
 		ni := list[r]
 		n := &pl.nodes[ni]
 		if !n.sched || !n.idle || n.touched || n.removed || n.n.Protected {
+			c.inXfer[ni] = false
 			continue
 		}
 		list[w] = ni

@@ -50,14 +50,15 @@ type planner struct {
 	poolIdx map[string]int
 	demand  []*wdemand // sorted by priority, age, ID
 	order   []*wdemand // admitted demand in admission order
-	// epoch changes on every rollback: classes then rebuild their lists.
-	epoch   int
 	classes map[string]*dclass
 
 	clusterGPUs      int // GPUs of all pools at their size, plus planned additions
 	clusterStartGPUs int
 	modelGPUs        map[string]int
 	modelStartGPUs   map[string]int
+
+	// nver counts changes to each node's capacity (preempt.go's heaps).
+	nver []uint32
 
 	// opServes maps demand IDs to the in-flight ops that serve them.
 	opServes map[string][]*Op
@@ -111,6 +112,10 @@ type wdemand struct {
 	d   *Demand
 	id  string
 	cls *dclass
+
+	prio int64 // Priority and FirstSeen, for fast ordering
+	sec  int64
+	nsec int
 
 	admitted    int
 	guaranteed  bool
@@ -231,6 +236,7 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		pl.nodeIdx[n.Name] = len(pl.nodes)
 		pl.nodes = append(pl.nodes, w)
 	}
+	pl.nver = make([]uint32, len(pl.nodes))
 	for _, op := range ops {
 		if op.Kind != ActScaleDown && op.Kind != ActReplace {
 			continue
@@ -282,16 +288,18 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		seen[id] = len(pl.demand)
 		pl.demand = append(pl.demand, &wdemand{d: d, id: id})
 	}
+	var key []byte
 	for _, d := range pl.demand {
+		d.prio, d.sec, d.nsec = d.d.Priority, d.d.FirstSeen.Unix(), d.d.FirstSeen.Nanosecond()
 		if err := d.d.Validate(); err != nil {
 			d.done, d.reason, d.detail = true, WaitUnsatisfiable, "invalid demand: "+err.Error()
 			continue
 		}
-		key := classKey(d.d.Source, &d.d.Constraints)
-		c, ok := pl.classes[key]
+		key = appendClassKey(key[:0], d.d.Source, &d.d.Constraints)
+		c, ok := pl.classes[string(key)]
 		if !ok {
 			c = pl.newClass(d.d.Source, &d.d.Constraints)
-			pl.classes[key] = c
+			pl.classes[string(key)] = c
 		}
 		d.cls = c
 	}

@@ -50,9 +50,10 @@ func gpuHours(vs []victim, idx []int) float64 {
 // victimSet chooses the cheapest victims on n, all of priority below prio,
 // that free g GPUs with the node's free ones: take victims in cost order
 // until the unit fits, then add back every victim not needed after all.
-func victimSet(n *wnode, g int, prio int64) ([]int, bool) {
+// The victims' indexes are appended to buf[:0].
+func victimSet(n *wnode, g int, prio int64, buf []int) ([]int, bool) {
 	f := n.free
-	var idx []int
+	idx := buf[:0]
 	for i := range n.victims {
 		v := &n.victims[i]
 		if v.taken || v.w.Priority >= prio {
@@ -76,9 +77,125 @@ func victimSet(n *wnode, g int, prio int64) ([]int, bool) {
 	return idx, true
 }
 
+// pkey is one preemption query: GPUs per unit and the preemptor's priority.
+type pkey struct {
+	gpus int
+	prio int64
+}
+
+// pitem is a node's cheapest victim set for one query, valid while the
+// node's version is still ver.
+type pitem struct {
+	cost float64
+	ni   int32
+	ver  uint32
+}
+
+// pheap is a min-heap of candidate nodes by cost, then node order. Entries
+// go stale when their node changes (nver); a stale entry is re-evaluated
+// when it reaches the top. The top fresh entry is the true cheapest node:
+// changes that take capacity (free GPUs reserved, victims taken, node
+// removed) only make a node dearer or unusable, so its stale entries
+// underestimate it and surface early; every change that gives capacity back
+// pushes a fresh entry for the node (reopen).
+type pheap []pitem
+
+func (h pheap) less(i, j int) bool {
+	if h[i].cost != h[j].cost {
+		return h[i].cost < h[j].cost
+	}
+	return h[i].ni < h[j].ni
+}
+
+func (h *pheap) push(it pitem) {
+	*h = append(*h, it)
+	h.up(len(*h) - 1)
+}
+
+func (h *pheap) pop() {
+	n := len(*h) - 1
+	(*h)[0], (*h)[n] = (*h)[n], (*h)[0]
+	*h = (*h)[:n]
+	h.down(0)
+}
+
+func (h pheap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (h pheap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// candidate evaluates node ni for query k: the cheapest victims that make
+// room (appended to buf[:0]) and their cost in GPU-hours.
+func (pl *planner) candidate(ni int32, k pkey, buf []int) ([]int, float64, bool) {
+	n := &pl.nodes[ni]
+	if n.removed || n.n.GPUsTotal < k.gpus {
+		return buf, 0, false
+	}
+	if !n.vbuilt {
+		pl.buildVictims(n)
+	}
+	if len(n.victims) == 0 {
+		return buf, 0, false
+	}
+	idx, ok := victimSet(n, k.gpus, k.prio, buf)
+	if !ok {
+		return idx, 0, false
+	}
+	return idx, gpuHours(n.victims, idx), true
+}
+
+// pheapFor returns the class's heap for query k, building it on first use.
+func (pl *planner) pheapFor(c *dclass, k pkey) *pheap {
+	if h, ok := c.pheaps[k]; ok {
+		return h
+	}
+	h := &pheap{}
+	var buf []int
+	for _, ni := range c.own {
+		idx, cost, ok := pl.candidate(ni, k, buf)
+		buf = idx
+		if ok {
+			*h = append(*h, pitem{cost: cost, ni: ni, ver: pl.nver[ni]})
+		}
+	}
+	for i := len(*h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+	if c.pheaps == nil {
+		c.pheaps = make(map[pkey]*pheap)
+	}
+	c.pheaps[k] = h
+	return h
+}
+
 // preempt frees g GPUs for one unit of d by evicting strictly lower-priority
 // preemptible work on a matching node of d's side, choosing the node whose
-// victims lose the fewest GPU-hours. It reports whether a unit was placed.
+// victims lose the fewest GPU-hours (then the first node by name). It
+// reports whether a unit was placed.
 func (pl *planner) preempt(d *wdemand, g int) bool {
 	if !pl.p.Preemption || pl.s.IsStale(d.d.Source) {
 		return false
@@ -90,32 +207,28 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 			return false
 		}
 	}
+	k := pkey{gpus: g, prio: prio}
+	h := pl.pheapFor(c, k)
 	best := int32(-1)
-	var bestIdx []int
-	var bestCost float64
-	for _, ni := range c.own {
-		n := &pl.nodes[ni]
-		if n.removed || n.n.GPUsTotal < g {
-			continue
+	var buf []int
+	for len(*h) > 0 {
+		top := (*h)[0]
+		if top.ver == pl.nver[top.ni] {
+			best = top.ni
+			break
 		}
-		if !n.vbuilt {
-			pl.buildVictims(n)
-		}
-		if len(n.victims) == 0 {
-			continue
-		}
-		idx, ok := victimSet(n, g, prio)
-		if !ok {
-			continue
-		}
-		if cost := gpuHours(n.victims, idx); best < 0 || cost < bestCost {
-			best, bestIdx, bestCost = ni, idx, cost
+		h.pop()
+		idx, cost, ok := pl.candidate(top.ni, k, buf)
+		buf = idx
+		if ok {
+			h.push(pitem{cost: cost, ni: top.ni, ver: pl.nver[top.ni]})
 		}
 	}
 	if best < 0 {
 		c.pfail = append(c.pfail, pfail{gpus: g, prio: prio})
 		return false
 	}
+	bestIdx, _, _ := pl.candidate(best, k, nil) // the undo below keeps it
 	n := &pl.nodes[best]
 	freed := 0
 	victims := make([]Workload, 0, len(bestIdx))
@@ -127,6 +240,7 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 	wasTouched := n.touched
 	n.free += freed - g
 	n.touched = true
+	pl.nver[best]++
 	// Merge with this demand's earlier preemption on the same node, if any.
 	var prev *Action
 	if k := len(pl.preempts) - 1; k >= 0 && pl.preempts[k].Node == n.n.Name && pl.preempts[k].Serves[0] == d.id {
@@ -159,6 +273,7 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 		} else {
 			pl.preempts = pl.preempts[:len(pl.preempts)-1]
 		}
+		pl.reopen(best)
 	})
 	if n.free > 0 {
 		pl.reopen(best)

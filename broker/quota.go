@@ -161,16 +161,19 @@ func (h *tenantHeap) Pop() any {
 
 // compareAge orders demand oldest first, then by ID.
 func compareAge(a, b *wdemand) int {
-	if c := a.d.FirstSeen.Compare(b.d.FirstSeen); c != 0 {
-		return c
+	if a.sec != b.sec {
+		return cmp.Compare(a.sec, b.sec)
+	}
+	if a.nsec != b.nsec {
+		return cmp.Compare(a.nsec, b.nsec)
 	}
 	return cmp.Compare(a.id, b.id)
 }
 
 // compareDemand is the base order: priority (higher first), age, ID.
 func compareDemand(a, b *wdemand) int {
-	if c := cmp.Compare(b.d.Priority, a.d.Priority); c != 0 {
-		return c
+	if a.prio != b.prio {
+		return cmp.Compare(b.prio, a.prio)
 	}
 	return compareAge(a, b)
 }

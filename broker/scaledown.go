@@ -25,10 +25,12 @@ func (pl *planner) startTransfer(t *transfer) {
 	n := &pl.nodes[t.node]
 	wasTouched := n.touched
 	n.removed, n.touched, n.xfer = true, true, t
+	pl.nver[t.node]++
 	pl.transfers = append(pl.transfers, t)
 	pl.undo = append(pl.undo, func() {
 		n.removed, n.touched, n.xfer = false, wasTouched, nil
 		pl.transfers = pl.transfers[:len(pl.transfers)-1]
+		pl.reopen(t.node)
 	})
 }
 
@@ -224,7 +226,8 @@ func (pl *planner) moveWork(ni int32, peers []int32) (int, bool) {
 			wasTouched := p.touched
 			p.free -= g
 			p.touched = true
-			pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched })
+			pl.nver[pi]++
+			pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched; pl.reopen(pi) })
 			placed = true
 			break
 		}
