@@ -1,0 +1,225 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
+)
+
+// sideCapacity is the GPUs of one side (yarn, k8s, or none for nodes in
+// transfer or unregistered).
+type sideCapacity struct {
+	Side          broker.Owner `json:"side"`
+	Nodes         int          `json:"nodes"`
+	NodesInFlight int          `json:"nodes_in_flight"`
+	GPUsTotal     int          `json:"gpus_total"`
+	GPUsBusy      int          `json:"gpus_busy"`
+	GPUsIdle      int          `json:"gpus_idle"`
+	GPUsInFlight  int          `json:"gpus_in_flight"`
+}
+
+// poolCapacity is one pool's size and GPU use.
+type poolCapacity struct {
+	Name          string               `json:"name"`
+	GPUModel      string               `json:"gpu_model"`
+	GPUsPerNode   int                  `json:"gpus_per_node"`
+	Sides         broker.PoolSides     `json:"sides"`
+	MinNodes      int                  `json:"min_nodes"`
+	MaxNodes      int                  `json:"max_nodes"`
+	Nodes         int                  `json:"nodes"`
+	NodesInFlight int                  `json:"nodes_in_flight"`
+	GPUsTotal     int                  `json:"gpus_total"`
+	GPUsBusy      int                  `json:"gpus_busy"`
+	GPUsInFlight  int                  `json:"gpus_in_flight"`
+	GPUsBySide    map[broker.Owner]int `json:"gpus_by_side"`
+	BackoffUntil  time.Time            `json:"backoff_until,omitzero"`
+	BackoffReason string               `json:"backoff_reason,omitempty"`
+}
+
+// demandGroup is pending demand of one tenant at one priority waiting for
+// one reason.
+type demandGroup struct {
+	store.DemandGroup
+	OldestWaitSeconds float64 `json:"oldest_wait_seconds"`
+}
+
+// capacitySummary is the body of GET /capacity.
+type capacitySummary struct {
+	At          time.Time      `json:"at"`
+	Sides       []sideCapacity `json:"sides"`
+	Pools       []poolCapacity `json:"pools"`
+	Demand      []demandGroup  `json:"demand"`
+	PendingGPUs int            `json:"pending_gpus"`
+	Runtime     *RuntimeStatus `json:"runtime,omitempty"`
+}
+
+func (s *server) capacity(w http.ResponseWriter, r *http.Request) {
+	if p := queryParams(r); p.err != nil {
+		s.fail(w, r, p.err)
+		return
+	}
+	ctx := r.Context()
+	nodes, err := s.st.ListNodes(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	pools, err := s.st.ListPools(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	groups, err := s.st.DemandSummary(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	now := s.cfg.Now()
+	out := summarise(now, nodes, pools, groups)
+	if s.rt != nil {
+		st := s.rt.Status()
+		out.Runtime = &st
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// summarise computes the capacity summary. In-flight nodes (requested,
+// booting, registered) count their pool's GPUs per node until they
+// advertise GPUs; terminating and gone nodes count nowhere.
+func summarise(now time.Time, nodes []broker.Node, pools []store.PoolRecord, groups []store.DemandGroup) capacitySummary {
+	out := capacitySummary{At: now, Pools: []poolCapacity{}, Demand: []demandGroup{}}
+	sides := map[broker.Owner]*sideCapacity{}
+	for _, o := range []broker.Owner{broker.OwnerYARN, broker.OwnerK8s, broker.OwnerNone} {
+		out.Sides = append(out.Sides, sideCapacity{Side: o})
+	}
+	for i := range out.Sides {
+		sides[out.Sides[i].Side] = &out.Sides[i]
+	}
+	poolIdx := map[string]int{}
+	for _, p := range pools {
+		poolIdx[p.Name] = len(out.Pools)
+		out.Pools = append(out.Pools, poolCapacity{Name: p.Name, GPUModel: p.GPUModel, GPUsPerNode: p.GPUsPerNode,
+			Sides: p.Sides, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsBySide: map[broker.Owner]int{},
+			BackoffUntil: p.BackoffUntil, BackoffReason: p.BackoffReason})
+	}
+	for _, n := range nodes {
+		if n.Phase == broker.PhaseTerminating || n.Phase == broker.PhaseGone {
+			continue
+		}
+		sc, ok := sides[n.Owner]
+		if !ok {
+			sc = sides[broker.OwnerNone]
+		}
+		var pc *poolCapacity
+		if i, ok := poolIdx[n.Pool]; ok {
+			pc = &out.Pools[i]
+		}
+		total := n.GPUsTotal
+		if total == 0 && pc != nil && n.Phase.InFlight() {
+			total = pc.GPUsPerNode
+		}
+		sc.Nodes++
+		sc.GPUsTotal += total
+		if pc != nil {
+			pc.Nodes++
+			pc.GPUsTotal += total
+			pc.GPUsBySide[sc.Side] += total
+		}
+		if n.Phase.InFlight() {
+			sc.NodesInFlight++
+			sc.GPUsInFlight += total
+			if pc != nil {
+				pc.NodesInFlight++
+				pc.GPUsInFlight += total
+			}
+			continue
+		}
+		busy := min(n.GPUsAllocated, total)
+		sc.GPUsBusy += busy
+		sc.GPUsIdle += total - busy
+		if pc != nil {
+			pc.GPUsBusy += busy
+		}
+	}
+	for _, g := range groups {
+		out.Demand = append(out.Demand, demandGroup{DemandGroup: g, OldestWaitSeconds: seconds(max(0, now.Sub(g.OldestSeen)))})
+		out.PendingGPUs += g.GPUs
+	}
+	return out
+}
+
+// maxSeriesWindow bounds /capacity/series and maxSeriesPoints its answer.
+const (
+	maxSeriesWindow = 7 * 24 * time.Hour
+	maxSeriesPoints = 720
+)
+
+// seriesPoint is the GPUs of every side at one sample time.
+type seriesPoint struct {
+	At    time.Time                       `json:"at"`
+	Sides map[string]store.CapacitySample `json:"sides"`
+}
+
+type series struct {
+	From   time.Time     `json:"from"`
+	To     time.Time     `json:"to"`
+	Points []seriesPoint `json:"points"`
+}
+
+// capacitySeries serves GPUs by side over time (busy, idle, in flight,
+// pending demand), at most maxSeriesPoints points: longer windows keep
+// evenly spaced samples.
+func (s *server) capacitySeries(w http.ResponseWriter, r *http.Request) {
+	p := queryParams(r, "from", "to", "window")
+	to := p.time("to")
+	from := p.time("from")
+	window := p.duration("window")
+	if p.err != nil {
+		s.fail(w, r, p.err)
+		return
+	}
+	if to.IsZero() {
+		to = s.cfg.Now()
+	}
+	if !from.IsZero() && window != 0 {
+		s.fail(w, r, broker.Invalid("window", "give from or window, not both"))
+		return
+	}
+	if from.IsZero() {
+		if window == 0 {
+			window = s.cfg.SeriesWindow
+		}
+		from = to.Add(-window)
+	}
+	switch {
+	case !from.Before(to):
+		s.fail(w, r, broker.Invalid("from", "must be before to (%s)", to.Format(time.RFC3339)))
+		return
+	case to.Sub(from) > maxSeriesWindow:
+		s.fail(w, r, broker.Invalid("window", "must be at most %s", maxSeriesWindow))
+		return
+	}
+	samples, err := s.st.Samples(r.Context(), from, to)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var pts []seriesPoint
+	for _, c := range samples {
+		if len(pts) == 0 || !pts[len(pts)-1].At.Equal(c.At) {
+			pts = append(pts, seriesPoint{At: c.At, Sides: map[string]store.CapacitySample{}})
+		}
+		pts[len(pts)-1].Sides[c.Side] = c
+	}
+	if len(pts) > maxSeriesPoints {
+		thin := make([]seriesPoint, 0, maxSeriesPoints)
+		for i := 0; i < maxSeriesPoints; i++ {
+			thin = append(thin, pts[i*len(pts)/maxSeriesPoints])
+		}
+		thin[len(thin)-1] = pts[len(pts)-1]
+		pts = thin
+	}
+	writeJSON(w, http.StatusOK, series{From: from, To: to, Points: items(pts)})
+}

@@ -1,0 +1,58 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
+)
+
+// listDecisions serves the audit, newest first, paged by id ("before").
+func (s *server) listDecisions(w http.ResponseWriter, r *http.Request) {
+	p := queryParams(r, "kind", "demand", "tenant", "pool", "node", "since", "limit", "before")
+	f := store.DecisionFilter{
+		Kind: p.oneOf("kind", string(broker.ActScaleUp), string(broker.ActScaleDown), string(broker.ActTransfer),
+			string(broker.ActPreempt), string(broker.ActReplace), "wait"),
+		Demand: p.str("demand"), Tenant: p.str("tenant"), Pool: p.str("pool"), Node: p.str("node"),
+		Since: p.time("since"), Limit: p.limit(), BeforeID: p.cursorID("before"),
+	}
+	if p.err != nil {
+		s.fail(w, r, p.err)
+		return
+	}
+	ds, err := s.st.ListDecisions(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := list[broker.Decision]{Items: items(ds)}
+	if len(ds) == f.Limit {
+		out.Next = strconv.FormatInt(ds[len(ds)-1].ID, 10)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// plan is a dry run: the plan the broker would make now, without acting.
+func (s *server) plan(w http.ResponseWriter, r *http.Request) {
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rt, ok := s.runtime(w)
+	if !ok {
+		return
+	}
+	pl, err := rt.DryRun(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if pl.Actions == nil {
+		pl.Actions = []broker.Action{}
+	}
+	if pl.Waits == nil {
+		pl.Waits = []broker.Wait{}
+	}
+	writeJSON(w, http.StatusOK, pl)
+}

@@ -1,0 +1,200 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// nodeView is a node with its free GPUs and whether it is capacity on its way.
+type nodeView struct {
+	broker.Node
+	FreeGPUs int  `json:"free_gpus"`
+	InFlight bool `json:"in_flight"`
+}
+
+func viewNode(n broker.Node) nodeView {
+	return nodeView{Node: n, FreeGPUs: n.FreeGPUs(), InFlight: n.Phase.InFlight()}
+}
+
+var ownerNames = []string{string(broker.OwnerYARN), string(broker.OwnerK8s), string(broker.OwnerNone)}
+
+func phaseNames() []string {
+	out := make([]string, len(broker.Phases))
+	for i, p := range broker.Phases {
+		out[i] = string(p)
+	}
+	return out
+}
+
+func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
+	p := queryParams(r, "owner", "phase", "pool")
+	owner := p.oneOf("owner", ownerNames...)
+	phase := p.oneOf("phase", phaseNames()...)
+	pool := p.str("pool")
+	if p.err != nil {
+		s.fail(w, r, p.err)
+		return
+	}
+	ns, err := s.st.ListNodes(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := list[nodeView]{Items: []nodeView{}}
+	for _, n := range ns {
+		if (owner != "" && string(n.Owner) != owner) || (phase != "" && string(n.Phase) != phase) || (pool != "" && n.Pool != pool) {
+			continue
+		}
+		out.Items = append(out.Items, viewNode(n))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// nodeDetail is one node with its agent's latest report (null if none).
+type nodeDetail struct {
+	nodeView
+	Report *broker.NodeReport `json:"report"`
+}
+
+func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	n, err := s.st.GetNode(r.Context(), name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := nodeDetail{nodeView: viewNode(n)}
+	rep, err := s.st.LatestReport(r.Context(), name)
+	switch {
+	case err == nil:
+		out.Report = &rep
+	case !errors.Is(err, broker.ErrNotFound):
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// accepted is the answer to a manual node operation: journaled, not done.
+type accepted struct {
+	Node   string       `json:"node"`
+	Action string       `json:"action"`
+	To     broker.Owner `json:"to,omitempty"`
+	Status string       `json:"status"`
+}
+
+// nodeAction checks the node exists, runs op and answers 202.
+func (s *server) nodeAction(w http.ResponseWriter, r *http.Request, action string, to broker.Owner,
+	op func(rt Runtime, node string) error) {
+	name := chi.URLParam(r, "name")
+	rt, ok := s.runtime(w)
+	if !ok {
+		return
+	}
+	if _, err := s.st.GetNode(r.Context(), name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := op(rt, name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	tok, _ := principal(r)
+	s.log.InfoContext(r.Context(), "manual node operation accepted", "node", name, "action", action,
+		"to", string(to), "token_id", tok.ID, "token_name", tok.Name)
+	writeJSON(w, http.StatusAccepted, accepted{Node: name, Action: action, To: to, Status: "accepted"})
+}
+
+func (s *server) cordon(w http.ResponseWriter, r *http.Request) {
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.nodeAction(w, r, "cordon", "", func(rt Runtime, n string) error { return rt.Cordon(r.Context(), n) })
+}
+
+func (s *server) drain(w http.ResponseWriter, r *http.Request) {
+	if err := s.decode(w, r, &struct{}{}, true); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.nodeAction(w, r, "drain", "", func(rt Runtime, n string) error { return rt.Drain(r.Context(), n) })
+}
+
+type transferBody struct {
+	To broker.Owner `json:"to"`
+}
+
+func (s *server) transfer(w http.ResponseWriter, r *http.Request) {
+	var b transferBody
+	if err := s.decode(w, r, &b, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if b.To != broker.OwnerYARN && b.To != broker.OwnerK8s {
+		s.fail(w, r, broker.Invalid("to", "must be %q or %q, got %q", broker.OwnerYARN, broker.OwnerK8s, b.To))
+		return
+	}
+	n, err := s.st.GetNode(r.Context(), chi.URLParam(r, "name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if n.Owner == b.To {
+		s.fail(w, r, broker.Invalid("to", "node %s already belongs to %s", n.Name, b.To))
+		return
+	}
+	s.nodeAction(w, r, "transfer", b.To, func(rt Runtime, n string) error { return rt.Transfer(r.Context(), n, b.To) })
+}
+
+type protectionBody struct {
+	Protected *bool `json:"protected"`
+}
+
+func (s *server) protect(w http.ResponseWriter, r *http.Request) {
+	var b protectionBody
+	if err := s.decode(w, r, &b, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if b.Protected == nil {
+		s.fail(w, r, broker.Invalid("protected", "must be true or false"))
+		return
+	}
+	name := chi.URLParam(r, "name")
+	if err := s.st.SetNodeProtected(r.Context(), name, *b.Protected); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	n, err := s.st.GetNode(r.Context(), name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewNode(n))
+}
+
+// report stores an agent's report as the node's latest. The node need not
+// be known yet: an agent may report before the node registers anywhere.
+func (s *server) report(w http.ResponseWriter, r *http.Request) {
+	var rep broker.NodeReport
+	if err := s.decode(w, r, &rep, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	name := chi.URLParam(r, "name")
+	if rep.Node != name {
+		s.fail(w, r, broker.Invalid("node", "must equal the node in the path (%q), got %q", name, rep.Node))
+		return
+	}
+	latest, err := s.st.SaveReport(r.Context(), rep)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"node": name, "latest": latest})
+}

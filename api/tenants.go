@@ -1,0 +1,143 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// list is the shape of every list answer; Next, when set, is the cursor of
+// the following page.
+type list[T any] struct {
+	Items []T    `json:"items"`
+	Next  string `json:"next,omitempty"`
+}
+
+func items[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
+	}
+	return xs
+}
+
+func (s *server) listTenants(w http.ResponseWriter, r *http.Request) {
+	if p := queryParams(r); p.err != nil {
+		s.fail(w, r, p.err)
+		return
+	}
+	ts, err := s.st.ListTenants(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list[broker.Tenant]{Items: items(ts)})
+}
+
+func (s *server) getTenant(w http.ResponseWriter, r *http.Request) {
+	t, err := s.st.GetTenant(r.Context(), chi.URLParam(r, "name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(t.Version))
+	writeJSON(w, http.StatusOK, t)
+}
+
+// createTenant adds a tenant; the server sets its version (1).
+func (s *server) createTenant(w http.ResponseWriter, r *http.Request) {
+	var t broker.Tenant
+	if err := s.decode(w, r, &t, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if t.Version != 0 {
+		s.fail(w, r, broker.Invalid("version", "is set by the server; leave it out"))
+		return
+	}
+	created, err := s.st.CreateTenant(r.Context(), t)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(created.Version))
+	w.Header().Set("Location", "/api/v1/tenants/"+url.PathEscape(created.Name))
+	writeJSON(w, http.StatusCreated, created)
+}
+
+func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	if !mayEditTenant(w, r, name) {
+		return
+	}
+	want, err := ifMatch(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var t broker.Tenant
+	if err := s.decode(w, r, &t, false); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if t.Name != "" && t.Name != name {
+		s.fail(w, r, broker.Invalid("name", "cannot be changed (the path names tenant %q, the body %q)", name, t.Name))
+		return
+	}
+	if t.Version != 0 && t.Version != want {
+		s.fail(w, r, broker.Invalid("version", "must be left out or equal the If-Match version %d, got %d", want, t.Version))
+		return
+	}
+	t.Name, t.Version = name, want
+	cur, err := s.st.GetTenant(r.Context(), name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if cur.Version != want {
+		s.fail(w, r, stale("tenant "+name, cur.Version, want))
+		return
+	}
+	updated, err := s.st.UpdateTenant(r.Context(), t)
+	if errors.Is(err, broker.ErrConflict) {
+		// Someone else's edit landed between the read and the write, or a
+		// queue or namespace is taken: tell the two apart.
+		if now, gerr := s.st.GetTenant(r.Context(), name); gerr == nil && now.Version != want {
+			err = stale("tenant "+name, now.Version, want)
+		}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(updated.Version))
+	writeJSON(w, http.StatusOK, updated)
+}
+
+func (s *server) deleteTenant(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	if r.Header.Get("If-Match") != "" {
+		want, err := ifMatch(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		cur, err := s.st.GetTenant(r.Context(), name)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if cur.Version != want {
+			s.fail(w, r, stale("tenant "+name, cur.Version, want))
+			return
+		}
+	}
+	if err := s.st.DeleteTenant(r.Context(), name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
