@@ -162,6 +162,8 @@ type Sim struct {
 	fault    Fault
 	// freeGPUs per label: when zero, scheduling that label is skipped.
 	freeByLabel map[string]int
+	// live caches the RUNNING nodes in host order; nil when stale.
+	live []*node
 }
 
 // New returns a simulator with no nodes and no apps.
@@ -283,6 +285,7 @@ func (s *Sim) AddNode(spec NodeSpec) error {
 	s.nextPort++
 	s.nodes[spec.Host] = &node{spec: spec, state: "RUNNING", port: s.nextPort, lastHealth: s.cfg.Now(), allocs: map[*app]map[int]int{}}
 	s.freeByLabel[label(spec.Labels)] += spec.GPUs
+	s.live = nil
 	s.scheduleAll()
 	return nil
 }
@@ -299,6 +302,7 @@ func (s *Sim) RemoveNode(host string) error {
 	s.releaseNode(n)
 	s.freeByLabel[label(n.spec.Labels)] -= n.spec.GPUs
 	delete(s.nodes, host)
+	s.live = nil
 	s.scheduleAll()
 	return nil
 }
@@ -321,6 +325,7 @@ func (s *Sim) SetNodeState(host, state string) error {
 	}
 	wasLive := n.state == "RUNNING"
 	n.state = state
+	s.live = nil
 	switch state {
 	case "DECOMMISSIONED", "LOST", "SHUTDOWN":
 		s.releaseNode(n)
@@ -444,6 +449,9 @@ func label(ls []string) string {
 
 // liveNodes returns the RUNNING nodes in host order.
 func (s *Sim) liveNodes() []*node {
+	if s.live != nil {
+		return s.live
+	}
 	out := make([]*node, 0, len(s.nodes))
 	for _, n := range s.nodes {
 		if n.state == "RUNNING" {
@@ -451,12 +459,16 @@ func (s *Sim) liveNodes() []*node {
 		}
 	}
 	slices.SortFunc(out, func(a, b *node) int { return cmp.Compare(a.spec.Host, b.spec.Host) })
+	s.live = out
 	return out
 }
 
 // scheduleAll offers free capacity to pending apps: higher app priority
 // first, then submit order.
 func (s *Sim) scheduleAll() {
+	if len(s.apps) == 0 {
+		return
+	}
 	total := 0
 	for _, f := range s.freeByLabel {
 		total += max(f, 0)

@@ -1,0 +1,98 @@
+package yarn_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/yarn"
+)
+
+func TestQueueMap(t *testing.T) {
+	m := yarn.NewQueueMap(map[string]broker.Tenant{
+		"ml":      {Name: "ml", YARNQueues: []string{"root.ml"}},
+		"train":   {Name: "train", YARNQueues: []string{"root.ml.train"}},
+		"adhoc":   {Name: "adhoc", YARNQueues: []string{"adhoc"}},
+		"default": {Name: "default", YARNQueues: []string{"root.default"}},
+	})
+	for path, want := range map[string]string{
+		"root.ml.train":       "train",   // exact path
+		"root.ml.eval":        "ml",      // nearest listed ancestor
+		"root.ml.train.night": "train",   // deeper descendant
+		"root.x.adhoc":        "adhoc",   // leaf name
+		"adhoc":               "adhoc",   // leaf name as Hadoop 3.3 reports it
+		"root.default":        "default", //
+		"root.other":          "",        // nobody's
+	} {
+		got, ok := m.Tenant(path)
+		if got.Name != want || ok != (want != "") {
+			t.Errorf("Tenant(%q) = %q, %v; want %q", path, got.Name, ok, want)
+		}
+	}
+}
+
+func TestMapDemand(t *testing.T) {
+	at := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
+	started := at.Add(-10 * time.Minute)
+	obs := &yarn.Observation{
+		At: at,
+		Apps: []yarn.App{
+			{ID: "application_1_0001", Name: "gang", Queue: "train", QueuePath: "root.ml.train", Priority: 5, Started: started,
+				Tags: []string{"gpubroker.io/gang=true", "gpubroker.io/preemptible=false"},
+				Requests: []yarn.Request{
+					{Priority: 1, Containers: 4, GPUsPerContainer: 8, NodeLabel: "a100"},
+					{Priority: 2, AllocationRequestID: 3, Containers: 1, GPUsPerContainer: 1, NodeLabel: "t4"},
+				}},
+			{ID: "application_1_0002", Name: "plain", Queue: "root.default", QueuePath: "root.default", Priority: 0,
+				Requests: []yarn.Request{{Priority: 7, Containers: 2, GPUsPerContainer: 2}}},
+			{ID: "application_1_0003", Name: "orphan", Queue: "root.other", QueuePath: "root.other",
+				Requests: []yarn.Request{{Priority: 1, Containers: 3, GPUsPerContainer: 2}}},
+			{ID: "application_1_0004", Name: "cpu", Queue: "root.default", QueuePath: "root.default"},
+		},
+	}
+	tenants := map[string]broker.Tenant{
+		"ml":      {Name: "ml", BasePriority: 1000, YARNQueues: []string{"root.ml"}},
+		"default": {Name: "default", BasePriority: 10, YARNQueues: []string{"default"}},
+	}
+	ds, unmapped := yarn.MapDemand(obs, yarn.NewQueueMap(tenants), yarn.MapOptions{LabelModels: map[string]string{"a100": "nvidia-a100-80gb"}})
+	want := []broker.Demand{
+		{Source: broker.SourceYARN, Key: "application_1_0001/1", Name: "gang", Tenant: "ml", Queue: "root.ml.train", Priority: 1005,
+			GPUsPerUnit: 8, Units: 4, Gang: true, Preemptible: false, FirstSeen: started, LastSeen: at,
+			Constraints: broker.Constraints{NodeLabel: "a100", GPUModels: []string{"nvidia-a100-80gb"}}},
+		{Source: broker.SourceYARN, Key: "application_1_0001/2#3", Name: "gang", Tenant: "ml", Queue: "root.ml.train", Priority: 1005,
+			GPUsPerUnit: 1, Units: 1, Gang: true, Preemptible: false, FirstSeen: started, LastSeen: at,
+			Constraints: broker.Constraints{NodeLabel: "t4", GPUModels: []string{"t4"}}},
+		{Source: broker.SourceYARN, Key: "application_1_0002/7", Name: "plain", Tenant: "default", Queue: "root.default", Priority: 10,
+			GPUsPerUnit: 2, Units: 2, Preemptible: true, FirstSeen: at, LastSeen: at},
+	}
+	if d := cmp.Diff(want, ds); d != "" {
+		t.Errorf("demand (-want +got):\n%s", d)
+	}
+	for _, d := range ds {
+		if err := d.Validate(); err != nil {
+			t.Errorf("%s: %v", d.Key, err)
+		}
+	}
+	if d := cmp.Diff([]yarn.Unmapped{{AppID: "application_1_0003", Queue: "root.other", GPUs: 6}}, unmapped); d != "" {
+		t.Errorf("unmapped (-want +got):\n%s", d)
+	}
+}
+
+func TestBrokerNodes(t *testing.T) {
+	obs := &yarn.Observation{Nodes: []yarn.Node{
+		{Host: "a", State: "RUNNING", GPUsTotal: 8, GPUsUsed: 3, Labels: []string{"a100"}},
+		{Host: "b", State: "DECOMMISSIONING", GPUsTotal: 4},
+		{Host: "c", State: "UNHEALTHY", GPUsTotal: 4, HealthReport: "disk full"},
+	}}
+	got := yarn.BrokerNodes(obs)
+	want := []broker.Node{
+		{Name: "a", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 8, GPUsAllocated: 3, Utilisation: -1, Healthy: true,
+			Labels: map[string]string{"yarn.io/node-label": "a100"}},
+		{Name: "b", Owner: broker.OwnerYARN, Phase: broker.PhaseDraining, GPUsTotal: 4, Utilisation: -1, Healthy: true},
+		{Name: "c", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, HealthReason: "disk full"},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("nodes (-want +got):\n%s", d)
+	}
+}
