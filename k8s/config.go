@@ -1,0 +1,130 @@
+package k8s
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// Well-known keys gpubroker reads and writes on Kubernetes objects.
+const (
+	// OwnerTaintKey is the NoSchedule taint gpubroker puts on nodes it takes
+	// away from the Kubernetes scheduler; its value names the new owner.
+	OwnerTaintKey = "gpubroker.io/owner"
+	// PreemptibleAnnotation on a pod overrides the priority rule:
+	// "false" marks work that must never be preempted, "true" allows it.
+	PreemptibleAnnotation = "gpubroker.io/preemptible"
+	// DefaultGPUModelLabel is the label gpu-feature-discovery puts on nodes.
+	DefaultGPUModelLabel = "nvidia.com/gpu.product"
+	// DefaultPoolLabel names the gpubroker pool a node belongs to.
+	DefaultPoolLabel = "gpubroker.io/pool"
+	// mirrorPodAnnotation marks static pods mirrored by the kubelet.
+	mirrorPodAnnotation = "kubernetes.io/config.mirror"
+)
+
+// Config configures the Kubernetes adapter. The zero value of every field
+// means its default; see Defaults.
+type Config struct {
+	// NamespaceTenants maps a namespace to the tenant whose quota it uses.
+	NamespaceTenants map[string]string
+	// NamespaceIsTenant, when true, uses the namespace's own name as tenant
+	// for namespaces that NamespaceTenants does not map. When false, pods
+	// of unmapped namespaces are reported and not counted as demand.
+	NamespaceIsTenant bool
+	// SchedulerNames are the schedulers whose pods count as demand
+	// (default: "default-scheduler").
+	SchedulerNames []string
+	// GPUModelLabel is the node label holding the GPU product
+	// (default DefaultGPUModelLabel).
+	GPUModelLabel string
+	// PoolLabel is the node label holding the gpubroker pool name
+	// (default DefaultPoolLabel).
+	PoolLabel string
+	// GPUNodeLabels mark nodes that will offer GPUs even before their device
+	// plugin advertises them, e.g. {"infra-type": "gpu"}. A node carrying
+	// all of them, the model label or the pool label is a GPU node.
+	GPUNodeLabels map[string]string
+	// NonPreemptiblePriority: pods at or above this priority are never
+	// preemptible (default 1000000000, the system-critical range). The
+	// PreemptibleAnnotation overrides it per pod.
+	NonPreemptiblePriority int64
+	// EventSource is the component name on the Events gpubroker writes
+	// (default "gpubroker").
+	EventSource string
+	// ResyncPeriod of the informers; 0 (the default) disables resync.
+	ResyncPeriod time.Duration
+	// NotifyBuffer is the capacity of the unschedulable-pod channel
+	// (default 1: one pending wake-up is enough for a batching tick loop).
+	NotifyBuffer int
+}
+
+// Defaults returns c with every unset field set to its default.
+func (c Config) Defaults() Config {
+	if len(c.SchedulerNames) == 0 {
+		c.SchedulerNames = []string{"default-scheduler"}
+	}
+	if c.GPUModelLabel == "" {
+		c.GPUModelLabel = DefaultGPUModelLabel
+	}
+	if c.PoolLabel == "" {
+		c.PoolLabel = DefaultPoolLabel
+	}
+	if c.NonPreemptiblePriority == 0 {
+		c.NonPreemptiblePriority = 1_000_000_000
+	}
+	if c.EventSource == "" {
+		c.EventSource = "gpubroker"
+	}
+	if c.NotifyBuffer == 0 {
+		c.NotifyBuffer = 1
+	}
+	return c
+}
+
+// Validate checks a defaulted Config.
+func (c Config) Validate() error {
+	for ns, tenant := range c.NamespaceTenants {
+		if !broker.ValidName(ns) {
+			return broker.Invalid("namespace_tenants", "key must be a namespace name, got %q", ns)
+		}
+		if !broker.ValidName(tenant) {
+			return broker.Invalid(fmt.Sprintf("namespace_tenants.%s", ns), "must be a tenant name (lowercase DNS label), got %q", tenant)
+		}
+	}
+	for i, s := range c.SchedulerNames {
+		if s == "" {
+			return broker.Invalid(fmt.Sprintf("scheduler_names[%d]", i), "must not be empty")
+		}
+	}
+	switch {
+	case c.ResyncPeriod < 0:
+		return broker.Invalid("resync_period", "must not be negative, got %s", c.ResyncPeriod)
+	case c.NotifyBuffer < 0:
+		return broker.Invalid("notify_buffer", "must not be negative, got %d", c.NotifyBuffer)
+	}
+	return nil
+}
+
+// tenantOf returns the tenant a namespace maps to, and false if none.
+func (c *Config) tenantOf(ns string) (string, bool) {
+	if t, ok := c.NamespaceTenants[ns]; ok {
+		return t, true
+	}
+	if c.NamespaceIsTenant && broker.ValidName(ns) {
+		return ns, true
+	}
+	return "", false
+}
+
+// TenantsFromBroker builds a namespace → tenant map from broker tenants, for
+// Config.NamespaceTenants.
+func TenantsFromBroker(tenants []broker.Tenant) map[string]string {
+	m := map[string]string{}
+	for _, t := range tenants {
+		for _, ns := range t.Namespaces {
+			m[ns] = t.Name
+		}
+	}
+	return m
+}

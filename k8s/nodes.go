@@ -1,0 +1,181 @@
+package k8s
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// Node phase details, in NodeDetail.Reason.
+const (
+	NodeNotReady         = "not-ready"          // kubelet not Ready yet or any more
+	NodeGPUNotAdvertised = "gpu-not-advertised" // Ready, but the device plugin has not reported GPUs
+	NodeCordoned         = "cordoned"           // unschedulable
+)
+
+// NodeDetail is what Observe knows about a node beyond broker.Node.
+type NodeDetail struct {
+	Ready         bool `json:"ready"`
+	Unschedulable bool `json:"unschedulable"`
+	// GPUsAdvertised is false while the device plugin has not reported.
+	GPUsAdvertised bool `json:"gpus_advertised"`
+	// Allocatable is the node's allocatable GPU resources.
+	Allocatable GPURequest `json:"allocatable"`
+	// Reason explains a phase other than active (NodeNotReady, ...).
+	Reason string `json:"reason,omitempty"`
+}
+
+// isGPUNode reports whether a node offers or will offer GPUs.
+func (c *Config) isGPUNode(n *corev1.Node) bool {
+	if !nodeGPUs(n.Status.Allocatable).IsZero() || !nodeGPUs(n.Status.Capacity).IsZero() {
+		return true
+	}
+	if _, ok := n.Labels[c.GPUModelLabel]; ok {
+		return true
+	}
+	if _, ok := n.Labels[c.PoolLabel]; ok {
+		return true
+	}
+	if len(c.GPUNodeLabels) == 0 {
+		return false
+	}
+	for k, v := range c.GPUNodeLabels {
+		if n.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func nodeReady(n *corev1.Node) (bool, time.Time) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
+		}
+	}
+	return false, n.CreationTimestamp.Time
+}
+
+// ownerOf reads the gpubroker.io/owner taint: no taint means the
+// Kubernetes scheduler owns the node.
+func ownerOf(n *corev1.Node) broker.Owner {
+	for _, t := range n.Spec.Taints {
+		if t.Key != OwnerTaintKey {
+			continue
+		}
+		switch broker.Owner(t.Value) {
+		case broker.OwnerYARN:
+			return broker.OwnerYARN
+		case broker.OwnerK8s:
+			return broker.OwnerK8s
+		}
+		return broker.OwnerNone
+	}
+	return broker.OwnerK8s
+}
+
+// instanceID extracts the cloud instance id from spec.providerID
+// ("aws:///us-east-1a/i-0abc" → "i-0abc").
+func instanceID(providerID string) string {
+	if providerID == "" {
+		return ""
+	}
+	return providerID[strings.LastIndexByte(providerID, '/')+1:]
+}
+
+// isSystemPod reports pods a drain leaves in place: DaemonSet pods and
+// mirror (static) pods.
+func isSystemPod(pod *corev1.Pod) bool {
+	if _, ok := pod.Annotations[mirrorPodAnnotation]; ok {
+		return true
+	}
+	for _, ref := range pod.OwnerReferences {
+		if ref.Kind == "DaemonSet" && ref.Controller != nil && *ref.Controller {
+			return true
+		}
+	}
+	return false
+}
+
+func podTerminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// buildNode converts a node and the pods bound to it.
+func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node, NodeDetail) {
+	alloc := nodeGPUs(n.Status.Allocatable)
+	ready, since := nodeReady(n)
+	d := NodeDetail{
+		Ready:          ready,
+		Unschedulable:  n.Spec.Unschedulable,
+		GPUsAdvertised: !alloc.IsZero(),
+		Allocatable:    alloc,
+	}
+	bn := broker.Node{
+		Name:        n.Name,
+		InstanceID:  instanceID(n.Spec.ProviderID),
+		Pool:        n.Labels[c.cfg.PoolLabel],
+		Owner:       ownerOf(n),
+		PhaseSince:  since,
+		GPUModel:    n.Labels[c.cfg.GPUModelLabel],
+		GPUsTotal:   alloc.WholeGPUs(),
+		Utilisation: -1,
+		Healthy:     true,
+	}
+	if len(n.Labels) > 0 {
+		bn.Labels = make(map[string]string, len(n.Labels))
+		for k, v := range n.Labels {
+			bn.Labels[k] = v
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		bn.Taints = append(bn.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	}
+	userWork := 0
+	for _, pod := range pods {
+		if podTerminal(pod) {
+			continue
+		}
+		prio := podPriority(pod, c.classes)
+		tenant, _ := c.cfg.tenantOf(pod.Namespace)
+		w := broker.Workload{
+			Source:        broker.SourceK8s,
+			Key:           string(pod.UID),
+			Name:          pod.Namespace + "/" + pod.Name,
+			Tenant:        tenant,
+			Priority:      prio,
+			GPUs:          PodGPURequest(pod).WholeGPUs(),
+			Preemptible:   c.preemptible(pod, prio),
+			CheckpointAge: -1,
+			System:        isSystemPod(pod),
+		}
+		if pod.Status.StartTime != nil {
+			w.StartedAt = pod.Status.StartTime.Time
+		}
+		bn.GPUsAllocated += w.GPUs
+		if !w.System {
+			userWork++
+		}
+		bn.Work = append(bn.Work, w)
+	}
+	switch {
+	case !ready:
+		bn.Phase, d.Reason = broker.PhaseRegistered, NodeNotReady
+	case !d.GPUsAdvertised:
+		// IMPORTANT: a node whose device plugin has not reported yet is
+		// capacity in flight, not a node without GPUs: reporting it as
+		// registered keeps the planner from buying a second node for the
+		// same pod.
+		bn.Phase, d.Reason = broker.PhaseRegistered, NodeGPUNotAdvertised
+	case n.Spec.Unschedulable && userWork > 0:
+		bn.Phase, d.Reason = broker.PhaseDraining, NodeCordoned
+	case n.Spec.Unschedulable:
+		bn.Phase, d.Reason = broker.PhaseDrained, NodeCordoned
+	default:
+		bn.Phase = broker.PhaseActive
+	}
+	return bn, d
+}

@@ -1,0 +1,317 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// Indexer names on the pod informer.
+const (
+	indexNode       = "gpubroker/node"    // pods by spec.nodeName
+	indexPendingGPU = "gpubroker/pending" // "gpu" for unbound pods asking for GPUs
+)
+
+// PDBReport is one PodDisruptionBudget as drain planning needs it.
+type PDBReport struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Selector is the label selector in its string form.
+	Selector           string `json:"selector"`
+	MinAvailable       string `json:"min_available,omitempty"`
+	MaxUnavailable     string `json:"max_unavailable,omitempty"`
+	DisruptionsAllowed int32  `json:"disruptions_allowed"`
+	CurrentHealthy     int32  `json:"current_healthy"`
+	DesiredHealthy     int32  `json:"desired_healthy"`
+	ExpectedPods       int32  `json:"expected_pods"`
+}
+
+// Observation is one view of the cluster from the informer caches.
+type Observation struct {
+	// At is when the observation was taken.
+	At time.Time `json:"at"`
+	// Demand is one broker.Demand per counted pod, sorted by Name.
+	Demand []broker.Demand `json:"demand"`
+	// Pods reports every pending GPU pod, counted or not, sorted by
+	// namespace and name.
+	Pods []PodReport `json:"pods"`
+	// Nodes are the GPU nodes with their work, sorted by name.
+	Nodes []broker.Node `json:"nodes"`
+	// NodeDetails holds Kubernetes-specific facts per node name.
+	NodeDetails map[string]NodeDetail `json:"node_details"`
+	// PDBs are all PodDisruptionBudgets, sorted by namespace and name.
+	PDBs []PDBReport `json:"pdbs"`
+}
+
+// Observer watches the cluster through shared informers.
+type Observer struct {
+	cfg     Config
+	log     *slog.Logger
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	nodes   cache.SharedIndexInformer
+	pdbs    cache.SharedIndexInformer
+	classes cache.SharedIndexInformer
+	cls     classifier
+	notify  chan struct{}
+	now     func() time.Time
+
+	mu     sync.Mutex
+	synced bool
+}
+
+// NewObserver builds an Observer on client. Call Start before Observe.
+func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Observer, error) {
+	if client == nil {
+		return nil, broker.Invalid("client", "must not be nil")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("k8s config: %w", err)
+	}
+	o := &Observer{
+		cfg:     cfg,
+		log:     log,
+		factory: informers.NewSharedInformerFactoryWithOptions(client, cfg.ResyncPeriod, informers.WithTransform(stripManagedFields)),
+		notify:  make(chan struct{}, cfg.NotifyBuffer),
+		now:     time.Now,
+	}
+	o.pods = o.factory.Core().V1().Pods().Informer()
+	o.nodes = o.factory.Core().V1().Nodes().Informer()
+	o.pdbs = o.factory.Policy().V1().PodDisruptionBudgets().Informer()
+	o.classes = o.factory.Scheduling().V1().PriorityClasses().Informer()
+	if err := o.pods.AddIndexers(cache.Indexers{
+		indexNode: func(obj any) ([]string, error) {
+			pod, ok := obj.(*corev1.Pod)
+			if !ok || pod.Spec.NodeName == "" {
+				return nil, nil
+			}
+			return []string{pod.Spec.NodeName}, nil
+		},
+		indexPendingGPU: func(obj any) ([]string, error) {
+			pod, ok := obj.(*corev1.Pod)
+			if !ok {
+				return nil, nil
+			}
+			if _, ok := pendingGPUPod(pod); ok {
+				return []string{"gpu"}, nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("add pod indexers: %w", err)
+	}
+	o.cls = classifier{cfg: &o.cfg, classes: o.priorityOf}
+	if _, err := o.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { o.onPod(nil, obj) },
+		UpdateFunc: o.onPod,
+	}); err != nil {
+		return nil, fmt.Errorf("add pod handler: %w", err)
+	}
+	return o, nil
+}
+
+// stripManagedFields drops what Observe never reads, to keep 20,000 pods
+// cheap in memory.
+func stripManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		for i := range pod.Spec.Containers {
+			pod.Spec.Containers[i].Env = nil
+			pod.Spec.Containers[i].Command = nil
+			pod.Spec.Containers[i].Args = nil
+		}
+		pod.Spec.Volumes = nil
+		delete(pod.Annotations, corev1.LastAppliedConfigAnnotation)
+	}
+	return obj, nil
+}
+
+// Start starts the informers and waits until their caches are synced or
+// ctx ends. The informers stop when ctx is cancelled.
+func (o *Observer) Start(ctx context.Context) error {
+	o.factory.Start(ctx.Done())
+	start := time.Now()
+	for typ, ok := range o.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("sync %s informer: %w", typ, broker.ErrStale)
+		}
+	}
+	o.mu.Lock()
+	o.synced = true
+	o.mu.Unlock()
+	o.log.Debug("k8s informers synced", "took_ms", time.Since(start).Milliseconds())
+	return nil
+}
+
+// Unschedulable returns a channel that receives when a GPU pod newly
+// becomes pending demand. Wake-ups coalesce: a tick loop that batches for
+// about a second and then calls Observe sees every pod that arrived.
+func (o *Observer) Unschedulable() <-chan struct{} { return o.notify }
+
+func (o *Observer) onPod(oldObj, newObj any) {
+	pod, ok := newObj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	req, ok := pendingGPUPod(pod)
+	if !ok {
+		return
+	}
+	if !o.cls.classify(pod, req).Counted {
+		return
+	}
+	if old, ok := oldObj.(*corev1.Pod); ok {
+		if oreq, ok := pendingGPUPod(old); ok && o.cls.classify(old, oreq).Counted {
+			return // already counted before this update
+		}
+	}
+	select {
+	case o.notify <- struct{}{}:
+	default:
+	}
+}
+
+// priorityOf looks a PriorityClass up in the cache; "" finds the global
+// default class.
+func (o *Observer) priorityOf(name string) (int64, bool) {
+	if name != "" {
+		obj, ok, err := o.classes.GetStore().GetByKey(name)
+		if err != nil || !ok {
+			return 0, false
+		}
+		return int64(obj.(*schedulingv1.PriorityClass).Value), true
+	}
+	for _, obj := range o.classes.GetStore().List() {
+		if pc := obj.(*schedulingv1.PriorityClass); pc.GlobalDefault {
+			return int64(pc.Value), true
+		}
+	}
+	return 0, false
+}
+
+// Observe returns pending demand, the pending GPU pods with why they count
+// or not, the GPU nodes with their work and the PDBs, all from the informer
+// caches. It fails with broker.ErrStale before the caches have synced.
+func (o *Observer) Observe(ctx context.Context) (Observation, error) {
+	if err := ctx.Err(); err != nil {
+		return Observation{}, err
+	}
+	o.mu.Lock()
+	synced := o.synced
+	o.mu.Unlock()
+	if !synced {
+		return Observation{}, fmt.Errorf("observe kubernetes: informers not synced: %w", broker.ErrStale)
+	}
+	obs := Observation{At: o.now(), NodeDetails: map[string]NodeDetail{}}
+
+	pending, err := o.pods.GetIndexer().ByIndex(indexPendingGPU, "gpu")
+	if err != nil {
+		return Observation{}, fmt.Errorf("list pending gpu pods: %w", err)
+	}
+	obs.Pods = make([]PodReport, 0, len(pending))
+	for _, obj := range pending {
+		pod := obj.(*corev1.Pod)
+		req, ok := pendingGPUPod(pod)
+		if !ok {
+			continue
+		}
+		r := o.cls.classify(pod, req)
+		if r.Counted {
+			d := o.cls.demand(pod, r, obs.At)
+			if err := d.Validate(); err != nil {
+				r.Counted, r.Reason, r.Detail = false, ReasonInvalid, err.Error()
+			} else {
+				obs.Demand = append(obs.Demand, d)
+			}
+		}
+		obs.Pods = append(obs.Pods, r)
+	}
+	sort.Slice(obs.Pods, func(i, j int) bool {
+		a, b := obs.Pods[i], obs.Pods[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	sort.Slice(obs.Demand, func(i, j int) bool { return obs.Demand[i].Name < obs.Demand[j].Name })
+
+	for _, obj := range o.nodes.GetStore().List() {
+		n := obj.(*corev1.Node)
+		if !o.cfg.isGPUNode(n) {
+			continue
+		}
+		objs, err := o.pods.GetIndexer().ByIndex(indexNode, n.Name)
+		if err != nil {
+			return Observation{}, fmt.Errorf("list pods of node %q: %w", n.Name, err)
+		}
+		pods := make([]*corev1.Pod, len(objs))
+		for i, p := range objs {
+			pods[i] = p.(*corev1.Pod)
+		}
+		sort.Slice(pods, func(i, j int) bool {
+			if pods[i].Namespace != pods[j].Namespace {
+				return pods[i].Namespace < pods[j].Namespace
+			}
+			return pods[i].Name < pods[j].Name
+		})
+		bn, d := o.cls.buildNode(n, pods)
+		obs.Nodes = append(obs.Nodes, bn)
+		obs.NodeDetails[n.Name] = d
+	}
+	sort.Slice(obs.Nodes, func(i, j int) bool { return obs.Nodes[i].Name < obs.Nodes[j].Name })
+
+	for _, obj := range o.pdbs.GetStore().List() {
+		obs.PDBs = append(obs.PDBs, pdbReport(obj.(*policyv1.PodDisruptionBudget)))
+	}
+	sort.Slice(obs.PDBs, func(i, j int) bool {
+		a, b := obs.PDBs[i], obs.PDBs[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Name < b.Name
+	})
+	return obs, nil
+}
+
+func pdbReport(p *policyv1.PodDisruptionBudget) PDBReport {
+	r := PDBReport{
+		Namespace:          p.Namespace,
+		Name:               p.Name,
+		DisruptionsAllowed: p.Status.DisruptionsAllowed,
+		CurrentHealthy:     p.Status.CurrentHealthy,
+		DesiredHealthy:     p.Status.DesiredHealthy,
+		ExpectedPods:       p.Status.ExpectedPods,
+	}
+	if p.Spec.Selector != nil {
+		r.Selector = metav1.FormatLabelSelector(p.Spec.Selector)
+	}
+	if p.Spec.MinAvailable != nil {
+		r.MinAvailable = p.Spec.MinAvailable.String()
+	}
+	if p.Spec.MaxUnavailable != nil {
+		r.MaxUnavailable = p.Spec.MaxUnavailable.String()
+	}
+	return r
+}

@@ -1,0 +1,272 @@
+package k8s
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// Why a pending GPU pod does or does not count as demand.
+const (
+	ReasonUnschedulable  = "unschedulable"         // counted: the scheduler found no node
+	ReasonGated          = "scheduling-gated"      // held by schedulingGates
+	ReasonNominated      = "nominated"             // preemption is freeing room on a node
+	ReasonOtherScheduler = "other-scheduler"       // schedulerName not handled by gpubroker
+	ReasonNoTenant       = "no-tenant"             // namespace maps to no tenant
+	ReasonNotYetDecided  = "not-yet-unschedulable" // scheduler has not given up on it yet
+	ReasonBound          = "bound"                 // has a node; not demand
+	ReasonTerminating    = "terminating"           // being deleted
+	ReasonInvalid        = "invalid"               // would not pass broker validation
+)
+
+// PodReport is one pending GPU pod and whether it counts as demand.
+type PodReport struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// Priority is the pod's priority (its PriorityClass value).
+	Priority int64 `json:"priority"`
+	// PriorityClass names the pod's PriorityClass, if any.
+	PriorityClass string `json:"priority_class,omitempty"`
+	// GPUs is the effective request in whole GPUs; Request has the detail.
+	GPUs    int        `json:"gpus"`
+	Request GPURequest `json:"request"`
+	Tenant  string     `json:"tenant,omitempty"`
+	// Counted is true when the pod is pending demand.
+	Counted bool `json:"counted"`
+	// Reason is one of the Reason* constants; Detail explains it.
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+	// Constraints restrict the nodes that can serve the pod.
+	Constraints broker.Constraints `json:"constraints"`
+	// UnschedulableSince is when the scheduler marked it unschedulable.
+	UnschedulableSince time.Time `json:"unschedulable_since,omitzero"`
+	Created            time.Time `json:"created"`
+}
+
+// podPriority returns the pod's priority: spec.priority as set by the
+// Priority admission plugin, else the value of its PriorityClass, else the
+// global default class, else 0.
+func podPriority(pod *corev1.Pod, classes priorityLookup) int64 {
+	if pod.Spec.Priority != nil {
+		return int64(*pod.Spec.Priority)
+	}
+	if classes != nil {
+		if v, ok := classes(pod.Spec.PriorityClassName); ok {
+			return v
+		}
+	}
+	return 0
+}
+
+// priorityLookup returns a PriorityClass's value; the empty name asks for
+// the global default class.
+type priorityLookup func(name string) (int64, bool)
+
+// unschedulableCondition returns the PodScheduled condition when it says
+// False/Unschedulable.
+func unschedulableCondition(pod *corev1.Pod) (*corev1.PodCondition, bool) {
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		if c.Type == corev1.PodScheduled {
+			if c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return c, true
+			}
+			return c, false
+		}
+	}
+	return nil, false
+}
+
+// classifier turns pods into reports and demand with one configuration.
+type classifier struct {
+	cfg     *Config
+	classes priorityLookup
+}
+
+// pending reports whether pod is a not-yet-bound GPU pod that the classifier
+// should report on at all, and its request.
+func pendingGPUPod(pod *corev1.Pod) (GPURequest, bool) {
+	if pod.Spec.NodeName != "" || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+		return GPURequest{}, false
+	}
+	req := PodGPURequest(pod)
+	return req, !req.IsZero()
+}
+
+// classify reports on one pending GPU pod; req is its PodGPURequest.
+func (c *classifier) classify(pod *corev1.Pod, req GPURequest) PodReport {
+	r := PodReport{
+		Namespace:     pod.Namespace,
+		Name:          pod.Name,
+		UID:           string(pod.UID),
+		Priority:      podPriority(pod, c.classes),
+		PriorityClass: pod.Spec.PriorityClassName,
+		GPUs:          req.WholeGPUs(),
+		Request:       req,
+		Constraints:   podConstraints(pod, c.cfg.GPUModelLabel),
+		Created:       pod.CreationTimestamp.Time,
+	}
+	tenant, hasTenant := c.cfg.tenantOf(pod.Namespace)
+	r.Tenant = tenant
+	cond, unschedulable := unschedulableCondition(pod)
+	if unschedulable {
+		r.UnschedulableSince = cond.LastTransitionTime.Time
+	}
+	switch {
+	case pod.DeletionTimestamp != nil:
+		r.Reason, r.Detail = ReasonTerminating, "pod is being deleted"
+	case pod.Spec.NodeName != "":
+		r.Reason, r.Detail = ReasonBound, "bound to node "+pod.Spec.NodeName
+	case len(pod.Spec.SchedulingGates) > 0:
+		names := make([]string, len(pod.Spec.SchedulingGates))
+		for i, g := range pod.Spec.SchedulingGates {
+			names[i] = g.Name
+		}
+		r.Reason, r.Detail = ReasonGated, "waiting for scheduling gates "+strings.Join(names, ", ")
+	case !slices.Contains(c.cfg.SchedulerNames, schedulerName(pod)):
+		r.Reason, r.Detail = ReasonOtherScheduler, fmt.Sprintf("scheduler %q is not handled", schedulerName(pod))
+	case pod.Status.NominatedNodeName != "":
+		r.Reason, r.Detail = ReasonNominated, "preemption frees room on node "+pod.Status.NominatedNodeName
+	case !unschedulable:
+		r.Reason, r.Detail = ReasonNotYetDecided, "the scheduler has not marked it unschedulable"
+	case !hasTenant:
+		r.Reason, r.Detail = ReasonNoTenant, fmt.Sprintf("namespace %q maps to no tenant", pod.Namespace)
+	default:
+		r.Counted, r.Reason = true, ReasonUnschedulable
+		if cond != nil {
+			r.Detail = cond.Message
+		}
+	}
+	return r
+}
+
+func schedulerName(pod *corev1.Pod) string {
+	if pod.Spec.SchedulerName == "" {
+		return corev1.DefaultSchedulerName
+	}
+	return pod.Spec.SchedulerName
+}
+
+// demand converts a counted report into broker demand seen at now.
+func (c *classifier) demand(pod *corev1.Pod, r PodReport, now time.Time) broker.Demand {
+	return broker.Demand{
+		Source:      broker.SourceK8s,
+		Key:         r.UID,
+		Name:        r.Namespace + "/" + r.Name,
+		Tenant:      r.Tenant,
+		Queue:       r.Namespace,
+		Priority:    r.Priority,
+		GPUsPerUnit: r.GPUs,
+		Units:       1,
+		Constraints: r.Constraints,
+		Preemptible: c.preemptible(pod, r.Priority),
+		FirstSeen:   r.Created,
+		LastSeen:    now,
+	}
+}
+
+// preemptible applies the annotation, then the priority rule.
+func (c *classifier) preemptible(pod *corev1.Pod, priority int64) bool {
+	switch strings.ToLower(pod.Annotations[PreemptibleAnnotation]) {
+	case "false", "no", "0":
+		return false
+	case "true", "yes", "1":
+		return true
+	}
+	return priority < c.cfg.NonPreemptiblePriority
+}
+
+// podConstraints collects nodeSelector, required node affinity and
+// tolerations. A nodeSelector or a single-valued In requirement on the GPU
+// model label also becomes GPUModels.
+func podConstraints(pod *corev1.Pod, modelLabel string) broker.Constraints {
+	var cs broker.Constraints
+	if len(pod.Spec.NodeSelector) > 0 {
+		cs.NodeSelector = make(map[string]string, len(pod.Spec.NodeSelector))
+		for k, v := range pod.Spec.NodeSelector {
+			cs.NodeSelector[k] = v
+		}
+		if m, ok := pod.Spec.NodeSelector[modelLabel]; ok {
+			cs.GPUModels = []string{m}
+		}
+	}
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		models := map[string]bool{}
+		allTermsPinModel := true
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			var t broker.AffinityTerm
+			pinned := false
+			for _, e := range term.MatchExpressions {
+				t.Requirements = append(t.Requirements, broker.LabelRequirement{
+					Key: e.Key, Operator: string(e.Operator), Values: slices.Clone(e.Values),
+				})
+				if e.Key == modelLabel && e.Operator == corev1.NodeSelectorOpIn {
+					pinned = true
+					for _, v := range e.Values {
+						models[v] = true
+					}
+				}
+			}
+			// matchFields only supports metadata.name; keep it as a label-like
+			// requirement so the planner can see a pod pinned to one node.
+			for _, e := range term.MatchFields {
+				t.Requirements = append(t.Requirements, broker.LabelRequirement{
+					Key: "field:" + e.Key, Operator: string(e.Operator), Values: slices.Clone(e.Values),
+				})
+			}
+			allTermsPinModel = allTermsPinModel && pinned
+			cs.Affinity = append(cs.Affinity, t)
+		}
+		if allTermsPinModel && len(models) > 0 && cs.GPUModels == nil {
+			for m := range models {
+				cs.GPUModels = append(cs.GPUModels, m)
+			}
+			slices.Sort(cs.GPUModels)
+		}
+	}
+	for _, t := range pod.Spec.Tolerations {
+		cs.Tolerations = append(cs.Tolerations, broker.Toleration{
+			Key: t.Key, Operator: string(t.Operator), Value: t.Value, Effect: string(t.Effect),
+		})
+	}
+	return cs
+}
+
+// ConstraintsString formats constraints on one line for people.
+func ConstraintsString(cs broker.Constraints) string {
+	var parts []string
+	if len(cs.NodeSelector) > 0 {
+		keys := make([]string, 0, len(cs.NodeSelector))
+		for k := range cs.NodeSelector {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			parts = append(parts, k+"="+cs.NodeSelector[k])
+		}
+	}
+	for _, t := range cs.Affinity {
+		var rs []string
+		for _, r := range t.Requirements {
+			rs = append(rs, r.Key+" "+r.Operator+" ("+strings.Join(r.Values, ",")+")")
+		}
+		parts = append(parts, "affinity["+strings.Join(rs, " && ")+"]")
+	}
+	for _, t := range cs.Tolerations {
+		op := t.Operator
+		if op == "" {
+			op = "Equal"
+		}
+		parts = append(parts, "tolerates "+t.Key+" "+op+" "+t.Value+":"+t.Effect)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}

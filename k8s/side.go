@@ -1,0 +1,138 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// Side is the Kubernetes half of the tick loop: it observes through the
+// Observer's informers and acts through the Actuator.
+type Side struct {
+	obs    *Observer
+	act    *Actuator
+	client kubernetes.Interface
+	// DrainStep bounds one Release call; the executor calls again until
+	// the node is drained or the policy's drain timeout passes.
+	drainStep time.Duration
+
+	mu   sync.Mutex
+	prev map[string]bool // demand keys of the previous observation
+}
+
+var (
+	_ broker.SideObserver = (*Side)(nil)
+	_ broker.SideActions  = (*Side)(nil)
+)
+
+// NewSide wires an observer and an actuator on the same client. The
+// observer should be built with NamespaceIsTenant so that every pending
+// GPU pod is reported; Side maps namespaces to tenants from the broker's
+// tenant index on every observation, so tenant edits apply at once.
+func NewSide(client kubernetes.Interface, obs *Observer, act *Actuator, drainStep time.Duration) *Side {
+	if drainStep <= 0 {
+		drainStep = 5 * time.Second
+	}
+	return &Side{obs: obs, act: act, client: client, drainStep: drainStep, prev: map[string]bool{}}
+}
+
+// Source reports the Kubernetes side.
+func (s *Side) Source() broker.Source { return broker.SourceK8s }
+
+// Observe returns pending GPU pods as demand, with tenants from idx.
+func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.SideObservation, error) {
+	o, err := s.obs.Observe(ctx)
+	if err != nil {
+		return broker.SideObservation{}, err
+	}
+	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: o.Nodes, Closed: map[string]string{}}
+	live := map[string]bool{}
+	for _, d := range o.Demand {
+		tenant, ok := idx.Namespaces[d.Queue]
+		if !ok {
+			out.Ignored = append(out.Ignored, broker.Wait{Demand: d.ID(), Reason: "unmapped",
+				Detail: fmt.Sprintf("namespace %s maps to no tenant; add it to a tenant's namespaces", d.Queue)})
+			continue
+		}
+		d.Tenant = tenant
+		out.Demand = append(out.Demand, d)
+		live[d.Key] = true
+	}
+	for _, p := range o.Pods {
+		if !p.Counted {
+			out.Ignored = append(out.Ignored, broker.Wait{Demand: "k8s/" + p.UID, Reason: broker.WaitReason(p.Reason), Detail: p.Detail})
+		}
+	}
+	// Demand that left: scheduled if it now runs on a node, else deleted.
+	running := map[string]bool{}
+	for _, n := range o.Nodes {
+		for _, w := range n.Work {
+			running[w.Key] = true
+		}
+	}
+	s.mu.Lock()
+	for k := range s.prev {
+		if live[k] {
+			continue
+		}
+		if running[k] {
+			out.Closed[k] = "scheduled"
+		} else {
+			out.Closed[k] = "deleted"
+		}
+	}
+	s.prev = live
+	s.mu.Unlock()
+	return out, nil
+}
+
+// Release cordons node with the owner taint and drains it for at most one
+// drain step. It reports drained, or what is left and which budget blocks.
+func (s *Side) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
+	if err := s.act.Cordon(ctx, node, string(broker.OwnerNone)); err != nil {
+		if errors.Is(err, broker.ErrNotFound) {
+			return broker.ReleaseStatus{Drained: true}, nil // the node is gone
+		}
+		return broker.ReleaseStatus{}, err
+	}
+	res, err := s.act.Drain(ctx, node, DrainOptions{Timeout: s.drainStep})
+	if err != nil {
+		return broker.ReleaseStatus{}, err
+	}
+	st := broker.ReleaseStatus{Drained: res.Outcome == DrainDrained, Remaining: res.PodsLeft}
+	if len(res.PDBs) > 0 {
+		st.BlockedBy = "PodDisruptionBudget " + strings.Join(res.PDBs, ", ")
+	}
+	return st, nil
+}
+
+// Admit removes the cordon and the owner taint.
+func (s *Side) Admit(ctx context.Context, node string) error { return s.act.Uncordon(ctx, node) }
+
+// Evict preempts one pod through the Eviction API. A pod already gone is
+// success, so the executor may repeat the call.
+func (s *Side) Evict(ctx context.Context, node string, w broker.Workload) error {
+	ns, name, ok := strings.Cut(w.Name, "/")
+	if !ok {
+		return fmt.Errorf("evict workload %q on %s: name is not namespace/name", w.Name, node)
+	}
+	err := s.client.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("evict pod %s on %s: %w", w.Name, node, err)
+	}
+	s.act.PodEvent(ctx, ns, name, "Warning", "Preempted", fmt.Sprintf("preempted by gpubroker on %s for higher-priority GPU demand", node))
+	return nil
+}
