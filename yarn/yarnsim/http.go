@@ -129,13 +129,13 @@ func wrapper[T any](q Quirks, key string, xs []T) any {
 }
 
 type jResourceInformation struct {
-	Attributes        struct{} `json:"attributes"`
-	MaximumAllocation int64    `json:"maximumAllocation"`
-	MinimumAllocation int64    `json:"minimumAllocation"`
-	Name              string   `json:"name"`
-	ResourceType      string   `json:"resourceType"`
-	Units             string   `json:"units"`
-	Value             int64    `json:"value"`
+	Attributes        *struct{} `json:"attributes,omitempty"` // Hadoop 3.3 only
+	MaximumAllocation int64     `json:"maximumAllocation"`
+	MinimumAllocation int64     `json:"minimumAllocation"`
+	Name              string    `json:"name"`
+	ResourceType      string    `json:"resourceType"`
+	Units             string    `json:"units"`
+	Value             int64     `json:"value"`
 }
 
 type jResource struct {
@@ -151,6 +151,11 @@ func (s *Sim) resource(mem, vcores int64, gpus int) jResource {
 		{MaximumAllocation: maxAlloc, Name: "memory-mb", ResourceType: "COUNTABLE", Units: "Mi", Value: mem},
 		{MaximumAllocation: maxAlloc, Name: "vcores", ResourceType: "COUNTABLE", Value: vcores},
 		{MaximumAllocation: maxAlloc, Name: "yarn.io/gpu", ResourceType: "COUNTABLE", Value: int64(gpus)},
+	}
+	if s.cfg.Flavor == Flavor33 {
+		for i := range ri {
+			ri[i].Attributes = &struct{}{}
+		}
 	}
 	return jResource{Memory: mem, VCores: vcores, ResourceInformations: map[string]any{"resourceInformation": jlist(s.cfg.Quirks, ri)}}
 }

@@ -300,7 +300,9 @@ func (s *Sim) RemoveNode(host string) error {
 		return fmt.Errorf("yarnsim: node %q: not found", host)
 	}
 	s.releaseNode(n)
-	s.freeByLabel[label(n.spec.Labels)] -= n.spec.GPUs
+	if n.state == "RUNNING" {
+		s.freeByLabel[label(n.spec.Labels)] -= n.spec.GPUs
+	}
 	delete(s.nodes, host)
 	s.live = nil
 	s.scheduleAll()
@@ -323,17 +325,17 @@ func (s *Sim) SetNodeState(host, state string) error {
 	default:
 		return fmt.Errorf("yarnsim: node %q: unknown state %q", host, state)
 	}
-	wasLive := n.state == "RUNNING"
+	l := label(n.spec.Labels)
+	if n.state == "RUNNING" {
+		s.freeByLabel[l] -= n.freeGPUs()
+	}
 	n.state = state
 	s.live = nil
 	switch state {
 	case "DECOMMISSIONED", "LOST", "SHUTDOWN":
-		s.releaseNode(n)
-	}
-	if wasLive && state != "RUNNING" {
-		s.freeByLabel[label(n.spec.Labels)] -= n.freeGPUs()
-	} else if !wasLive && state == "RUNNING" {
-		s.freeByLabel[label(n.spec.Labels)] += n.freeGPUs()
+		s.releaseNode(n) // not RUNNING now: frees nothing schedulable
+	case "RUNNING":
+		s.freeByLabel[l] += n.freeGPUs()
 	}
 	s.scheduleAll()
 	return nil
