@@ -76,7 +76,7 @@ function renderSides(cap) {
 }
 
 function card(label, cls, s) {
-  return el("div", { class: "card " + cls, "data-side": cls },
+  return el("div", { class: "card c-" + cls, "data-side": cls },
     el("div", { class: "label" }, label),
     el("div", { class: "big" }, s.gpus_busy + " / " + s.gpus_total, el("span", { class: "muted" }, " GPUs busy")),
     el("div", { class: "detail" }, s.gpus_idle + " idle · " + s.gpus_in_flight + " in flight · " + s.nodes + " nodes"),
@@ -108,13 +108,13 @@ function renderNodes(nodes) {
     if (!n.healthy) cls.push("unhealthy");
     const gpus = el("div", { class: "gpus" });
     for (let i = 0; i < n.gpus_total; i++) gpus.append(el("i", { class: i < n.gpus_allocated ? "on" : "" }));
-    const util = n.utilisation >= 0 ? Math.round(n.utilisation * 100) + "% util" : "util n/a";
+    const util = n.utilisation >= 0 ? Math.round(n.utilisation * 100) + "%" : "n/a";
     const title = n.name + "\nowner " + n.owner + ", " + n.phase + "\n" + n.gpus_allocated + "/" + n.gpus_total +
       " GPUs allocated, " + util + (n.protected ? "\nprotected from scale-down" : "") + (n.healthy ? "" : "\nunhealthy: " + n.health_reason);
     return el("div", { class: cls.join(" "), title: title, "data-node": n.name },
       el("div", { class: "name" }, n.name),
-      el("div", {}, n.phase + (n.protected ? " 🔒" : "")),
-      el("div", {}, n.gpus_allocated + "/" + n.gpus_total + " GPU · " + util),
+      el("div", {}, n.phase + (n.protected ? " · protected" : "")),
+      el("div", {}, n.in_flight ? "GPUs on the way" : n.gpus_allocated + "/" + n.gpus_total + " GPU · " + util),
       gpus);
   });
   $("#nodes").replaceChildren(...(tiles.length ? tiles : [el("p", { class: "muted" }, "no nodes")]));
@@ -260,14 +260,19 @@ function signOut(msg) {
   $("#status").className = "pill";
 }
 
-document.addEventListener("DOMContentLoaded", () => {
-  // A token in the URL fragment (#token=...) never reaches the server; it
-  // is moved to sessionStorage and removed from the address bar.
+// takeHashToken moves a token in the URL fragment (#token=...), which never
+// reaches the server, to sessionStorage and removes it from the address bar.
+function takeHashToken() {
   const m = location.hash.match(/token=([^&]+)/);
-  if (m) {
-    sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
-    history.replaceState(null, "", location.pathname + location.search);
-  }
+  if (!m) return false;
+  sessionStorage.setItem(KEY, decodeURIComponent(m[1]));
+  history.replaceState(null, "", location.pathname + location.search);
+  return true;
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  takeHashToken();
+  window.addEventListener("hashchange", () => { if (takeHashToken()) start(); });
   $("#login").addEventListener("submit", ev => {
     ev.preventDefault();
     const v = $("#token").value.trim();
