@@ -33,6 +33,8 @@ type opData struct {
 	From Owner `json:"from,omitempty"`
 	// InstanceID and Deadline are fixed when the op starts.
 	InstanceID string `json:"instance_id,omitempty"`
+	// CordonOnly releases the node without draining it (manual cordon).
+	CordonOnly bool `json:"cordon_only,omitempty"`
 	// Prepared is set once From and InstanceID are persisted.
 	Prepared bool      `json:"prepared,omitempty"`
 	Deadline time.Time `json:"deadline,omitzero"`
@@ -325,6 +327,12 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		if act == nil {
 			return r.fail(save(op), now, fmt.Sprintf("no actions configured for %s", side)), false
 		}
+		if data.CordonOnly {
+			if err := act.Cordon(ctx, op.Node); err != nil {
+				return retry(err)
+			}
+			return done()
+		}
 		st, err := act.Release(ctx, op.Node, data.Deadline)
 		if err != nil {
 			return retry(err)
@@ -365,6 +373,9 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		return done()
 
 	case stepAdmit:
+		if op.To == OwnerNone {
+			return done() // a manual drain: the node stays with no side
+		}
 		to, ok := op.To.Side()
 		if !ok || r.actions[to] == nil {
 			return r.fail(save(op), now, fmt.Sprintf("cannot hand node to %q", op.To)), false

@@ -403,6 +403,13 @@ func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (ReleaseSt
 	return ReleaseStatus{Drained: true}, nil
 }
 
+func (s *rtSide) Cordon(_ context.Context, node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released[node] = true
+	return nil
+}
+
 func (s *rtSide) Admit(_ context.Context, node string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

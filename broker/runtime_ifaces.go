@@ -57,6 +57,8 @@ type SideActions interface {
 	// graceful decommission) and moves running work off it, waiting at most
 	// until deadline for it to finish. Calling it again reports progress.
 	Release(ctx context.Context, node string, deadline time.Time) (ReleaseStatus, error)
+	// Cordon stops new work from landing on node without evicting any.
+	Cordon(ctx context.Context, node string) error
 	// Admit makes node schedulable for this side (uncordon; recommission).
 	Admit(ctx context.Context, node string) error
 	// Evict preempts one workload running on node.

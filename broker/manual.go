@@ -1,0 +1,68 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Manual operations from the API. Each is journaled like a planned action
+// and carried out by the executor, so it survives a restart and shows in
+// the audit. A node with an open operation refuses a second one
+// (ErrConflict).
+
+// Cordon takes node away from its side's scheduler without evicting
+// anything: a release whose drain is left to the operator. It is a
+// transfer to no side that skips the drain.
+func (r *Runtime) Cordon(ctx context.Context, node string) error {
+	return r.manual(ctx, node, OwnerNone, true, "manual cordon of "+node+" through the API")
+}
+
+// Drain cordons node and evicts its work; the node then belongs to no side
+// until it is transferred or terminated.
+func (r *Runtime) Drain(ctx context.Context, node string) error {
+	return r.manual(ctx, node, OwnerNone, false, "manual drain of "+node+" through the API")
+}
+
+// Transfer drains node from its side and hands it to the other.
+func (r *Runtime) Transfer(ctx context.Context, node string, to Owner) error {
+	if _, ok := to.Side(); !ok {
+		return Invalid("to", "must be %q or %q, got %q", OwnerYARN, OwnerK8s, to)
+	}
+	return r.manual(ctx, node, to, false, fmt.Sprintf("manual transfer of %s to %s through the API", node, to))
+}
+
+func (r *Runtime) manual(ctx context.Context, node string, to Owner, cordonOnly bool, reason string) error {
+	if node == "" {
+		return Invalid("node", "must name a node")
+	}
+	from := r.ownerOf(node)
+	if from == OwnerNone && !r.knows(node) {
+		return fmt.Errorf("node %q is not observed on either side: %w", node, ErrNotFound)
+	}
+	if to != OwnerNone && from == to {
+		return fmt.Errorf("node %q already belongs to %s: %w", node, to, ErrConflict)
+	}
+	raw, _ := json.Marshal(opData{From: from, CordonOnly: cordonOnly})
+	op, err := r.cfg.Ledger.InsertOp(ctx, Op{Kind: ActTransfer, Node: node, To: to, Reason: reason,
+		State: OpPending, Step: stepRelease, Data: raw})
+	if err != nil {
+		return err
+	}
+	r.log.Info("manual action", "op", op.ID, "node", node, "to", to, "reason", reason)
+	return nil
+}
+
+// knows reports whether any side observed node in its last good observation.
+func (r *Runtime) knows(node string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, obs := range r.lastGood {
+		for _, n := range obs.Nodes {
+			if n.Name == node {
+				return true
+			}
+		}
+	}
+	return false
+}

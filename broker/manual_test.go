@@ -1,0 +1,60 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestRuntimeManualOperations(t *testing.T) {
+	ctx := context.Background()
+	w := newRTWorld(t, 5)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		w.k8s.join(n, rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	}
+	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "job", Name: "default/job", GPUs: 4}}
+	w.k8s.nodes["n1"].GPUsAllocated = 4
+	r := w.runtime()
+	w.tick(r)
+
+	if err := r.Drain(ctx, "ghost"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("drain of an unknown node: %v", err)
+	}
+	if err := r.Transfer(ctx, "n2", OwnerK8s); !errors.Is(err, ErrConflict) {
+		t.Fatalf("transfer to the side that owns it: %v", err)
+	}
+	var ve *ValidationError
+	if err := r.Transfer(ctx, "n2", OwnerNone); !errors.As(err, &ve) || ve.Field != "to" {
+		t.Fatalf("transfer to none: %v", err)
+	}
+	if err := r.Drain(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Drain(ctx, "n1"); !errors.Is(err, ErrConflict) {
+		t.Fatalf("second op on one node: %v", err)
+	}
+	if err := r.Cordon(ctx, "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Transfer(ctx, "n3", OwnerYARN); err != nil {
+		t.Fatal(err)
+	}
+	w.clock.Add(time.Second)
+	w.tick(r)
+	for _, op := range w.ledger.opsOf(ActTransfer) {
+		if op.State != OpDone {
+			t.Errorf("op %d on %s: %s %s", op.ID, op.Node, op.State, op.LastError)
+		}
+	}
+	if !w.k8s.released["n1"] || len(w.k8s.nodes["n1"].Work) != 0 {
+		t.Fatal("drain must cordon and evict")
+	}
+	if !w.k8s.released["n2"] {
+		t.Fatal("cordon must mark the node unschedulable")
+	}
+	if fmt.Sprint(w.yarn.admitted) != "[n3]" {
+		t.Fatalf("transfer: YARN admitted %v", w.yarn.admitted)
+	}
+}
