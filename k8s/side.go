@@ -116,6 +116,11 @@ func (s *Side) Release(ctx context.Context, node string, deadline time.Time) (br
 	return st, nil
 }
 
+// Cordon marks node unschedulable with the owner taint, evicting nothing.
+func (s *Side) Cordon(ctx context.Context, node string) error {
+	return s.act.Cordon(ctx, node, string(broker.OwnerNone))
+}
+
 // Admit removes the cordon and the owner taint.
 func (s *Side) Admit(ctx context.Context, node string) error { return s.act.Uncordon(ctx, node) }
 
