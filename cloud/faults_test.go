@@ -37,8 +37,8 @@ func TestThrottlingBurstIsRetriedWithBackoff(t *testing.T) {
 	if !s.BackoffUntil.IsZero() {
 		t.Errorf("absorbed burst put the pool into backoff: %s", s.BackoffReason)
 	}
-	if got := b.sim.Calls("DescribeAutoScalingGroups"); got != 4 {
-		t.Errorf("DescribeAutoScalingGroups answered %d times, want 3 throttled + 1", got)
+	if got, ops := b.sim.Calls("DescribeAutoScalingGroups"), b.sim.Operations("DescribeAutoScalingGroups"); got != 4 || ops != 1 {
+		t.Errorf("DescribeAutoScalingGroups answered %d times in %d operations, want 3 throttled + 1 in one", got, ops)
 	}
 	// Retries wait between attempts (jittered exponential backoff), so
 	// three retries cannot all be instant; this bounds the loop from
@@ -53,8 +53,8 @@ func TestThrottlingBurstIsRetriedWithBackoff(t *testing.T) {
 	if !errors.As(err, &be) || be.Pool != "gpu-a" || !strings.Contains(be.Reason, "throttled") {
 		t.Fatalf("persistent throttling: got %v, want a BackoffError", err)
 	}
-	if got := b.sim.Calls("SetDesiredCapacity"); got != 5 {
-		t.Errorf("SetDesiredCapacity attempted %d times, want MaxAttempts=5", got)
+	if got, ops := b.sim.Calls("SetDesiredCapacity"), b.sim.Operations("SetDesiredCapacity"); got != 5 || ops != 1 {
+		t.Errorf("SetDesiredCapacity attempted %d times in %d operations, want MaxAttempts=5 in one", got, ops)
 	}
 	for range 3 {
 		if err := p.SetDesired(t.Context(), "gpu-a", 2); !errors.As(err, &be) {
@@ -238,8 +238,8 @@ func TestTerminateFailingHalfwayDecrementsOnce(t *testing.T) {
 				t.Errorf("group %+v, want desired 2 with 1 terminating and 2 in service", g)
 			}
 			wantCalls := map[int]int{5: 2, 1: 1}[attempts]
-			if got := b.sim.Calls("TerminateInstanceInAutoScalingGroup"); got != wantCalls {
-				t.Errorf("terminate calls %d, want %d", got, wantCalls)
+			if got, ops := b.sim.Calls("TerminateInstanceInAutoScalingGroup"), b.sim.Operations("TerminateInstanceInAutoScalingGroup"); got != wantCalls || ops != 1 {
+				t.Errorf("terminate: %d calls in %d operations, want %d in one", got, ops, wantCalls)
 			}
 			s = poolByName(t, p, "gpu-a")
 			for _, in := range s.Instances {

@@ -73,6 +73,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load aws configuration: %w", err)
 	}
+	awsCfg.HTTPClient = httpClient{inner: awsCfg.HTTPClient}
 	if awsCfg.Region == "" {
 		return nil, broker.Invalid("region", "no region configured and none found in AWS_REGION or the shared config")
 	}

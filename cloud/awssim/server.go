@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,8 @@ type Config struct {
 	// TerminateHook, if set, is called in its own goroutine once an
 	// instance is terminated.
 	TerminateHook func(Instance)
+	// Latency delays every answer, as a network round trip would.
+	Latency time.Duration
 	// Now is the clock for timestamps; nil means time.Now. Delays always
 	// run on real timers.
 	Now func() time.Time
@@ -79,6 +82,7 @@ type Server struct {
 	configs   map[string]string    // launch configuration name to instance type
 	faults    faults
 	calls     map[string]int
+	ops       map[string]int
 
 	srv *http.Server
 	ln  net.Listener
@@ -109,6 +113,7 @@ func New(cfg Config) *Server {
 		configs:   map[string]string{},
 		faults:    newFaults(),
 		calls:     map[string]int{},
+		ops:       map[string]int{},
 	}
 }
 
@@ -141,11 +146,19 @@ func (s *Server) Close(ctx context.Context) error {
 }
 
 // Calls returns how many requests of action the server answered,
-// including those answered with an injected fault.
+// including retries and those answered with an injected fault.
 func (s *Server) Calls(action string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls[action]
+}
+
+// Operations returns how many operations of action clients started: the
+// requests that were not retries of an earlier attempt.
+func (s *Server) Operations(action string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ops[action]
 }
 
 // apiError is one error answer.
@@ -177,6 +190,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	action := form.Get("Action")
+	if s.cfg.Latency > 0 {
+		time.Sleep(s.cfg.Latency)
+	}
 	if !strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
 		writeError(w, version, reqID, &apiError{status: http.StatusForbidden, code: "MissingAuthenticationToken",
 			message: "Request is missing Authentication Token", sender: true})
@@ -185,6 +201,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	s.calls[action]++
+	// The SDK numbers the attempts of one operation: attempt=1 starts one.
+	if a := r.Header.Get("amz-sdk-request"); a == "" || strings.HasPrefix(a, "attempt=1;") {
+		s.ops[action]++
+	}
 	if s.closed {
 		s.mu.Unlock()
 		writeError(w, version, reqID, &apiError{status: http.StatusServiceUnavailable, code: "ServiceUnavailable", message: "simulator closed"})
@@ -250,9 +270,10 @@ func writeXML(w http.ResponseWriter, status int, body any, reqID string) {
 		http.Error(w, "marshal response: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	out = append([]byte(xml.Header), out...)
 	w.Header().Set("Content-Type", "text/xml")
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(xml.Header))
 	_, _ = w.Write(out)
 }
 
