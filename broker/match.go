@@ -155,7 +155,11 @@ func appendClassKey(buf []byte, src Source, c *Constraints) []byte {
 		}
 	}
 	buf = append(buf, 'a')
-	if len(c.Affinity) > 0 {
+	if len(c.Affinity) == 1 && len(c.Affinity[0].Requirements) == 1 {
+		r := &c.Affinity[0].Requirements[0]
+		buf = append(buf, '1', '[', '1', '[')
+		buf = appendSorted(appendField(appendField(buf, r.Key), r.Operator), r.Values)
+	} else if len(c.Affinity) > 0 {
 		terms := make([]string, 0, len(c.Affinity))
 		for _, t := range c.Affinity {
 			reqs := make([]string, 0, len(t.Requirements))
@@ -168,7 +172,11 @@ func appendClassKey(buf []byte, src Source, c *Constraints) []byte {
 		buf = appendSorted(buf, terms)
 	}
 	buf = append(buf, 't')
-	if len(c.Tolerations) > 0 {
+	if len(c.Tolerations) == 1 {
+		t := &c.Tolerations[0]
+		buf = append(buf, '1', '[')
+		buf = appendField(appendField(appendField(appendField(buf, t.Key), t.Operator), t.Value), t.Effect)
+	} else if len(c.Tolerations) > 0 {
 		tols := make([]string, 0, len(c.Tolerations))
 		for _, t := range c.Tolerations {
 			tols = append(tols, string(appendField(appendField(appendField(appendField(nil, t.Key), t.Operator), t.Value), t.Effect)))

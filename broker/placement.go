@@ -176,7 +176,9 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 		return
 	}
 	g := d.d.GPUsPerUnit
-	mark := len(pl.undo)
+	// Only a gang is ever rolled back, so only a gang records how to.
+	pl.undo, pl.rec = pl.undo[:0], d.d.Gang
+	mark := 0
 	saved := *d
 	var noFree, noOrdered, noXfer, noSlot, noNew bool
 	for need > 0 {
@@ -287,7 +289,9 @@ func (pl *planner) takeFree(d *wdemand, g int) bool {
 		pl.nver[ni]++
 		wasTouched := n.touched
 		n.touched = true
-		pl.undo = append(pl.undo, func() { n.free += g; n.touched = wasTouched; pl.reopen(ni) })
+		if pl.rec {
+			pl.undo = append(pl.undo, func() { n.free += g; n.touched = wasTouched; pl.reopen(ni) })
+		}
 		if d.firstFree == "" {
 			d.firstFree = n.n.Name
 		}
@@ -303,7 +307,7 @@ func (pl *planner) takeFree(d *wdemand, g int) bool {
 // takeOrdered reserves g GPUs on a node that an in-flight scale-up ordered
 // for this demand.
 func (pl *planner) takeOrdered(d *wdemand, g int) bool {
-	for _, op := range pl.opServes[d.id] {
+	for _, op := range d.ops {
 		if op.Kind != ActScaleUp {
 			continue
 		}
@@ -339,7 +343,9 @@ func (pl *planner) takeSlotIn(pi, g int) bool {
 	for i, f := range wp.slots {
 		if f >= g {
 			wp.slots[i] -= g
-			pl.undo = append(pl.undo, func() { wp.slots[i] += g })
+			if pl.rec {
+				pl.undo = append(pl.undo, func() { wp.slots[i] += g })
+			}
 			return true
 		}
 	}
@@ -357,7 +363,7 @@ func (pl *planner) takeTransfer(d *wdemand, g int) bool {
 		}
 	}
 	c := d.cls
-	if !pl.p.OwnershipTransfer || pl.s.IsStale(SourceYARN) || pl.s.IsStale(SourceK8s) {
+	if !pl.p.OwnershipTransfer || pl.stale(SourceYARN) || pl.stale(SourceK8s) {
 		return false
 	}
 	if c.xferFail > 0 && g >= c.xferFail {
@@ -410,7 +416,9 @@ func (pl *planner) takeNew(d *wdemand, g int) bool {
 		for i, f := range wp.newFree {
 			if f >= g {
 				wp.newFree[i] -= g
-				pl.undo = append(pl.undo, func() { wp.newFree[i] += g })
+				if pl.rec {
+					pl.undo = append(pl.undo, func() { wp.newFree[i] += g })
+				}
 				pl.servePool(pi, d, g)
 				return true
 			}
@@ -427,7 +435,9 @@ func (pl *planner) servePool(pi int, d *wdemand, g int) {
 		wp.serves = append(wp.serves, d.id)
 	}
 	wp.gpusFor += g
-	pl.undo = append(pl.undo, func() { wp.serves = wp.serves[:n]; wp.gpusFor -= g })
+	if pl.rec {
+		pl.undo = append(pl.undo, func() { wp.serves = wp.serves[:n]; wp.gpusFor -= g })
+	}
 }
 
 // headroom returns how many nodes pool pi may still add within its max,
@@ -472,15 +482,19 @@ func (pl *planner) buy(d *wdemand, g, need int) int {
 			wp.newFree = append(wp.newFree, gpn-u*g)
 		}
 		wp.add += best.nodes
+		pl.capVer++
 		pl.clusterGPUs += best.nodes * gpn
 		pl.modelGPUs[wp.st.Pool.GPUModel] += best.nodes * gpn
 		nodes := best.nodes
-		pl.undo = append(pl.undo, func() {
-			wp.newFree = wp.newFree[:len(wp.newFree)-nodes]
-			wp.add -= nodes
-			pl.clusterGPUs -= nodes * gpn
-			pl.modelGPUs[wp.st.Pool.GPUModel] -= nodes * gpn
-		})
+		if pl.rec {
+			pl.undo = append(pl.undo, func() {
+				wp.newFree = wp.newFree[:len(wp.newFree)-nodes]
+				wp.add -= nodes
+				pl.capVer++
+				pl.clusterGPUs -= nodes * gpn
+				pl.modelGPUs[wp.st.Pool.GPUModel] -= nodes * gpn
+			})
+		}
 		pl.servePool(best.pool, d, best.units*g)
 		d.acted += best.units
 		placed += best.units
@@ -552,8 +566,31 @@ func (pl *planner) better(a, b option, need int) bool {
 	return a.pool < b.pool
 }
 
+// diagKey and diagVal cache diagnoses: the answer depends only on the
+// class, the GPUs per unit and the pools' growth so far (capVer).
+type diagKey struct {
+	cls  *dclass
+	gpus int
+}
+
+type diagVal struct {
+	ver    int
+	reason WaitReason
+	detail string
+}
+
 // diagnose says why units of d that need g GPUs each got no capacity.
 func (pl *planner) diagnose(d *wdemand, g int) (WaitReason, string) {
+	k := diagKey{d.cls, g}
+	if v, ok := pl.diag[k]; ok && v.ver == pl.capVer {
+		return v.reason, v.detail
+	}
+	reason, detail := pl.diagnoseNow(d, g)
+	pl.diag[k] = diagVal{pl.capVer, reason, detail}
+	return reason, detail
+}
+
+func (pl *planner) diagnoseNow(d *wdemand, g int) (WaitReason, string) {
 	var backoff, atMax, clusterMax, room []string
 	for _, pi := range d.cls.pools {
 		wp := &pl.pools[pi]

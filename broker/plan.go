@@ -49,6 +49,7 @@ type planner struct {
 	pools   []wpool // sorted by name
 	poolIdx map[string]int
 	demand  []*wdemand // sorted by priority, age, ID
+	byID    []*wdemand // the same, sorted by ID
 	order   []*wdemand // admitted demand in admission order
 	classes map[string]*dclass
 
@@ -57,16 +58,22 @@ type planner struct {
 	modelGPUs        map[string]int
 	modelStartGPUs   map[string]int
 
+	// capVer counts changes to pool growth; diag caches diagnoses by it.
+	capVer int
+	diag   map[diagKey]diagVal
+
 	// nver counts changes to each node's capacity (preempt.go's heaps).
 	nver []uint32
-
-	// opServes maps demand IDs to the in-flight ops that serve them.
-	opServes map[string][]*Op
 
 	transfers []*transfer
 	preempts  []Action
 	removals  []Action // scale-down and replace, in decision order
-	undo      []func()
+	// undo holds how to roll back the reservations made for the demand
+	// being placed, while rec is set.
+	undo []func()
+	rec  bool
+	// staleYARN and staleK8s repeat the snapshot's Stale map.
+	staleYARN, staleK8s bool
 }
 
 // wnode is a node in the working copy.
@@ -117,9 +124,11 @@ type wdemand struct {
 	sec  int64
 	nsec int
 
-	admitted    int
-	guaranteed  bool
-	quotaDetail string
+	tq         *tenantQuota
+	ops        []*Op // in-flight ops that serve it
+	admitted   int
+	guaranteed bool
+	quotaUsage int // the tenant's usage when this demand was not (fully) admitted
 
 	free, inflight, acted int // units placed on each kind of capacity
 	firstFree             string
@@ -143,7 +152,9 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		poolIdx:   make(map[string]int, len(s.Pools)),
 		classes:   make(map[string]*dclass),
 		modelGPUs: make(map[string]int),
-		opServes:  make(map[string][]*Op),
+		staleYARN: s.IsStale(SourceYARN),
+		staleK8s:  s.IsStale(SourceK8s),
+		diag:      make(map[diagKey]diagVal),
 	}
 	if pl.maxProv <= 0 {
 		pl.maxProv = DefaultPolicy().MaxProvisionTime.D()
@@ -181,9 +192,6 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	for _, op := range ops {
 		if op.Node != "" {
 			busy[op.Node] = true
-		}
-		for _, id := range op.Serves {
-			pl.opServes[id] = append(pl.opServes[id], op)
 		}
 		if op.Kind == ActScaleUp {
 			if pi, ok := pl.poolIdx[op.Pool]; ok && op.Target > pl.pools[pi].size {
@@ -274,19 +282,33 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	pl.modelStartGPUs = maps.Clone(pl.modelGPUs)
 
 	// Demand, de-duplicated by ID, classified and sorted.
-	pl.demand = make([]*wdemand, 0, len(s.Demand))
-	seen := make(map[string]int, len(s.Demand))
+	// Sorted by ID first: duplicates meet, and waits come out in ID order.
+	ws := make([]wdemand, len(s.Demand))
+	all := make([]*wdemand, len(s.Demand))
 	for i := range s.Demand {
-		d := &s.Demand[i]
-		id := d.ID()
-		if j, dup := seen[id]; dup {
-			if compareDuplicates(d, pl.demand[j].d) < 0 {
-				pl.demand[j].d = d
-			}
-			continue
+		ws[i] = wdemand{d: &s.Demand[i], id: s.Demand[i].ID()}
+		all[i] = &ws[i]
+	}
+	slices.SortFunc(all, func(a, b *wdemand) int {
+		if c := cmp.Compare(a.id, b.id); c != 0 {
+			return c
 		}
-		seen[id] = len(pl.demand)
-		pl.demand = append(pl.demand, &wdemand{d: d, id: id})
+		return compareDuplicates(a.d, b.d)
+	})
+	pl.byID = all[:0]
+	for i, d := range all {
+		if i == 0 || d.id != all[i-1].id {
+			pl.byID = append(pl.byID, d)
+		}
+	}
+	pl.demand = slices.Clone(pl.byID)
+	for _, op := range ops {
+		for _, id := range op.Serves {
+			i, found := slices.BinarySearchFunc(pl.byID, id, func(d *wdemand, id string) int { return cmp.Compare(d.id, id) })
+			if found && !slices.Contains(pl.byID[i].ops, op) {
+				pl.byID[i].ops = append(pl.byID[i].ops, op)
+			}
+		}
 	}
 	var key []byte
 	for _, d := range pl.demand {
@@ -305,6 +327,17 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	}
 	sortDemand(pl.demand)
 	return pl
+}
+
+// stale reports whether side src must not be acted on destructively.
+func (pl *planner) stale(src Source) bool {
+	switch src {
+	case SourceYARN:
+		return pl.staleYARN
+	case SourceK8s:
+		return pl.staleK8s
+	}
+	return pl.s.IsStale(src)
 }
 
 // hasWork reports whether non-system work runs on the node.
@@ -328,19 +361,20 @@ func (pl *planner) place() {
 	for _, d := range pl.demand {
 		switch {
 		case d.done:
-		case pl.s.IsStale(d.d.Source):
+		case pl.stale(d.d.Source):
 			d.done, d.reason = true, WaitStale
 			d.detail = fmt.Sprintf("the %s observation is stale (%s); nothing is planned for its demand until it is fresh",
 				d.d.Source, pl.s.Stale[d.d.Source])
 		case d.d.GPUsPerUnit > d.cls.maxUnit:
 			d.done, d.reason, d.detail = true, WaitUnsatisfiable, d.cls.unsatisfiable(d.d.GPUsPerUnit)
-		case len(pl.opServes[d.id]) > 0 && pl.servedByOp(d):
+		case len(d.ops) > 0 && pl.servedByOp(d):
 			d.done = true
 		default:
 			live = append(live, d)
 		}
 	}
-	order := admit(newQuotas(pl.s, pl.nodes, live), live)
+	newQuotas(pl.s, pl.nodes, live)
+	order := admit(live)
 	pl.order = order
 	pl.restoreMin()
 	// Pass 1: free GPUs of the demand's own side; its scheduler will place it.
@@ -357,7 +391,7 @@ func (pl *planner) place() {
 	}
 	for _, d := range live {
 		if d.admitted == 0 {
-			d.done, d.reason, d.detail = true, WaitQuota, d.quotaDetail
+			d.done, d.reason, d.detail = true, WaitQuota, d.quotaDetail()
 		}
 	}
 }
@@ -366,7 +400,7 @@ func (pl *planner) place() {
 // demand, which then waits for it instead of asking for more. Scale-ups
 // that serve it are counted as in-flight capacity during placement.
 func (pl *planner) servedByOp(d *wdemand) bool {
-	for _, op := range pl.opServes[d.id] {
+	for _, op := range d.ops {
 		if op.Kind == ActTransfer || op.Kind == ActPreempt {
 			d.reason = WaitInFlight
 			d.detail = fmt.Sprintf("in-flight %s op %d on node %s serves it (step %q)", op.Kind, op.ID, op.Node, op.Step)
@@ -421,7 +455,7 @@ func (pl *planner) result() Plan {
 	}
 	out.Actions = append(out.Actions, pl.removals...)
 
-	for _, d := range pl.demand {
+	for _, d := range pl.byID {
 		if served[d.id] {
 			continue
 		}
@@ -438,14 +472,13 @@ func (pl *planner) result() Plan {
 				w.Detail = fmt.Sprintf("free GPUs on %s nodes fit all %d units (first: %s); its scheduler should place it", d.d.Source, d.d.Units, d.firstFree)
 			}
 		} else if !d.done && d.admitted < d.d.Units && d.reason == "" {
-			w.Reason, w.Detail = WaitQuota, d.quotaDetail
+			w.Reason, w.Detail = WaitQuota, d.quotaDetail()
 		}
 		if w.Reason == "" { // defensive: every wait names a reason
 			w.Reason, w.Detail = WaitPriority, "no capacity was left for it in this plan"
 		}
 		out.Waits = append(out.Waits, w)
 	}
-	slices.SortFunc(out.Waits, func(a, b Wait) int { return cmp.Compare(a.Demand, b.Demand) })
 	return out
 }
 

@@ -197,7 +197,7 @@ func (pl *planner) pheapFor(c *dclass, k pkey) *pheap {
 // victims lose the fewest GPU-hours (then the first node by name). It
 // reports whether a unit was placed.
 func (pl *planner) preempt(d *wdemand, g int) bool {
-	if !pl.p.Preemption || pl.s.IsStale(d.d.Source) {
+	if !pl.p.Preemption || pl.stale(d.d.Source) {
 		return false
 	}
 	c := d.cls
@@ -262,19 +262,21 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 			Reason:  preemptReason(n.n.Name, victims, d, pl.now),
 		})
 	}
-	pl.undo = append(pl.undo, func() {
-		for _, i := range bestIdx {
-			n.victims[i].taken = false
-		}
-		n.free -= freed - g
-		n.touched = wasTouched
-		if prev != nil {
-			*prev = prevAction
-		} else {
-			pl.preempts = pl.preempts[:len(pl.preempts)-1]
-		}
-		pl.reopen(best)
-	})
+	if pl.rec {
+		pl.undo = append(pl.undo, func() {
+			for _, i := range bestIdx {
+				n.victims[i].taken = false
+			}
+			n.free -= freed - g
+			n.touched = wasTouched
+			if prev != nil {
+				*prev = prevAction
+			} else {
+				pl.preempts = pl.preempts[:len(pl.preempts)-1]
+			}
+			pl.reopen(best)
+		})
+	}
 	if n.free > 0 {
 		pl.reopen(best)
 	}

@@ -16,26 +16,28 @@ type tenantQuota struct {
 	weight     float64
 	// usage is GPUs held by running work plus GPUs of admitted demand.
 	usage int
+	// queue is the tenant's demand at the priority level being admitted.
+	queue []*wdemand
 }
 
-// newQuotas returns the quota state of every tenant that has running work or
-// pending demand. A tenant missing from the snapshot has no guarantee, no
-// maximum and weight 1: quota is opt-in.
-func newQuotas(s *Snapshot, nodes []wnode, demand []*wdemand) map[string]*tenantQuota {
+// newQuotas resolves the quota state of every tenant with pending demand
+// (d.tq), counting the GPUs its running work holds. A tenant missing from
+// the snapshot has no guarantee, no maximum and weight 1: quota is opt-in.
+func newQuotas(s *Snapshot, nodes []wnode, demand []*wdemand) {
 	q := make(map[string]*tenantQuota)
-	get := func(name string) *tenantQuota {
-		if t, ok := q[name]; ok {
-			return t
-		}
-		t := &tenantQuota{name: name, max: math.MaxInt, weight: 1}
-		if cfg, ok := s.Tenants[name]; ok {
-			t.guaranteed, t.max = cfg.GuaranteedGPUs, cfg.MaxGPUs
-			if cfg.Weight > 0 {
-				t.weight = cfg.Weight
+	for _, d := range demand {
+		t, ok := q[d.d.Tenant]
+		if !ok {
+			t = &tenantQuota{name: d.d.Tenant, max: math.MaxInt, weight: 1}
+			if cfg, ok := s.Tenants[t.name]; ok {
+				t.guaranteed, t.max = cfg.GuaranteedGPUs, cfg.MaxGPUs
+				if cfg.Weight > 0 {
+					t.weight = cfg.Weight
+				}
 			}
+			q[t.name] = t
 		}
-		q[name] = t
-		return t
+		d.tq = t
 	}
 	for i := range nodes {
 		n := nodes[i].n
@@ -43,15 +45,13 @@ func newQuotas(s *Snapshot, nodes []wnode, demand []*wdemand) map[string]*tenant
 			continue
 		}
 		for _, w := range n.Work {
-			if !w.System && w.GPUs > 0 && w.Tenant != "" {
-				get(w.Tenant).usage += w.GPUs
+			if !w.System && w.GPUs > 0 {
+				if t := q[w.Tenant]; t != nil {
+					t.usage += w.GPUs
+				}
 			}
 		}
 	}
-	for _, d := range demand {
-		get(d.d.Tenant)
-	}
-	return q
 }
 
 // admit decides which pending demand quota allows, and in which order the
@@ -59,13 +59,13 @@ func newQuotas(s *Snapshot, nodes []wnode, demand []*wdemand) map[string]*tenant
 // priority, age, ID), then the rest by priority, then by weighted fair share
 // (the tenant with the lowest usage per weight first), then age, then ID.
 // Demand beyond its tenant's maximum waits "over-quota"; a non-gang demand
-// may be admitted for part of its units.
-func admit(q map[string]*tenantQuota, demand []*wdemand) []*wdemand {
-	// demand arrives sorted by priority (descending), first-seen, ID.
+// may be admitted for part of its units. demand must be sorted by
+// priority (descending), age and ID, with tenants resolved (newQuotas).
+func admit(demand []*wdemand) []*wdemand {
 	order := make([]*wdemand, 0, len(demand))
 	var rest []*wdemand
 	for _, d := range demand {
-		t := q[d.d.Tenant]
+		t := d.tq
 		if g := d.d.GPUs(); t.guaranteed > 0 && t.usage+g <= t.guaranteed {
 			t.usage += g
 			d.admitted = d.d.Units
@@ -79,35 +79,30 @@ func admit(q map[string]*tenantQuota, demand []*wdemand) []*wdemand {
 	// tenants take turns by usage per weight.
 	for i := 0; i < len(rest); {
 		j := i
-		for j < len(rest) && rest[j].d.Priority == rest[i].d.Priority {
+		for j < len(rest) && rest[j].prio == rest[i].prio {
 			j++
 		}
-		order = fairShare(q, rest[i:j], order)
+		order = fairShare(rest[i:j], order)
 		i = j
 	}
 	return order
 }
 
 // fairShare admits one priority level's demand, appending it to order.
-func fairShare(q map[string]*tenantQuota, level []*wdemand, order []*wdemand) []*wdemand {
-	byTenant := make(map[string][]*wdemand)
-	var names []string
-	for _, d := range level {
-		if _, ok := byTenant[d.d.Tenant]; !ok {
-			names = append(names, d.d.Tenant)
-		}
-		byTenant[d.d.Tenant] = append(byTenant[d.d.Tenant], d)
-	}
+func fairShare(level []*wdemand, order []*wdemand) []*wdemand {
 	h := &tenantHeap{}
-	for _, name := range names {
-		h.items = append(h.items, &tenantQueue{t: q[name], demand: byTenant[name]})
+	for _, d := range level {
+		t := d.tq
+		if len(t.queue) == 0 {
+			h.items = append(h.items, t)
+		}
+		t.queue = append(t.queue, d)
 	}
 	heap.Init(h)
 	for h.Len() > 0 {
-		tq := h.items[0]
-		d := tq.demand[0]
-		tq.demand = tq.demand[1:]
-		t := tq.t
+		t := h.items[0]
+		d := t.queue[0]
+		t.queue = t.queue[1:]
 		per := d.d.GPUsPerUnit
 		room := t.max - t.usage
 		switch {
@@ -121,10 +116,10 @@ func fairShare(q map[string]*tenantQuota, level []*wdemand, order []*wdemand) []
 			order = append(order, d)
 		}
 		if d.admitted < d.d.Units {
-			d.quotaDetail = fmt.Sprintf("tenant %s uses %d of its %d GPUs (running work and admitted demand); %d more GPUs would exceed it",
-				t.name, t.usage, t.max, (d.d.Units-d.admitted)*per)
+			d.quotaUsage = t.usage
 		}
-		if len(tq.demand) == 0 {
+		if len(t.queue) == 0 {
+			t.queue = nil
 			heap.Pop(h)
 		} else {
 			heap.Fix(h, 0)
@@ -133,26 +128,26 @@ func fairShare(q map[string]*tenantQuota, level []*wdemand, order []*wdemand) []
 	return order
 }
 
-type tenantQueue struct {
-	t      *tenantQuota
-	demand []*wdemand
+// quotaDetail explains why units of d were not admitted.
+func (d *wdemand) quotaDetail() string {
+	return fmt.Sprintf("tenant %s uses %d of its %d GPUs (running work and admitted demand); %d more GPUs would exceed it",
+		d.tq.name, d.quotaUsage, d.tq.max, (d.d.Units-d.admitted)*d.d.GPUsPerUnit)
 }
 
 // tenantHeap orders tenants by usage per weight, then by the age and ID of
 // their next demand.
-type tenantHeap struct{ items []*tenantQueue }
+type tenantHeap struct{ items []*tenantQuota }
 
 func (h *tenantHeap) Len() int { return len(h.items) }
 func (h *tenantHeap) Less(i, j int) bool {
 	a, b := h.items[i], h.items[j]
-	sa, sb := float64(a.t.usage)/a.t.weight, float64(b.t.usage)/b.t.weight
-	if sa != sb {
+	if sa, sb := float64(a.usage)/a.weight, float64(b.usage)/b.weight; sa != sb {
 		return sa < sb
 	}
-	return compareAge(a.demand[0], b.demand[0]) < 0
+	return compareAge(a.queue[0], b.queue[0]) < 0
 }
 func (h *tenantHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *tenantHeap) Push(x any)    { h.items = append(h.items, x.(*tenantQueue)) }
+func (h *tenantHeap) Push(x any)    { h.items = append(h.items, x.(*tenantQuota)) }
 func (h *tenantHeap) Pop() any {
 	x := h.items[len(h.items)-1]
 	h.items = h.items[:len(h.items)-1]

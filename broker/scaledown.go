@@ -27,11 +27,13 @@ func (pl *planner) startTransfer(t *transfer) {
 	n.removed, n.touched, n.xfer = true, true, t
 	pl.nver[t.node]++
 	pl.transfers = append(pl.transfers, t)
-	pl.undo = append(pl.undo, func() {
-		n.removed, n.touched, n.xfer = false, wasTouched, nil
-		pl.transfers = pl.transfers[:len(pl.transfers)-1]
-		pl.reopen(t.node)
-	})
+	if pl.rec {
+		pl.undo = append(pl.undo, func() {
+			n.removed, n.touched, n.xfer = false, wasTouched, nil
+			pl.transfers = pl.transfers[:len(pl.transfers)-1]
+			pl.reopen(t.node)
+		})
+	}
 }
 
 // useTransfer reserves g GPUs of a handed-over node for d.
@@ -42,11 +44,13 @@ func (pl *planner) useTransfer(t *transfer, d *wdemand, g int) {
 	}
 	t.free -= g
 	t.gpus += g
-	pl.undo = append(pl.undo, func() {
-		t.serves = t.serves[:k]
-		t.free += g
-		t.gpus -= g
-	})
+	if pl.rec {
+		pl.undo = append(pl.undo, func() {
+			t.serves = t.serves[:k]
+			t.free += g
+			t.gpus -= g
+		})
+	}
 }
 
 func (t *transfer) action(pl *planner) Action {
@@ -97,7 +101,7 @@ func (pl *planner) reclaim() {
 	for i := range pl.nodes {
 		w := &pl.nodes[i]
 		n := w.n
-		if healthy(n) || w.pool < 0 || w.busy || w.removed || !w.owned || pl.s.IsStale(w.side) {
+		if healthy(n) || w.pool < 0 || w.busy || w.removed || !w.owned || pl.stale(w.side) {
 			continue
 		}
 		if n.Phase != PhaseActive && n.Phase != PhaseGPUReady && n.Phase != PhaseRegistered {
@@ -120,7 +124,7 @@ func (pl *planner) reclaim() {
 		w := &pl.nodes[i]
 		n := w.n
 		if n.Phase != PhaseActive || !w.owned || w.pool < 0 || w.busy || w.removed || w.touched ||
-			n.Protected || !healthy(n) || n.GPUsTotal <= 0 || pl.s.IsStale(w.side) {
+			n.Protected || !healthy(n) || n.GPUsTotal <= 0 || pl.stale(w.side) {
 			continue
 		}
 		if n.UnderusedSince.IsZero() || pl.now.Sub(n.UnderusedSince) < unneeded {
@@ -153,6 +157,7 @@ func (pl *planner) reclaim() {
 		pendingDownGPUs += pl.pools[i].pendingDown * pl.pools[i].st.Pool.GPUsPerNode
 	}
 	unmet := pl.unmet()
+	pl.undo, pl.rec = pl.undo[:0], true
 	for _, ni := range cands {
 		w := &pl.nodes[ni]
 		n := w.n
@@ -227,7 +232,9 @@ func (pl *planner) moveWork(ni int32, peers []int32) (int, bool) {
 			p.free -= g
 			p.touched = true
 			pl.nver[pi]++
-			pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched; pl.reopen(pi) })
+			if pl.rec {
+				pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched; pl.reopen(pi) })
+			}
 			placed = true
 			break
 		}
@@ -239,56 +246,78 @@ func (pl *planner) moveWork(ni int32, peers []int32) (int, bool) {
 	return total, true
 }
 
-// unmet returns admitted demand with units no capacity was found for, in
+// unmetQueue is one class's admitted demand that got no capacity, in
 // admission order.
-func (pl *planner) unmet() []*wdemand {
-	var out []*wdemand
-	for _, d := range pl.order {
-		if !d.done && d.placed() < d.admitted {
-			out = append(out, d)
+type unmetQueue struct {
+	cls    *dclass
+	demand []*wdemand
+	seq    []int // admission positions
+	head   int
+}
+
+// unmet groups admitted demand with unplaced units by class.
+func (pl *planner) unmet() []*unmetQueue {
+	byClass := make(map[*dclass]*unmetQueue)
+	var out []*unmetQueue
+	for i, d := range pl.order {
+		if d.done || d.placed() >= d.admitted {
+			continue
 		}
+		q := byClass[d.cls]
+		if q == nil {
+			q = &unmetQueue{cls: d.cls}
+			byClass[d.cls] = q
+			out = append(out, q)
+		}
+		q.demand = append(q.demand, d)
+		q.seq = append(q.seq, i)
 	}
 	return out
 }
 
 // offer hands underused node ni to the other side when admitted demand
-// there is unmet and fits it. Gangs must fit whole.
-func (pl *planner) offer(ni int32, unmet []*wdemand, why string) bool {
+// there is unmet and fits it, in admission order. Gangs must fit whole.
+func (pl *planner) offer(ni int32, unmet []*unmetQueue, why string) bool {
 	w := &pl.nodes[ni]
 	other := SourceYARN
 	if w.side == SourceYARN {
 		other = SourceK8s
 	}
-	if !pl.p.OwnershipTransfer || pl.s.IsStale(SourceYARN) || pl.s.IsStale(SourceK8s) ||
+	if !pl.p.OwnershipTransfer || pl.stale(SourceYARN) || pl.stale(SourceK8s) ||
 		!pl.pools[w.pool].st.Pool.Sides.Serves(other) || w.n.Protected {
 		return false
 	}
 	tgt := pl.nodeTarget(ni)
-	matches := make(map[*dclass]bool)
-	var t *transfer
-	for _, d := range unmet {
-		free := w.n.GPUsTotal
-		if t != nil {
-			free = t.free
+	var qs []*unmetQueue
+	var pos []int
+	for _, q := range unmet {
+		for q.head < len(q.demand) && q.demand[q.head].placed() >= q.demand[q.head].admitted {
+			q.head++
 		}
-		if free <= 0 {
+		if q.cls.src == other && q.head < len(q.demand) && q.cls.c.matches(other, tgt) {
+			qs = append(qs, q)
+			pos = append(pos, q.head)
+		}
+	}
+	var t *transfer
+	free := w.n.GPUsTotal
+	for free > 0 {
+		// The next demand in admission order among the matching classes.
+		k := -1
+		for i, q := range qs {
+			if pos[i] < len(q.demand) && (k < 0 || q.seq[pos[i]] < qs[k].seq[pos[k]]) {
+				k = i
+			}
+		}
+		if k < 0 {
 			break
 		}
+		d := qs[k].demand[pos[k]]
+		pos[k]++
 		need := d.admitted - d.placed()
-		if d.d.Source != other || need == 0 {
-			continue
-		}
 		g := d.d.GPUsPerUnit
 		units := min(need, free/g)
 		if units == 0 || (d.d.Gang && units < need) {
-			continue
-		}
-		m, ok := matches[d.cls]
-		if !ok {
-			m = d.cls.c.matches(other, tgt)
-			matches[d.cls] = m
-		}
-		if !m {
 			continue
 		}
 		if t == nil {
@@ -299,6 +328,7 @@ func (pl *planner) offer(ni int32, unmet []*wdemand, why string) bool {
 			pl.useTransfer(t, d, g)
 		}
 		d.acted += units
+		free = t.free
 	}
 	return t != nil
 }
