@@ -39,12 +39,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, env{
 		stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, hostname: os.Hostname,
-		openNVML: func(path string) nvml.Interface { return nvml.New(nvml.WithLibraryPath(path)) },
-		now:      time.Now,
+		openNVML: openNVMLLibrary, now: time.Now,
 	}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
+
+// openNVMLLibrary returns the driver's NVML library; it is loaded by Init.
+func openNVMLLibrary(path string) nvml.Interface { return nvml.New(nvml.WithLibraryPath(path)) }
 
 // usageError is bad command-line input: exit status 2.
 type usageError struct{ msg string }
