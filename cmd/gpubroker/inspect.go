@@ -11,6 +11,7 @@ func runInspect(ctx context.Context, e env, args []string) error {
 	targets := map[string]func(context.Context, env, []string) error{
 		// Each adapter adds its entry here: "yarn", "k8s", "cloud".
 		"cloud": runInspectCloud,
+		"yarn":  runInspectYARN,
 	}
 	if len(args) == 0 {
 		return usagef("name what to inspect: one of %s", strings.Join(sortedKeys(targets), ", "))
