@@ -56,6 +56,9 @@ type Config struct {
 	// asking the database again (default 10s; negative disables caching).
 	// A revoked token stops working within this time.
 	AuthCacheTTL time.Duration
+	// CapacityCacheTTL is how long a computed /capacity summary is served
+	// again (default 1s; negative disables caching).
+	CapacityCacheTTL time.Duration
 	// ReadyTimeout bounds the store ping of /readyz (default 2s).
 	ReadyTimeout time.Duration
 	// SeriesWindow is the default window of /capacity/series (default 1h).
@@ -83,6 +86,9 @@ func (c *Config) setDefaults() error {
 	if c.AuthCacheTTL == 0 {
 		c.AuthCacheTTL = 10 * time.Second
 	}
+	if c.CapacityCacheTTL == 0 {
+		c.CapacityCacheTTL = time.Second
+	}
 	if c.ReadyTimeout == 0 {
 		c.ReadyTimeout = 2 * time.Second
 	}
@@ -108,6 +114,8 @@ type server struct {
 	log     *slog.Logger
 	auth    *authCache
 	metrics *metrics
+	// capCache holds the last capacity summary (see capacityCache).
+	capCache capacityCache
 }
 
 // New returns the HTTP handler serving the API, the dashboard, /healthz,

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -55,34 +57,55 @@ type capacitySummary struct {
 	Runtime     *RuntimeStatus `json:"runtime,omitempty"`
 }
 
+// capacityCache keeps the last summary for a short time: every dashboard
+// polls it, and many readers at once then cost one computation, not one
+// each. Only one computation runs at a time; readers that arrive during it
+// wait and reuse its result.
+type capacityCache struct {
+	mu  sync.Mutex
+	at  time.Time
+	val capacitySummary
+}
+
 func (s *server) capacity(w http.ResponseWriter, r *http.Request) {
 	if p := queryParams(r); p.err != nil {
 		s.fail(w, r, p.err)
 		return
 	}
-	ctx := r.Context()
-	nodes, err := s.st.ListNodes(ctx)
+	out, err := s.capacitySummary(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	pools, err := s.st.ListPools(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	groups, err := s.st.DemandSummary(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	now := s.cfg.Now()
-	out := summarise(now, nodes, pools, groups)
 	if s.rt != nil {
 		st := s.rt.Status()
 		out.Runtime = &st
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *server) capacitySummary(ctx context.Context) (capacitySummary, error) {
+	c := &s.capCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := s.cfg.Now()
+	if s.cfg.CapacityCacheTTL > 0 && !c.at.IsZero() && now.Sub(c.at) < s.cfg.CapacityCacheTTL {
+		return c.val, nil
+	}
+	nodes, err := s.st.ListNodes(ctx)
+	if err != nil {
+		return capacitySummary{}, err
+	}
+	pools, err := s.st.ListPools(ctx)
+	if err != nil {
+		return capacitySummary{}, err
+	}
+	groups, err := s.st.DemandSummary(ctx)
+	if err != nil {
+		return capacitySummary{}, err
+	}
+	c.val, c.at = summarise(now, nodes, pools, groups), now
+	return c.val, nil
 }
 
 // summarise computes the capacity summary. In-flight nodes (requested,

@@ -40,6 +40,7 @@ func commands() map[string]command {
 		"migrate": {"apply or show database migrations (up | status)", runMigrate},
 		"version": {"print the version", runVersion},
 		"inspect": {"print what the broker sees of a source (yarn | k8s | cloud)", runInspect},
+		"token":   {"create an API bearer token (create --role R [--tenant T] [--name N])", runToken},
 	}
 }
 
