@@ -278,6 +278,18 @@ func TestTenantAdminConfinement(t *testing.T) {
 	if r.body["max_gpus"] != 24.0 {
 		t.Fatalf("own edit: %s", r.raw)
 	}
+	// Base priority ranks the tenant against all others: admins only.
+	own["base_priority"] = 5000
+	r = e.call("PUT", "/api/v1/tenants/ml", "ml-admin", own, `If-Match: "2"`)
+	if r.code != 403 || r.errField() != "base_priority" {
+		t.Fatalf("tenant-admin raises its base priority: %d %s", r.code, r.raw)
+	}
+	delete(own, "base_priority")
+	own["admins"] = []string{"mallory"}
+	if r := e.call("PUT", "/api/v1/tenants/ml", "ml-admin", own, `If-Match: "2"`); r.code != 403 || r.errField() != "admins" {
+		t.Fatalf("tenant-admin changes its admins: %d %s", r.code, r.raw)
+	}
+	delete(own, "admins")
 	r = e.call("PUT", "/api/v1/tenants/vision", "ml-admin", own, `If-Match: "1"`)
 	want(t, r, 403, "tenant-admin edits another tenant")
 	if !strings.Contains(r.raw, "vision") {

@@ -4,7 +4,8 @@
 //
 // Everything under /api/v1 except the OpenAPI document needs a bearer token
 // (created with "gpubroker token create"). Roles: admin may do everything;
-// tenant-admin reads everything and edits only its own tenant; viewer reads;
+// tenant-admin reads everything and edits only its own tenant (queues,
+// namespaces and quotas, not its base priority or admins); viewer reads;
 // agent only posts node reports. A missing or unknown token is 401 with
 // WWW-Authenticate: Bearer; a known token with the wrong role or tenant is
 // 403. Tokens are never logged: requests are logged with the token's id and

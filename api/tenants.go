@@ -4,10 +4,12 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
 )
 
 // list is the shape of every list answer; Next, when set, is the cursor of
@@ -101,6 +103,11 @@ func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, stale("tenant "+name, cur.Version, want))
 		return
 	}
+	if field := adminOnlyChange(r, cur, t); field != "" {
+		writeErr(w, http.StatusForbidden, "forbidden", field,
+			field+" may only be changed by an admin; a tenant-admin edits its tenant's queues, namespaces and quotas")
+		return
+	}
 	updated, err := s.st.UpdateTenant(r.Context(), t)
 	if errors.Is(err, broker.ErrConflict) {
 		// Someone else's edit landed between the read and the write, or a
@@ -140,4 +147,26 @@ func (s *server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// adminOnlyChange names a field that a tenant-admin tried to change but may
+// not: the base priority ranks the tenant against all others, and the
+// admins list says who administers it.
+func adminOnlyChange(r *http.Request, cur, next broker.Tenant) string {
+	if tok, _ := principal(r); tok.Role != store.RoleTenantAdmin {
+		return ""
+	}
+	if next.BasePriority != cur.BasePriority {
+		return "base_priority"
+	}
+	if !slices.Equal(sorted(next.Admins), sorted(cur.Admins)) {
+		return "admins"
+	}
+	return ""
+}
+
+func sorted(xs []string) []string {
+	out := slices.Clone(xs)
+	slices.Sort(out)
+	return out
 }
