@@ -586,6 +586,22 @@ func TestCapacity(t *testing.T) {
 	if k8s["gpus_in_flight"] != 4.0 || k8s["gpus_pending"] != 6.0 {
 		t.Fatalf("series point: %v", k8s)
 	}
+	// Demand by tenant and priority over time, rebuilt from the ledger: p1
+	// and p2 are pending from 10 minutes ago, the YARN app from 1 minute ago.
+	r = e.call("GET", "/api/v1/capacity/series?window=15m&step=1m", "viewer", nil)
+	want(t, r, 200, "series with demand")
+	byTenant := map[string]int{}
+	var last string
+	for _, x := range r.body["demand"].([]any) {
+		d := x.(map[string]any)
+		last = d["at"].(string)
+		byTenant[d["tenant"].(string)] += int(d["gpus"].(float64))
+	}
+	if r.body["step_seconds"] != 60.0 || byTenant["ml"] < 2*9 || byTenant["vision"] < 4*9 || byTenant["ml"] > 2*11+1*2 || last == "" {
+		t.Fatalf("demand series (GPU-steps by tenant %v): %s", byTenant, r.raw)
+	}
+	wantInvalid(t, e.call("GET", "/api/v1/capacity/series?window=1h&step=1s", "viewer", nil), "step", "too many steps")
+	wantInvalid(t, e.call("GET", "/api/v1/capacity/series?step=soon", "viewer", nil), "step", "bad step")
 	if r := e.call("GET", "/api/v1/capacity/series?window=5m30s", "viewer", nil); len(r.body["points"].([]any)) != 5 {
 		t.Fatalf("series window: %s", r.raw)
 	}

@@ -189,16 +189,22 @@ type series struct {
 	From   time.Time     `json:"from"`
 	To     time.Time     `json:"to"`
 	Points []seriesPoint `json:"points"`
+	// Step is the spacing of Demand, in seconds.
+	Step float64 `json:"step_seconds"`
+	// Demand is pending demand by tenant and priority at every step,
+	// rebuilt from the ledger and its history.
+	Demand []store.DemandPoint `json:"demand"`
 }
 
 // capacitySeries serves GPUs by side over time (busy, idle, in flight,
 // pending demand), at most maxSeriesPoints points: longer windows keep
 // evenly spaced samples.
 func (s *server) capacitySeries(w http.ResponseWriter, r *http.Request) {
-	p := queryParams(r, "from", "to", "window")
+	p := queryParams(r, "from", "to", "window", "step")
 	to := p.time("to")
 	from := p.time("from")
 	window := p.duration("window")
+	step := p.duration("step")
 	if p.err != nil {
 		s.fail(w, r, p.err)
 		return
@@ -224,6 +230,19 @@ func (s *server) capacitySeries(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, broker.Invalid("window", "must be at most %s", maxSeriesWindow))
 		return
 	}
+	if step == 0 {
+		step = max(time.Second, (to.Sub(from) / 60).Round(time.Second))
+	}
+	if step < time.Second || to.Sub(from)/step > maxSeriesPoints {
+		s.fail(w, r, broker.Invalid("step", "must be at least 1s and give at most %d points over %s", maxSeriesPoints, to.Sub(from)))
+		return
+	}
+	// Steps fall on multiples of step, so successive polls line up.
+	demand, err := s.st.DemandSeries(r.Context(), from.Truncate(step).Add(step), to, step)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	samples, err := s.st.Samples(r.Context(), from, to)
 	if err != nil {
 		s.fail(w, r, err)
@@ -244,5 +263,5 @@ func (s *server) capacitySeries(w http.ResponseWriter, r *http.Request) {
 		thin[len(thin)-1] = pts[len(pts)-1]
 		pts = thin
 	}
-	writeJSON(w, http.StatusOK, series{From: from, To: to, Points: items(pts)})
+	writeJSON(w, http.StatusOK, series{From: from, To: to, Points: items(pts), Step: step.Seconds(), Demand: items(demand)})
 }

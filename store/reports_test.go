@@ -114,3 +114,48 @@ func TestDemandSummaryAndClosed(t *testing.T) {
 		t.Fatalf("missing node: %+v %v", n, err)
 	}
 }
+
+func TestDemandSeries(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	mustTenant(t, s, "ml", nil, []string{"ml"})
+	mustTenant(t, s, "cv", nil, []string{"cv"})
+	mk := func(key, tenant string, prio int64, gpus int) broker.Demand {
+		return broker.Demand{Source: broker.SourceK8s, Key: key, Tenant: tenant, Priority: prio, GPUsPerUnit: gpus, Units: 1}
+	}
+	// a: pending from t0 to t0+20m; b: from t0+10m on; c: from t0+10m to t0+20m.
+	steps := []store.Observation{
+		obsOf(broker.SourceK8s, t0, mk("a", "ml", 5, 2)),
+		obsOf(broker.SourceK8s, t0.Add(10*time.Minute), mk("a", "ml", 5, 2), mk("b", "ml", 5, 1), mk("c", "cv", 9, 4)),
+		obsOf(broker.SourceK8s, t0.Add(20*time.Minute), mk("b", "ml", 5, 1)),
+	}
+	for _, o := range steps {
+		if _, err := s.ApplyObservation(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps, err := s.DemandSeries(ctx, t0.Add(-5*time.Minute), t0.Add(25*time.Minute), 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, p := range ps {
+		got[p.At.Sub(t0).String()+" "+p.Tenant] += p.GPUs
+	}
+	want := map[string]int{
+		"0s ml": 2, "5m0s ml": 2, "10m0s ml": 3, "10m0s cv": 4, "15m0s ml": 3, "15m0s cv": 4,
+		"20m0s ml": 1, "25m0s ml": 1,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("series: got %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("series at %s: got %d GPUs, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+	var ve *broker.ValidationError
+	if _, err := s.DemandSeries(ctx, t0, t0.Add(time.Hour), time.Second); !errors.As(err, &ve) || ve.Field != "step" {
+		t.Fatalf("too many steps: %v", err)
+	}
+}

@@ -199,6 +199,66 @@ function chart(container, points, side) {
   container.replaceChildren(svg);
 }
 
+const TENANT_COLOURS = ["#326ce5", "#e08a1e", "#2f8f5b", "#9b59b6", "#d3455b", "#16a2b8", "#8d6e63", "#7f8c8d"];
+
+// tenantChart stacks pending demand GPUs by tenant (all priorities) over
+// time, the largest tenants first; beyond seven, the rest are "others".
+function tenantChart(container, legend, demand) {
+  const W = Math.max(container.clientWidth, 200), H = 150, L = 30, R = 6, T = 8, B = 18;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+  svg.setAttribute("role", "img");
+  const mk = (tag, attrs) => { const e = document.createElementNS(ns, tag); for (const k in attrs) e.setAttribute(k, attrs[k]); svg.append(e); return e; };
+  const totals = new Map(), times = [], byTime = new Map();
+  for (const d of demand) {
+    const t = new Date(d.at).getTime();
+    if (!byTime.has(t)) { byTime.set(t, new Map()); times.push(t); }
+    const m = byTime.get(t);
+    m.set(d.tenant, (m.get(d.tenant) || 0) + d.gpus);
+    totals.set(d.tenant, (totals.get(d.tenant) || 0) + d.gpus);
+  }
+  times.sort((a, b) => a - b);
+  let tenants = [...totals.keys()].sort((a, b) => totals.get(b) - totals.get(a) || a.localeCompare(b));
+  if (tenants.length > 8) tenants = tenants.slice(0, 7).concat(["others"]);
+  const val = (t, tenant) => {
+    const m = byTime.get(t);
+    if (tenant !== "others") return m.get(tenant) || 0;
+    let s = 0;
+    for (const [k, v] of m) if (!tenants.slice(0, 7).includes(k)) s += v;
+    return s;
+  };
+  svg.setAttribute("data-points", String(times.length));
+  legend.replaceChildren(...tenants.map((tn, i) => {
+    const sw = el("i", { class: "sw" });
+    sw.style.background = TENANT_COLOURS[i % 8]; // CSSOM, allowed by the CSP; a style attribute is not
+    return el("span", {}, sw, tn);
+  }));
+  if (times.length < 2) {
+    mk("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }).textContent = times.length ? "" : "no pending demand in this window";
+    container.replaceChildren(svg);
+    return;
+  }
+  const t0 = times[0], t1 = times[times.length - 1];
+  const stack = times.map(t => { let acc = 0; return tenants.map(tn => (acc += val(t, tn))); });
+  const ymax = Math.max(1, Math.ceil(Math.max(...stack.map(s => s[s.length - 1] || 0)) * 1.1));
+  const x = t => L + (W - L - R) * (t - t0) / Math.max(1, t1 - t0);
+  const y = v => T + (H - T - B) * (1 - v / ymax);
+  for (const f of [0, 0.5, 1]) {
+    const v = Math.round(ymax * f);
+    mk("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e1e6eb" });
+    mk("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" }).textContent = v;
+  }
+  mk("text", { x: L, y: H - 4 }).textContent = fmtTime(t0);
+  mk("text", { x: W - R, y: H - 4, "text-anchor": "end" }).textContent = fmtTime(t1);
+  tenants.forEach((tn, i) => {
+    const top = times.map((t, j) => x(t) + "," + y(stack[j][i]));
+    const bottom = times.map((t, j) => x(t) + "," + y(i ? stack[j][i - 1] : 0)).reverse();
+    mk("polygon", { points: top.concat(bottom).join(" "), fill: TENANT_COLOURS[i % 8], "data-layer": tn, opacity: 0.85 });
+  });
+  container.replaceChildren(svg);
+}
+
 let lastSeries = null;
 
 async function refresh() {
@@ -228,6 +288,7 @@ function drawCharts() {
   if (!lastSeries) return;
   chart($("#chart-yarn"), lastSeries.points, "yarn");
   chart($("#chart-k8s"), lastSeries.points, "k8s");
+  tenantChart($("#chart-tenants"), $("#tenant-legend"), lastSeries.demand || []);
 }
 
 function renderStatus(rt) {

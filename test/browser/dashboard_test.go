@@ -130,6 +130,7 @@ type page struct {
 	Status       string   `json:"status"`
 	LoginVisible bool     `json:"login"`
 	Overflow     int      `json:"overflow"`
+	TenantLegend []string `json:"tenantLegend"`
 }
 
 const readPage = `
@@ -150,6 +151,7 @@ return {
   status: document.querySelector("#status").innerText,
   login: !document.querySelector("#login").hidden,
   overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+  tenantLegend: q("#tenant-legend span").map(s => s.textContent),
 };`
 
 // waitPage polls the rendered page until ok accepts it or the budget ends.
@@ -210,7 +212,7 @@ func TestDashboardShowsLiveData(t *testing.T) {
 	// A fresh load, as when the demo prints the address with the token.
 	d.open(srv.URL + "/?from=test#token=" + viewer)
 	p := waitPage(t, d, 60*time.Second, "dashboard with the seeded data", func(p page) bool {
-		return p.Loaded >= 1 && len(p.Tiles) == 8 && len(p.ChartPoints) == 2
+		return p.Loaded >= 1 && len(p.Tiles) == 8 && len(p.ChartPoints) == 3
 	})
 	if strings.Contains(p.Href, viewer) {
 		t.Errorf("the token stays in the address bar: %s", p.Href)
@@ -238,10 +240,11 @@ func TestDashboardShowsLiveData(t *testing.T) {
 	if !containsAll(p.Decisions, "scale-up", "ordering 2 nodes", "transfer", "ip-10-0-1-12") {
 		t.Errorf("decisions: %q", p.Decisions)
 	}
-	for i, n := range p.ChartPoints {
-		if n != 30 || p.ChartLayers[i] != 4 {
-			t.Errorf("chart %d: %d points, %d layers; want 30 points and 4 layers", i, n, p.ChartLayers[i])
-		}
+	// YARN and Kubernetes: 30 samples, busy/idle/in-flight areas and the
+	// pending line. Tenants: one area per tenant with pending demand.
+	if len(p.ChartPoints) != 3 || p.ChartPoints[0] != 30 || p.ChartPoints[1] != 30 || p.ChartLayers[0] != 4 || p.ChartLayers[1] != 4 ||
+		p.ChartPoints[2] < 10 || p.ChartLayers[2] != 3 || !containsAll(p.TenantLegend, "ml", "vision", "speech") {
+		t.Errorf("charts: points %v, layers %v, tenant legend %q", p.ChartPoints, p.ChartLayers, p.TenantLegend)
 	}
 	if !strings.Contains(p.Status, "leader") {
 		t.Errorf("status: %q", p.Status)
