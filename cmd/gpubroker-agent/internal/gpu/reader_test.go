@@ -42,7 +42,7 @@ type rig struct {
 	freed  bool
 }
 
-func newRig(t *testing.T, srv *server.Server, m []metrics) *rig {
+func newRig(t testing.TB, srv *server.Server, m []metrics) *rig {
 	t.Helper()
 	if len(m) != len(srv.Devices) {
 		t.Fatalf("%d metrics for %d GPUs", len(m), len(srv.Devices))
