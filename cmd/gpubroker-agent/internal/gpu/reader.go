@@ -177,8 +177,9 @@ func (r *Reader) Watch(ctx context.Context) error {
 			r.recordEvent(ctx, data)
 		case nvml.ERROR_TIMEOUT:
 		default:
-			// A failed wait (GPU lost, driver unloaded) must not spin.
-			r.log.WarnContext(ctx, "wait for NVML events", "error", ret.Error())
+			// A failed wait (GPU lost, driver unloaded) must neither spin
+			// nor fill the log.
+			r.warnOnce(ctx, "events/"+ret.Error(), "wait for NVML events", "error", ret.Error())
 			select {
 			case <-ctx.Done():
 			case <-time.After(r.cfg.EventWait):
