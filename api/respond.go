@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,26 +107,54 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK b
 			return &unsupportedMediaType{got: ct}
 		}
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	dec := json.NewDecoder(r.Body)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) && emptyOK {
 			return nil
 		}
-		return decodeError(err, v)
+		return decodeError(err, v, body)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
-			return err
-		}
 		return broker.Invalid("body", "must hold exactly one JSON object; found more data after it")
 	}
 	return nil
 }
 
-func decodeError(err error, v any) error {
+// fieldOf finds which top-level field of body a custom decoder (such as
+// broker.Duration's) refused, by decoding each field on its own; "body"
+// when it cannot tell.
+func fieldOf(v any, body []byte) string {
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(body, &raw) != nil {
+		return "body"
+	}
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return "body"
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		msg, ok := raw[name]
+		if !ok || name == "" || name == "-" {
+			continue
+		}
+		if json.Unmarshal(msg, reflect.New(f.Type).Interface()) != nil {
+			return name
+		}
+	}
+	return "body"
+}
+
+func decodeError(err error, v any, body []byte) error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	var mb *http.MaxBytesError
@@ -150,7 +179,7 @@ func decodeError(err error, v any) error {
 		return broker.Invalid(name, "is not a known field; allowed: %s", strings.Join(jsonFields(v), ", "))
 	}
 	// Errors of custom decoders such as broker.Duration name the value.
-	return broker.Invalid("body", "%s", err.Error())
+	return broker.Invalid(fieldOf(v, body), "%s", err.Error())
 }
 
 func jsonKind(t reflect.Type) string {
