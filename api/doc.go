@@ -21,4 +21,14 @@
 //
 // The package reaches the tick loop only through the Runtime interface,
 // defined here where it is used.
+//
+// Serving it (what "gpubroker serve" and "gpubroker demo" do):
+//
+//	reg := prometheus.NewRegistry()
+//	h, err := api.New(api.Config{Store: st, Runtime: loop, Logger: log, Registry: reg})
+//	srv := &http.Server{Addr: "127.0.0.1:8080", Handler: h, ReadHeaderTimeout: 5 * time.Second}
+//
+// The dashboard is at the root; open it as http://HOST:PORT/#token=<token>
+// (the fragment never reaches the server; the page moves the token into
+// the tab's sessionStorage) or paste a token into its sign-in box.
 package api
