@@ -62,7 +62,10 @@ func (p *Provider) Terminate(ctx context.Context, pool, instanceID string) error
 		return err
 	}
 	in, ok := g.instance(instanceID)
-	if !ok || gone(in.lifecycle) {
+	if !ok {
+		return p.terminatedElsewhere(ctx, pool, g.name, instanceID)
+	}
+	if gone(in.lifecycle) {
 		p.log.Debug("instance already leaving the group", "pool", pool, "instance", instanceID)
 		return nil
 	}
@@ -91,6 +94,25 @@ func (p *Provider) Terminate(ctx context.Context, pool, instanceID string) error
 		}
 	}
 	return p.actionError(pool, fmt.Sprintf("terminate instance %q of group %q", instanceID, g.name), callErr)
+}
+
+// terminatedElsewhere decides about an instance that is not in the group:
+// gone or going from EC2 means an earlier attempt did the work; a machine
+// still running outside the group is someone else's and must not be
+// reported as terminated.
+func (p *Provider) terminatedElsewhere(ctx context.Context, pool, group, instanceID string) error {
+	machines, err := p.describeInstances(ctx, []string{instanceID})
+	if err != nil {
+		return fmt.Errorf("terminate instance %q of pool %q: %w", instanceID, pool, err)
+	}
+	m, ok := machines[instanceID]
+	switch {
+	case !ok, m.state == "terminated", m.state == "shutting-down":
+		p.log.Debug("instance already gone", "pool", pool, "instance", instanceID)
+		return nil
+	}
+	return fmt.Errorf("terminate instance %q of pool %q: it is %s but not in group %q: %w",
+		instanceID, pool, m.state, group, broker.ErrConflict)
 }
 
 func (g *group) instance(id string) (groupInstance, bool) {

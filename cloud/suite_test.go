@@ -377,3 +377,21 @@ func TestConfiguredMinOverrideIsEnforced(t *testing.T) {
 		}
 	})
 }
+
+func TestTerminateRefusesAnotherPoolsInstance(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		createGroup(t, b, groupSpec{name: "gpu-x", max: 3, desired: 1, tags: map[string]string{cloud.TagPool: "gpu-x"}})
+		createGroup(t, b, groupSpec{name: "gpu-y", max: 3, desired: 1, tags: map[string]string{cloud.TagPool: "gpu-y"}})
+		p := newProvider(t, b, cloud.Config{Discover: true})
+		y := waitPool(t, p, "gpu-y", "1 instance", func(s broker.PoolState) bool { return len(live(s)) == 1 })
+		err := p.Terminate(t.Context(), "gpu-x", y.Instances[0].ID)
+		if !errors.Is(err, broker.ErrConflict) {
+			t.Errorf("terminate another pool's instance: got %v, want ErrConflict", err)
+		}
+		for _, n := range []string{"gpu-x", "gpu-y"} {
+			if s := poolByName(t, p, n); s.Desired != 1 || len(live(s)) != 1 {
+				t.Errorf("pool %s: desired %d, %d live after the refused terminate", n, s.Desired, len(live(s)))
+			}
+		}
+	})
+}

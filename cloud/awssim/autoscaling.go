@@ -12,45 +12,43 @@ import (
 )
 
 // autoscaling answers one awsquery action. s.mu is held.
-func (s *Server) autoscaling(action string, form url.Values) (any, []func(), *apiError) {
+func (s *Server) autoscaling(action string, form url.Values) (any, *apiError) {
 	switch action {
 	case "DescribeAutoScalingGroups":
-		b, err := s.describeGroups(form)
-		return b, nil, err
+		return s.describeGroups(form)
 	case "SetDesiredCapacity":
 		return s.setDesired(form)
 	case "TerminateInstanceInAutoScalingGroup":
 		return s.terminateInGroup(form)
 	case "DescribeScalingActivities":
-		b, err := s.describeActivities(form)
-		return b, nil, err
+		return s.describeActivities(form)
 	case "CreateAutoScalingGroup":
 		return s.createGroup(form)
 	case "CreateLaunchConfiguration":
 		name := form.Get("LaunchConfigurationName")
 		if name == "" {
-			return nil, nil, validation("LaunchConfigurationName is required")
+			return nil, validation("LaunchConfigurationName is required")
 		}
 		if _, ok := s.configs[name]; ok {
-			return nil, nil, &apiError{status: 400, code: "AlreadyExists", message: "Launch Configuration by this name already exists - A launch configuration already exists with the name " + name, sender: true}
+			return nil, &apiError{status: 400, code: "AlreadyExists", message: "Launch Configuration by this name already exists - A launch configuration already exists with the name " + name, sender: true}
 		}
 		s.configs[name] = form.Get("InstanceType")
-		return &emptyResponse{XMLName: xml.Name{Local: "CreateLaunchConfigurationResponse"}, Xmlns: asgNamespace}, nil, nil
+		return &emptyResponse{XMLName: xml.Name{Local: "CreateLaunchConfigurationResponse"}, Xmlns: asgNamespace}, nil
 	case "CreateOrUpdateTags":
 		return s.createOrUpdateTags(form)
 	case "DeleteAutoScalingGroup":
 		name := form.Get("AutoScalingGroupName")
 		g, ok := s.groups[name]
 		if !ok {
-			return nil, nil, validation("AutoScalingGroup name not found - AutoScalingGroup '%s' not found", name)
+			return nil, validation("AutoScalingGroup name not found - AutoScalingGroup '%s' not found", name)
 		}
 		for _, in := range append([]*instance(nil), g.members...) {
 			s.terminateLocked(g, in, "the group was deleted")
 		}
 		delete(s.groups, name)
-		return &emptyResponse{XMLName: xml.Name{Local: "DeleteAutoScalingGroupResponse"}, Xmlns: asgNamespace}, nil, nil
+		return &emptyResponse{XMLName: xml.Name{Local: "DeleteAutoScalingGroupResponse"}, Xmlns: asgNamespace}, nil
 	}
-	return nil, nil, &apiError{status: http.StatusBadRequest, code: "InvalidAction", message: fmt.Sprintf("The action %s is not valid for this web service.", action), sender: true}
+	return nil, &apiError{status: http.StatusBadRequest, code: "InvalidAction", message: fmt.Sprintf("The action %s is not valid for this web service.", action), sender: true}
 }
 
 type emptyResponse struct {
@@ -264,28 +262,28 @@ func matches(g *group, filters []filter) bool {
 	return true
 }
 
-func (s *Server) setDesired(form url.Values) (any, []func(), *apiError) {
+func (s *Server) setDesired(form url.Values) (any, *apiError) {
 	name := form.Get("AutoScalingGroupName")
 	g, ok := s.groups[name]
 	if !ok {
-		return nil, nil, validation("AutoScalingGroup name not found - AutoScalingGroup '%s' not found", name)
+		return nil, validation("AutoScalingGroup name not found - AutoScalingGroup '%s' not found", name)
 	}
 	d, err := strconv.Atoi(form.Get("DesiredCapacity"))
 	if err != nil {
-		return nil, nil, validation("DesiredCapacity must be an integer, got %q", form.Get("DesiredCapacity"))
+		return nil, validation("DesiredCapacity must be an integer, got %q", form.Get("DesiredCapacity"))
 	}
 	switch {
 	case d > g.max:
-		return nil, nil, validation("New SetDesiredCapacity value %d is above max value %d for the AutoScalingGroup.", d, g.max)
+		return nil, validation("New SetDesiredCapacity value %d is above max value %d for the AutoScalingGroup.", d, g.max)
 	case d < g.min:
-		return nil, nil, validation("New SetDesiredCapacity value %d is below min value %d for the AutoScalingGroup.", d, g.min)
+		return nil, validation("New SetDesiredCapacity value %d is below min value %d for the AutoScalingGroup.", d, g.min)
 	}
 	if d != g.desired {
 		s.log.Info("awssim sets desired capacity", "group", name, "from", g.desired, "to", d)
 		g.desired = d
 		s.reconcileLocked(g)
 	}
-	return &emptyResponse{XMLName: xml.Name{Local: "SetDesiredCapacityResponse"}, Xmlns: asgNamespace}, nil, nil
+	return &emptyResponse{XMLName: xml.Name{Local: "SetDesiredCapacityResponse"}, Xmlns: asgNamespace}, nil
 }
 
 type xmlActivity struct {
@@ -327,20 +325,20 @@ type terminateResponse struct {
 
 func (r *terminateResponse) setRequestID(id string) { r.Metadata.RequestID = id }
 
-func (s *Server) terminateInGroup(form url.Values) (any, []func(), *apiError) {
+func (s *Server) terminateInGroup(form url.Values) (any, *apiError) {
 	id := form.Get("InstanceId")
 	decrement := form.Get("ShouldDecrementDesiredCapacity") == "true"
 	if form.Get("ShouldDecrementDesiredCapacity") == "" {
-		return nil, nil, validation("ShouldDecrementDesiredCapacity is required")
+		return nil, validation("ShouldDecrementDesiredCapacity is required")
 	}
 	in, ok := s.instances[id]
 	if !ok || (in.lifecycle != "InService" && in.lifecycle != "Pending") {
 		// Gone, terminating or never known: the service no longer manages it.
-		return nil, nil, validation("Instance Id not found - No managed instance found for instance ID: %s", id)
+		return nil, validation("Instance Id not found - No managed instance found for instance ID: %s", id)
 	}
 	g := s.groups[in.Group]
 	if decrement && g.desired-1 < g.min {
-		return nil, nil, validation("Currently, desiredSize equals minSize (%d). Terminating instance without replacement will violate group's min size constraint. Either set shouldDecrementDesiredCapacity flag to false or lower group's min size.", g.min)
+		return nil, validation("Currently, desiredSize equals minSize (%d). Terminating instance without replacement will violate group's min size constraint. Either set shouldDecrementDesiredCapacity flag to false or lower group's min size.", g.min)
 	}
 	cause := "an instance was taken out of service in response to a user request"
 	if decrement {
@@ -354,11 +352,11 @@ func (s *Server) terminateInGroup(form url.Values) (any, []func(), *apiError) {
 	}
 	if take(&s.faults.terminateHalf) {
 		s.log.Info("awssim fails a terminate after applying it", "instance", id)
-		return nil, nil, &apiError{status: http.StatusInternalServerError, code: "InternalFailure", message: "An internal error occurred; the request may or may not have been processed."}
+		return nil, &apiError{status: http.StatusInternalServerError, code: "InternalFailure", message: "An internal error occurred; the request may or may not have been processed."}
 	}
 	resp := &terminateResponse{Xmlns: asgNamespace}
 	resp.Result.Activity = s.xmlActivity(g, a)
-	return resp, nil, nil
+	return resp, nil
 }
 
 type describeActivitiesResponse struct {
@@ -419,7 +417,7 @@ func (s *Server) describeActivities(form url.Values) (any, *apiError) {
 	return resp, nil
 }
 
-func (s *Server) createGroup(form url.Values) (any, []func(), *apiError) {
+func (s *Server) createGroup(form url.Values) (any, *apiError) {
 	atoi := func(k string, required bool) (int, *apiError) {
 		v := form.Get(k)
 		if v == "" && !required {
@@ -433,15 +431,15 @@ func (s *Server) createGroup(form url.Values) (any, []func(), *apiError) {
 	}
 	minSize, aerr := atoi("MinSize", true)
 	if aerr != nil {
-		return nil, nil, aerr
+		return nil, aerr
 	}
 	maxSize, aerr := atoi("MaxSize", true)
 	if aerr != nil {
-		return nil, nil, aerr
+		return nil, aerr
 	}
 	desired, aerr := atoi("DesiredCapacity", false)
 	if aerr != nil {
-		return nil, nil, aerr
+		return nil, aerr
 	}
 	if desired < 0 {
 		desired = minSize
@@ -451,7 +449,7 @@ func (s *Server) createGroup(form url.Values) (any, []func(), *apiError) {
 	if lc != "" {
 		it, ok := s.configs[lc]
 		if !ok {
-			return nil, nil, validation("Launch configuration name not found - Launch configuration %s not found", lc)
+			return nil, validation("Launch configuration name not found - Launch configuration %s not found", lc)
 		}
 		if instanceType == "" {
 			instanceType = it
@@ -469,12 +467,12 @@ func (s *Server) createGroup(form url.Values) (any, []func(), *apiError) {
 	}
 	if aerr := s.createGroupLocked(name, minSize, maxSize, desired, instanceType, lc,
 		members(form, "AvailabilityZones.member"), tags); aerr != nil {
-		return nil, nil, aerr
+		return nil, aerr
 	}
-	return &emptyResponse{XMLName: xml.Name{Local: "CreateAutoScalingGroupResponse"}, Xmlns: asgNamespace}, nil, nil
+	return &emptyResponse{XMLName: xml.Name{Local: "CreateAutoScalingGroupResponse"}, Xmlns: asgNamespace}, nil
 }
 
-func (s *Server) createOrUpdateTags(form url.Values) (any, []func(), *apiError) {
+func (s *Server) createOrUpdateTags(form url.Values) (any, *apiError) {
 	for i := 1; ; i++ {
 		p := fmt.Sprintf("Tags.member.%d", i)
 		k, ok := form[p+".Key"]
@@ -484,9 +482,9 @@ func (s *Server) createOrUpdateTags(form url.Values) (any, []func(), *apiError) 
 		name := form.Get(p + ".ResourceId")
 		g, ok := s.groups[name]
 		if !ok || form.Get(p+".ResourceType") != "auto-scaling-group" {
-			return nil, nil, validation("AutoScalingGroup name not found - AutoScalingGroup '%s' not found", name)
+			return nil, validation("AutoScalingGroup name not found - AutoScalingGroup '%s' not found", name)
 		}
 		g.tags[k[0]] = tag{value: form.Get(p + ".Value"), propagate: form.Get(p+".PropagateAtLaunch") == "true"}
 	}
-	return &emptyResponse{XMLName: xml.Name{Local: "CreateOrUpdateTagsResponse"}, Xmlns: asgNamespace}, nil, nil
+	return &emptyResponse{XMLName: xml.Name{Local: "CreateOrUpdateTagsResponse"}, Xmlns: asgNamespace}, nil
 }

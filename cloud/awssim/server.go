@@ -222,19 +222,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var body any
 	var aerr *apiError
-	var after []func()
 	switch version {
 	case asgVersion:
-		body, after, aerr = s.autoscaling(action, form)
+		body, aerr = s.autoscaling(action, form)
 	case ec2Version:
 		body, aerr = s.ec2(action, form)
 	default:
 		aerr = &apiError{status: http.StatusBadRequest, code: "InvalidAction", message: fmt.Sprintf("unsupported Version %q for action %q", version, action), sender: true}
 	}
 	s.mu.Unlock()
-	for _, f := range after {
-		f()
-	}
 	if aerr != nil {
 		writeError(w, version, reqID, aerr)
 		return

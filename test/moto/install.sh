@@ -17,7 +17,7 @@ if command -v flock >/dev/null 2>&1; then
 	flock 9
 fi
 
-if [ ! -f "$DONE" ] || [ ! -x "$VENV/bin/moto_server" ]; then
+if [ ! -f "$DONE" ] || [ ! -x "$VENV/bin/moto_server" ] || [ ! -x "$VENV/bin/python" ]; then
 	echo "installing moto[server]==$MOTO_VERSION into $VENV" >&2
 	rm -rf "$VENV"
 	python3 -m venv "$VENV"

@@ -71,7 +71,9 @@ func Start(ctx context.Context) (*Server, error) {
 	}
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so Stop ends its children too, and killed
+	// with the test binary if that dies without cleaning up (a timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append(os.Environ(), "AWS_DEFAULT_REGION=us-east-1")
 	if err := cmd.Start(); err != nil {
 		logf.Close()
