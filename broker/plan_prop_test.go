@@ -32,15 +32,42 @@ func minutes(t *rapid.T, label string, hi int) time.Duration {
 	return time.Duration(rapid.IntRange(0, hi).Draw(t, label)) * time.Minute
 }
 
-func genSnapshot(t *rapid.T) *Snapshot {
+// genMode steers the generator: "mixed" draws everything freely,
+// "reclaim" makes idle, long-underused nodes and little demand (scale-down
+// and transfers), "contend" fills pools to max with preemptible work and
+// sends high-priority demand (preemption).
+type genMode string
+
+const (
+	modeMixed   genMode = "mixed"
+	modeReclaim genMode = "reclaim"
+	modeContend genMode = "contend"
+)
+
+// allModes weighs the modes for most properties.
+var allModes = []genMode{modeMixed, modeMixed, modeReclaim, modeContend}
+
+// genCase draws a mode from modes, a snapshot and a policy.
+func genCase(t *rapid.T, modes ...genMode) (*Snapshot, Policy) {
+	if len(modes) == 0 {
+		modes = allModes
+	}
+	mode := rapid.SampledFrom(modes).Draw(t, "mode")
+	return genSnapshot(t, mode), genPolicy(t, mode)
+}
+
+func genSnapshot(t *rapid.T, mode genMode) *Snapshot {
 	s := &Snapshot{Now: t0, Tenants: map[string]Tenant{}}
 	npools := rapid.IntRange(1, 4).Draw(t, "pools")
 	for i := range npools {
 		lo := rapid.IntRange(0, 2).Draw(t, "min")
+		if mode == modeReclaim {
+			lo = 0
+		}
 		hi := lo + rapid.IntRange(0, 4).Draw(t, "span")
 		p := Pool{
 			Name: fmt.Sprintf("p%d", i), Provider: "aws", GPUModel: rapid.SampledFrom(propModels).Draw(t, "model"),
-			GPUsPerNode: rapid.SampledFrom(propGPUs).Draw(t, "gpn"), MinNodes: lo, MaxNodes: hi,
+			GPUsPerNode: rapid.SampledFrom(propGPUs).Draw(t, "gpn"), MinNodes: lo, MaxNodes: hi + 1,
 			Labels: map[string]string{"infra-type": "gpu", "zone": rapid.SampledFrom([]string{"a", "b"}).Draw(t, "zone")},
 			Sides:  rapid.SampledFrom(propSides).Draw(t, "sides"), PricePerHour: float64(rapid.IntRange(1, 20).Draw(t, "price")),
 			ExpanderPriority: rapid.IntRange(0, 3).Draw(t, "exprio"),
@@ -48,10 +75,15 @@ func genSnapshot(t *rapid.T) *Snapshot {
 		if rapid.Bool().Draw(t, "tainted") {
 			p.Taints = []Taint{propTaint}
 		}
-		if rapid.IntRange(0, 5).Draw(t, "fast") == 0 {
+		if mode == modeMixed && rapid.IntRange(0, 5).Draw(t, "fast") == 0 {
 			p.Labels[LabelYARNNodeLabel] = "fast"
 		}
 		st := PoolState{Pool: p, Desired: max(0, rapid.IntRange(lo-1, hi+1).Draw(t, "desired"))}
+		if mode != modeMixed {
+			st.Desired = hi + 1
+			st.Pool.GPUsPerNode = rapid.SampledFrom([]int{2, 4, 8}).Draw(t, "gpn_busy")
+			st.Pool.Sides = PoolShared
+		}
 		if rapid.IntRange(0, 4).Draw(t, "backoff") == 0 {
 			st.BackoffUntil = t0.Add(minutes(t, "backoff_for", 10) - 2*time.Minute)
 			st.BackoffReason = "InsufficientInstanceCapacity"
@@ -60,11 +92,20 @@ func genSnapshot(t *rapid.T) *Snapshot {
 	}
 	key := 0
 	nnodes := rapid.IntRange(0, 12).Draw(t, "nodes")
+	if mode != modeMixed {
+		nnodes = rapid.IntRange(4, 12).Draw(t, "nodes")
+	}
 	for i := range nnodes {
 		pi := rapid.IntRange(-1, npools-1).Draw(t, "node_pool")
 		n := Node{Name: fmt.Sprintf("n%02d", i), InstanceID: fmt.Sprintf("i-%02d", i), Owner: rapid.SampledFrom(propOwners).Draw(t, "owner"),
 			Phase: rapid.SampledFrom(propPhases).Draw(t, "phase"), PhaseSince: t0.Add(-minutes(t, "phase_since", 30)),
 			Utilisation: -1, Healthy: true}
+		if mode != modeMixed && rapid.IntRange(0, 4).Draw(t, "force_active") > 0 {
+			n.Phase = PhaseActive
+		}
+		if mode == modeReclaim { // mostly Kubernetes nodes, mostly YARN demand: transfers
+			n.Owner = rapid.SampledFrom([]Owner{OwnerK8s, OwnerK8s, OwnerK8s, OwnerYARN}).Draw(t, "owner_k8s")
+		}
 		if pi >= 0 {
 			p := s.Pools[pi].Pool
 			n.Pool, n.GPUModel, n.GPUsTotal, n.Taints = p.Name, p.GPUModel, p.GPUsPerNode, slices.Clone(p.Taints)
@@ -81,8 +122,18 @@ func genSnapshot(t *rapid.T) *Snapshot {
 			src = rapid.SampledFrom(Sources[:]).Draw(t, "work_src")
 		}
 		left := n.GPUsTotal
-		for range max(0, rapid.IntRange(-2, 3).Draw(t, "work")) {
+		nwork := max(0, rapid.IntRange(-2, 3).Draw(t, "work"))
+		switch mode {
+		case modeReclaim:
+			nwork = max(0, rapid.IntRange(-4, 1).Draw(t, "work"))
+		case modeContend:
+			nwork = rapid.IntRange(1, 3).Draw(t, "work")
+		}
+		for k := range nwork {
 			g := rapid.IntRange(0, left).Draw(t, "work_gpus")
+			if mode == modeContend && k == nwork-1 {
+				g = left // full nodes
+			}
 			left -= g
 			key++
 			w := Workload{Source: src, Key: fmt.Sprintf("w%d", key), Tenant: rapid.SampledFrom(propTenants).Draw(t, "work_tenant"),
@@ -94,7 +145,10 @@ func genSnapshot(t *rapid.T) *Snapshot {
 			n.Work = append(n.Work, w)
 			n.GPUsAllocated += g
 		}
-		if rapid.Bool().Draw(t, "underused") {
+		switch {
+		case mode == modeReclaim:
+			n.UnderusedSince = t0.Add(-10*time.Minute - minutes(t, "underused_for", 20))
+		case rapid.Bool().Draw(t, "underused"):
 			n.UnderusedSince = t0.Add(-minutes(t, "underused_for", 20))
 		}
 		switch rapid.IntRange(0, 9).Draw(t, "health") {
@@ -106,11 +160,27 @@ func genSnapshot(t *rapid.T) *Snapshot {
 		n.Protected = rapid.IntRange(0, 9).Draw(t, "protected") == 0
 		s.Nodes = append(s.Nodes, n)
 	}
+	if mode != modeMixed { // no capacity in flight: the pools hold what they have
+		for i := range s.Pools {
+			s.Pools[i].Desired = 0
+			for _, n := range s.Nodes {
+				if n.Pool == s.Pools[i].Pool.Name && n.Phase != PhaseTerminating && n.Phase != PhaseGone {
+					s.Pools[i].Desired++
+				}
+			}
+		}
+	}
 	// Little demand leaves nodes untouched for scale-down and transfers.
 	ndemand := rapid.SampledFrom([]int{0, 1, 2, 3, 15}).Draw(t, "demand_size")
+	if mode == modeContend {
+		ndemand = 15
+	}
 	ndemand = rapid.IntRange(0, ndemand).Draw(t, "demand")
 	for i := range ndemand {
 		src := rapid.SampledFrom(Sources[:]).Draw(t, "src")
+		if mode == modeReclaim {
+			src = rapid.SampledFrom([]Source{SourceYARN, SourceYARN, SourceYARN, SourceK8s}).Draw(t, "src_yarn")
+		}
 		d := Demand{Source: src, Key: fmt.Sprintf("d%02d", i), Tenant: rapid.SampledFrom(propTenants).Draw(t, "tenant"),
 			Priority: rapid.SampledFrom(propPrios).Draw(t, "prio"), GPUsPerUnit: rapid.SampledFrom(propPerUnit).Draw(t, "per_unit"),
 			Units: rapid.IntRange(1, 3).Draw(t, "units"), Gang: rapid.Bool().Draw(t, "gang"),
@@ -122,14 +192,17 @@ func genSnapshot(t *rapid.T) *Snapshot {
 		if rapid.Bool().Draw(t, "has_selector") {
 			d.Constraints.NodeSelector = map[string]string{"infra-type": "gpu"}
 		}
-		if rapid.IntRange(0, 3).Draw(t, "has_affinity") == 0 {
+		if mode == modeMixed && rapid.IntRange(0, 3).Draw(t, "has_affinity") == 0 {
 			d.Constraints.Affinity = []AffinityTerm{{Requirements: []LabelRequirement{{Key: "zone", Operator: rapid.SampledFrom([]string{"In", "NotIn"}).Draw(t, "op"), Values: []string{"a"}}}}}
 		}
-		if rapid.IntRange(0, 3).Draw(t, "untolerant") != 0 {
+		if mode != modeMixed || rapid.IntRange(0, 3).Draw(t, "untolerant") != 0 {
 			d.Constraints.Tolerations = []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists"}}
 		}
-		if src == SourceYARN && rapid.IntRange(0, 5).Draw(t, "d_fast") == 0 {
+		if mode == modeMixed && src == SourceYARN && rapid.IntRange(0, 5).Draw(t, "d_fast") == 0 {
 			d.Constraints.NodeLabel = "fast"
+		}
+		if mode == modeContend && rapid.Bool().Draw(t, "urgent") {
+			d.Priority = 10000
 		}
 		s.Demand = append(s.Demand, d)
 	}
@@ -159,7 +232,7 @@ func genSnapshot(t *rapid.T) *Snapshot {
 		s.InFlight = append(s.InFlight, op)
 	}
 	for _, src := range Sources {
-		if rapid.IntRange(0, 7).Draw(t, "stale") == 0 {
+		if rapid.IntRange(0, 7).Draw(t, "stale") == 0 && (mode == modeMixed || rapid.Bool().Draw(t, "stale_too")) {
 			if s.Stale == nil {
 				s.Stale = map[Source]string{}
 			}
@@ -169,7 +242,7 @@ func genSnapshot(t *rapid.T) *Snapshot {
 	return s
 }
 
-func genPolicy(t *rapid.T) Policy {
+func genPolicy(t *rapid.T, mode genMode) Policy {
 	p := DefaultPolicy()
 	p.ClusterMinGPUs = rapid.IntRange(0, 8).Draw(t, "cluster_min")
 	p.ClusterMaxGPUs = p.ClusterMinGPUs + rapid.IntRange(0, 64).Draw(t, "cluster_max_extra")
@@ -177,10 +250,13 @@ func genPolicy(t *rapid.T) Policy {
 		p.ModelMaxGPUs = map[string]int{rapid.SampledFrom(propModels).Draw(t, "max_model"): rapid.IntRange(0, 32).Draw(t, "model_max_gpus")}
 	}
 	p.ScaleDownUnneeded = Duration(minutes(t, "unneeded", 10))
+	if mode == modeReclaim {
+		p.ClusterMinGPUs, p.ClusterMaxGPUs = 0, rapid.IntRange(0, 64).Draw(t, "cluster_max")
+	}
 	p.ScaleDownUtilisation = rapid.SampledFrom([]float64{0, 0.25, 0.5, 1}).Draw(t, "threshold")
 	p.Expander = rapid.SampledFrom(propExpander).Draw(t, "expander")
-	p.Preemption = rapid.Bool().Draw(t, "preemption")
-	p.OwnershipTransfer = rapid.Bool().Draw(t, "transfer")
+	p.Preemption = mode == modeContend || rapid.Bool().Draw(t, "preemption")
+	p.OwnershipTransfer = rapid.Bool().Draw(t, "transfer") || (mode == modeReclaim && rapid.Bool().Draw(t, "transfer_too"))
 	return p
 }
 
@@ -247,9 +323,8 @@ var invariants = map[string]func(fataler, *view, Policy, Plan){
 	"transfer": checkTransfer, "stale": checkStale, "sound": checkSound,
 }
 
-func checkPlan(t *rapid.T, check func(fataler, *view, Policy, Plan)) {
-	s := genSnapshot(t)
-	p := genPolicy(t)
+func checkPlan(t *rapid.T, check func(fataler, *view, Policy, Plan), modes ...genMode) {
+	s, p := genCase(t, modes...)
 	check(t, newView(s), p, MakePlan(s, p))
 }
 
@@ -368,7 +443,7 @@ func checkUpDown(t fataler, v *view, p Policy, plan Plan) {
 // GPU work fits on the free GPUs of other nodes of the same pool and side,
 // which the plan leaves in place; the executor drains before terminating.
 func TestPropScaleDownOnlyWhenWorkFitsElsewhere(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { checkPlan(t, checkScaleDown) })
+	rapid.Check(t, func(t *rapid.T) { checkPlan(t, checkScaleDown, modeReclaim, modeReclaim, modeMixed) })
 }
 
 func checkScaleDown(t fataler, v *view, p Policy, plan Plan) {
@@ -385,6 +460,16 @@ func checkScaleDown(t fataler, v *view, p Policy, plan Plan) {
 	}
 	need := map[key]int{}
 	for _, a := range plan.Actions {
+		if a.Kind == ActTransfer {
+			// A transfer drains the node too: its work must fit elsewhere.
+			if n := v.nodes[a.Node]; n != nil {
+				for _, w := range n.Work {
+					if !w.System {
+						need[key{n.Pool, n.Owner}] += w.GPUs
+					}
+				}
+			}
+		}
 		if a.Kind != ActScaleDown {
 			continue
 		}
@@ -426,7 +511,8 @@ func checkScaleDown(t fataler, v *view, p Policy, plan Plan) {
 }
 
 func TestPropNeverHandOverBeforeRelease(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { checkPlan(t, checkTransfer) })
+	// Mostly the reclaim mode, where transfers happen.
+	rapid.Check(t, func(t *rapid.T) { checkPlan(t, checkTransfer, modeReclaim, modeReclaim, modeReclaim, modeMixed) })
 }
 
 func checkTransfer(t fataler, v *view, p Policy, plan Plan) {
@@ -466,7 +552,7 @@ func checkTransfer(t fataler, v *view, p Policy, plan Plan) {
 }
 
 func TestPropNothingDestructiveOnAStaleSide(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { checkPlan(t, checkStale) })
+	rapid.Check(t, func(t *rapid.T) { checkPlan(t, checkStale, modeMixed, modeReclaim, modeContend) })
 }
 
 func checkStale(t fataler, v *view, p Policy, plan Plan) {
@@ -611,8 +697,7 @@ func shuffled(t *rapid.T, s *Snapshot) *Snapshot {
 
 func TestPropDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		s := genSnapshot(t)
-		p := genPolicy(t)
+		s, p := genCase(t)
 		first := MakePlan(s, p)
 		if d := cmp.Diff(first, MakePlan(s, p)); d != "" {
 			t.Fatalf("same input, different plan:\n%s", d)
@@ -625,8 +710,7 @@ func TestPropDeterministic(t *testing.T) {
 
 func TestPropSnapshotNotModified(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		s := genSnapshot(t)
-		p := genPolicy(t)
+		s, p := genCase(t)
 		before := cloneSnapshot(s)
 		pBefore := p
 		pBefore.ModelMaxGPUs = cloneMap(p.ModelMaxGPUs)
