@@ -38,6 +38,9 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"migrate": {"apply or show database migrations (up | status)", runMigrate},
+		"demo":    {"run the whole product on one machine: private PostgreSQL, simulated YARN, Kubernetes and AWS, a workload", runDemo},
+		"serve":   {"run the broker: API, dashboard and, while leading, the tick loop", runServe},
+		"plan":    {"observe once and print the plan with its reasons, acting on nothing", runPlan},
 		"version": {"print the version", runVersion},
 		"inspect": {"print what the broker sees of a source (yarn | k8s | cloud)", runInspect},
 		"token":   {"create an API bearer token (create --role R [--tenant T] [--name N])", runToken},

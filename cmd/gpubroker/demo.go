@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/jackc/pgx/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/workload"
+	"github.com/gpubroker/gpubroker/cloud"
+	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/k8s/k8ssim"
+	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/store/pgserver"
+	"github.com/gpubroker/gpubroker/yarn"
+	"github.com/gpubroker/gpubroker/yarn/yarnsim"
+)
+
+const demoPool = "gpu-training-group"
+
+// demoConfig is the reference scenario, shortened so the story plays out
+// in minutes: one shared GPU pool of 4-GPU nodes (0 to 10), two tenants.
+func demoConfig() *config {
+	pol := broker.DefaultPolicy()
+	pol.ClusterMaxGPUs = 50
+	pol.ScaleDownUnneeded = broker.Duration(45 * time.Second)
+	pol.MaxProvisionTime = broker.Duration(2 * time.Minute)
+	pol.DrainTimeout = broker.Duration(time.Minute)
+	return &config{
+		policy: pol,
+		pools: []broker.Pool{{Name: demoPool, Provider: "aws", Group: demoPool, GPUModel: "A100", GPUsPerNode: 4,
+			MinNodes: 0, MaxNodes: 10, Sides: broker.PoolShared, PricePerHour: 32.77,
+			Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"},
+			Taints: []broker.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}}},
+		tenants: []broker.Tenant{
+			{Name: "training", BasePriority: 0, GuaranteedGPUs: 8, MaxGPUs: 32, Weight: 2,
+				YARNQueues: []string{"root.training"}, Namespaces: []string{"ml-training"}},
+			{Name: "research", BasePriority: 0, GuaranteedGPUs: 4, MaxGPUs: 24, Weight: 1,
+				YARNQueues: []string{"root.research"}, Namespaces: []string{"research"}},
+		},
+	}
+}
+
+// qosClasses maps the trace's QoS classes to PriorityClasses.
+var qosClasses = map[workload.QoS]string{
+	workload.QoSGuaranteed: "high-priority-training", workload.QoSLS: "latency-sensitive",
+	workload.QoSBurstable: "burstable", workload.QoSBE: "best-effort",
+}
+
+func runDemo(ctx context.Context, e env, args []string) error {
+	fs := newFlags("demo", e)
+	listen := fs.String("listen", "127.0.0.1:8080", "dashboard and API `address` (port 0 picks a free one)")
+	speed := fs.Float64("speed", 300, "time compression of the workload: trace seconds per real second")
+	seedFlag := fs.Uint64("seed", 1, "workload random seed")
+	profile := fs.String("profile", "multigpu50", "workload mix fitted to the openb trace: default or multigpu50")
+	runFor := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
+	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var prof workload.Profile
+	switch *profile {
+	case "default":
+		prof = workload.OpenB()
+	case "multigpu50":
+		prof = workload.OpenBMultiGPU50()
+	default:
+		return usagef("--profile: use default or multigpu50, got %q", *profile)
+	}
+	gen, err := workload.NewGenerator(prof, *seedFlag, *speed)
+	if err != nil {
+		return usagef("--speed: %s", err)
+	}
+	log, err := newLogger(e, *level)
+	if err != nil {
+		return err
+	}
+	if *runFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *runFor)
+		defer cancel()
+	}
+
+	// A private PostgreSQL, removed on exit.
+	pg, err := pgserver.Start(ctx, pgserver.Config{Fast: true})
+	if err != nil {
+		return fmt.Errorf("start the demo's PostgreSQL: %w", err)
+	}
+	defer pg.Stop()
+	if err := createDatabase(ctx, pg.URL, "gpubroker"); err != nil {
+		return err
+	}
+	c := demoConfig()
+	c.file.Database.URL = pg.DatabaseURL("gpubroker")
+	if err := store.Migrate(ctx, c.file.Database.URL); err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, store.Config{URL: c.file.Database.URL, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := seed(ctx, st, c, log); err != nil {
+		return err
+	}
+
+	// Simulated YARN: the RM REST API on a loopback port.
+	ysim, err := yarnsim.New(yarnsim.Config{Queues: []yarnsim.QueueSpec{{Path: "root.training", Capacity: 60}, {Path: "root.research", Capacity: 40}}})
+	if err != nil {
+		return err
+	}
+	yln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	ysrv := &http.Server{Handler: ysim.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go ysrv.Serve(yln)
+	defer ysrv.Close()
+	yclient, err := yarn.NewClient(yarn.Config{RMs: []string{"http://" + yln.Addr().String()}, Logger: log})
+	if err != nil {
+		return err
+	}
+
+	// Simulated Kubernetes: the fake API with a small scheduler and kubelet.
+	kc := k8ssim.New(k8ssim.Config{Logger: log})
+	for q, name := range qosClasses {
+		prio, _ := q.Priority()
+		if err := kc.EnsurePriorityClass(ctx, name, int32(prio)); err != nil {
+			return err
+		}
+	}
+	go kc.Run(ctx, 200*time.Millisecond)
+	kside, trigger, err := kubeSide(ctx, kc.Client(), kubernetesConfig{}, log)
+	if err != nil {
+		return err
+	}
+
+	// Simulated AWS: an autoscaling group whose instances join a side.
+	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, kside: kside, log: log}
+	aws := awssim.New(awssim.Config{LaunchDelay: time.Second, BootDelay: 2 * time.Second, TerminateDelay: time.Second,
+		BootHook: joiner.boot, TerminateHook: joiner.gone, Logger: log})
+	awsAddr, err := aws.Start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer aws.Close(context.WithoutCancel(ctx))
+	if err := aws.CreateGroup(awssim.GroupSpec{Name: demoPool, Min: 0, Max: 10, InstanceType: "p4d.24xlarge",
+		Tags: map[string]string{"gpubroker.io/pool": demoPool, "gpubroker.io/gpus-per-node": "4", "gpubroker.io/gpu-model": "A100"}}); err != nil {
+		return err
+	}
+	provider, err := cloud.New(ctx, cloud.Config{Region: "us-east-1", Endpoint: awsAddr,
+		Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", ""),
+		Pools:       cloudPools(c.pools), MaxProvisionTime: c.policy.MaxProvisionTime.D(), Logger: log})
+	if err != nil {
+		return err
+	}
+
+	yside := yarn.NewSide(yclient, yarn.MapOptions{})
+	observers := withRegistration(provider, []broker.SideObserver{yside, kside})
+	actions := []broker.SideActions{simYARNActions{sim: ysim, client: yclient}, kside}
+	w := &wired{st: st, provider: provider, sides: sides{observers: observers, actions: actions, trigger: trigger}}
+	w.newRuntime = func() (*broker.Runtime, error) {
+		return broker.NewRuntime(broker.RuntimeConfig{Observers: observers, Actions: actions, Pools: provider,
+			Ledger: st.Ledger(), Logger: log, Period: 2 * time.Second, BatchWindow: 500 * time.Millisecond})
+	}
+	secret, _, err := st.CreateToken(ctx, "demo-admin", store.RoleAdmin, "")
+	if err != nil {
+		return err
+	}
+
+	go runWorkload(ctx, gen, kc, ysim, yclient, log)
+	err = serve(ctx, e, w, *listen, log, func(addr string) {
+		fmt.Fprintf(e.stdout, "gpubroker demo: dashboard at http://%s\n", addr)
+		fmt.Fprintf(e.stdout, "admin token: %s\n", secret)
+		fmt.Fprintf(e.stdout, "open http://%s/#token=%s to sign in; Ctrl-C stops everything\n", addr, secret)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "gpubroker demo: stopped")
+	return nil
+}
+
+func createDatabase(ctx context.Context, url, name string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+// demoJoiner turns a booted instance into a node of the side with more
+// unmet GPU demand, and registers it on the other side as released (a
+// cordoned Kubernetes node; a decommissioned NodeManager), so the broker
+// can hand it over later. A real node bootstraps both agents the same way.
+type demoJoiner struct {
+	ctx   context.Context
+	kc    *k8ssim.Cluster
+	ysim  *yarnsim.Sim
+	kside interface {
+		Cordon(context.Context, string) error
+	}
+	log *slog.Logger
+	mu  sync.Mutex
+}
+
+func (j *demoJoiner) boot(in awssim.Instance) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	host := in.PrivateDNSName
+	toYARN := j.yarnPending() > j.k8sPending()
+	labels := map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia", "nvidia.com/gpu.product": "A100"}
+	taints := []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+	if err := j.kc.AddNode(j.ctx, k8ssim.NodeSpec{Name: host, GPUs: 4, Labels: labels, Taints: taints,
+		ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil {
+		j.log.Warn("demo: join kubernetes", "node", host, "err", err)
+		return
+	}
+	if err := j.ysim.AddNode(yarnsim.NodeSpec{Host: host, GPUs: 4}); err != nil {
+		j.log.Warn("demo: join yarn", "node", host, "err", err)
+		return
+	}
+	if toYARN {
+		if err := j.kside.Cordon(j.ctx, host); err != nil {
+			j.log.Warn("demo: cordon", "node", host, "err", err)
+		}
+	} else if err := j.ysim.SetNodeState(host, "DECOMMISSIONED"); err != nil {
+		j.log.Warn("demo: decommission", "node", host, "err", err)
+	}
+	side := "kubernetes"
+	if toYARN {
+		side = "yarn"
+	}
+	j.log.Info("demo: instance joined", "node", host, "instance", in.ID, "side", side)
+}
+
+func (j *demoJoiner) gone(in awssim.Instance) {
+	host := in.PrivateDNSName
+	if err := j.kc.RemoveNode(j.ctx, host); err != nil {
+		j.log.Debug("demo: remove kubernetes node", "node", host, "err", err)
+	}
+	if err := j.ysim.RemoveNode(host); err != nil {
+		j.log.Debug("demo: remove NodeManager", "node", host, "err", err)
+	}
+}
+
+func (j *demoJoiner) yarnPending() int {
+	_, _, gpus := j.ysim.Counts()
+	return gpus
+}
+
+func (j *demoJoiner) k8sPending() int {
+	pods, err := j.kc.Client().CoreV1().Pods("").List(j.ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			for _, ctr := range p.Spec.Containers {
+				q := ctr.Resources.Requests[k8ssim.GPUResource]
+				n += int(q.Value())
+			}
+		}
+	}
+	return n
+}
+
+// runWorkload submits generated tasks at their arrival times: Kubernetes
+// pods to k8ssim, YARN apps to yarnsim, each finishing after its run time.
+func runWorkload(ctx context.Context, gen *workload.Generator, kc *k8ssim.Cluster, ysim *yarnsim.Sim, yc *yarn.Client, log *slog.Logger) {
+	start := time.Now()
+	apps := &yarnApps{sim: ysim, client: yc, runFor: map[string]time.Duration{}, started: map[string]time.Time{}}
+	go apps.finisher(ctx, log)
+	tol := []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	for {
+		t := gen.Next()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(start.Add(t.Arrival))):
+		}
+		// Two tenants, by name: a deterministic split like the side's.
+		tenant, ns, queue := "training", "ml-training", "root.training"
+		if n, _ := strconv.Atoi(t.Name[len(t.Name)-1:]); n%3 == 0 {
+			tenant, ns, queue = "research", "research", "root.research"
+		}
+		switch t.Side {
+		case broker.SourceK8s:
+			err := kc.SubmitPod(ctx, k8ssim.PodSpec{Namespace: ns, Name: t.Name, GPUs: t.GPUs,
+				PriorityClassName: qosClasses[t.QoS], Priority: int32(t.Priority),
+				NodeSelector: map[string]string{"infra-type": "gpu"}, Tolerations: tol, Duration: t.Duration,
+				Annotations: map[string]string{"gpubroker.io/preemptible": strconv.FormatBool(t.Preemptible)}})
+			if err != nil && ctx.Err() == nil {
+				log.Warn("demo: submit pod", "task", t.Name, "err", err)
+			}
+		default:
+			var tags []string
+			if !t.Preemptible {
+				tags = append(tags, yarn.TagNotPreemptible)
+			}
+			id, err := ysim.Submit(yarnsim.AppSpec{Name: t.Name, Queue: queue, Priority: t.Priority, Tags: tags,
+				Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: t.GPUs}}})
+			if err != nil {
+				log.Warn("demo: submit app", "task", t.Name, "err", err)
+				continue
+			}
+			apps.add(id, t.Duration)
+		}
+		log.Debug("demo: task", "name", t.Name, "side", t.Side, "tenant", tenant, "gpus", t.GPUs, "qos", t.QoS, "run", t.Duration)
+	}
+}
+
+// yarnApps finishes YARN apps once they have run for their run time.
+type yarnApps struct {
+	sim     *yarnsim.Sim
+	client  *yarn.Client
+	mu      sync.Mutex
+	runFor  map[string]time.Duration
+	started map[string]time.Time
+}
+
+func (a *yarnApps) add(id string, d time.Duration) {
+	a.mu.Lock()
+	a.runFor[id] = d
+	a.mu.Unlock()
+}
+
+func (a *yarnApps) finisher(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		obs, err := a.client.Observe(ctx)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) {
+				log.Debug("demo: observe yarn", "err", err)
+			}
+			continue
+		}
+		now := time.Now()
+		a.mu.Lock()
+		for id, d := range a.runFor {
+			app, ok := obs.App(id)
+			if !ok {
+				delete(a.runFor, id)
+				delete(a.started, id)
+				continue
+			}
+			if app.PendingContainers() > 0 {
+				continue
+			}
+			s, ok := a.started[id]
+			if !ok {
+				a.started[id] = now
+				continue
+			}
+			if now.Sub(s) >= d {
+				if err := a.sim.Finish(id); err != nil {
+					log.Debug("demo: finish app", "app", id, "err", err)
+				}
+				delete(a.runFor, id)
+				delete(a.started, id)
+			}
+		}
+		a.mu.Unlock()
+	}
+}

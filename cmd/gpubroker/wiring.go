@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpubroker/gpubroker/api"
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/cloud"
+	"github.com/gpubroker/gpubroker/k8s"
+	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/yarn"
+)
+
+// seed writes the configuration's pools, tenants and policy into the
+// store: pools are upserted (the file owns their definition), tenants are
+// created when missing (the API owns them afterwards), and the policy is
+// stored only when none is (edits through the API win over the file).
+func seed(ctx context.Context, st *store.Store, c *config, log *slog.Logger) error {
+	for _, p := range c.pools {
+		if _, err := st.UpsertPool(ctx, p); err != nil {
+			return fmt.Errorf("seed pool %s: %w", p.Name, err)
+		}
+	}
+	for _, t := range c.tenants {
+		_, err := st.CreateTenant(ctx, t)
+		if errors.Is(err, broker.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("seed tenant %s: %w", t.Name, err)
+		}
+		log.Info("tenant created from configuration", "tenant", t.Name)
+	}
+	cur, err := st.GetPolicy(ctx)
+	if err != nil {
+		return err
+	}
+	if cur.Version == 0 {
+		if _, err := st.UpdatePolicy(ctx, c.policy); err != nil && !errors.Is(err, broker.ErrConflict) {
+			return fmt.Errorf("seed policy: %w", err)
+		}
+	}
+	return nil
+}
+
+// cloudPools converts the configured pools for the AWS provider.
+func cloudPools(pools []broker.Pool) []cloud.PoolConfig {
+	out := make([]cloud.PoolConfig, 0, len(pools))
+	for _, p := range pools {
+		minN, maxN := p.MinNodes, p.MaxNodes
+		out = append(out, cloud.PoolConfig{Name: p.Name, Group: p.Group, MinNodes: &minN, MaxNodes: &maxN,
+			GPUModel: p.GPUModel, GPUsPerNode: p.GPUsPerNode, Sides: p.Sides, PricePerHour: p.PricePerHour,
+			ExpanderPriority: p.ExpanderPriority, Labels: p.Labels, Taints: p.Taints})
+	}
+	return out
+}
+
+// kubeClient builds a client from a kubeconfig file, or in-cluster.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if kubeconfig == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	rc.QPS, rc.Burst = 50, 100
+	return kubernetes.NewForConfig(rc)
+}
+
+// sides holds the adapters of both sides and the Kubernetes watch trigger.
+type sides struct {
+	observers []broker.SideObserver
+	actions   []broker.SideActions
+	trigger   <-chan struct{}
+}
+
+// kubeSide starts the Kubernetes informers and returns the side.
+func kubeSide(ctx context.Context, client kubernetes.Interface, kc kubernetesConfig, log *slog.Logger) (*k8s.Side, <-chan struct{}, error) {
+	cfg := k8s.Config{NamespaceIsTenant: true, GPUModelLabel: kc.GPUModelLabel, SchedulerNames: kc.SchedulerNames,
+		GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
+	obs, err := k8s.NewObserver(client, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := obs.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("start kubernetes informers: %w", err)
+	}
+	act, err := k8s.NewActuator(client, cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return k8s.NewSide(client, obs, act, 5*time.Second), obs.Unschedulable(), nil
+}
+
+// registering tells the cloud provider which machines became nodes, so it
+// can report instances that never register within the max provision time.
+type registering struct {
+	broker.SideObserver
+	provider *cloud.Provider
+	mu       *sync.Mutex
+	seen     map[broker.Source][]string
+}
+
+func (r registering) Observe(ctx context.Context, idx broker.TenantIndex) (broker.SideObservation, error) {
+	obs, err := r.SideObserver.Observe(ctx, idx)
+	if err != nil {
+		return obs, err
+	}
+	names := make([]string, 0, len(obs.Nodes))
+	for _, n := range obs.Nodes {
+		names = append(names, n.Name)
+		if n.InstanceID != "" {
+			names = append(names, n.InstanceID)
+		}
+	}
+	r.mu.Lock()
+	r.seen[obs.Source] = names
+	var all []string
+	for _, ns := range r.seen {
+		all = append(all, ns...)
+	}
+	r.mu.Unlock()
+	r.provider.ObserveRegistered(all)
+	return obs, nil
+}
+
+func withRegistration(p *cloud.Provider, obs []broker.SideObserver) []broker.SideObserver {
+	mu := &sync.Mutex{}
+	seen := map[broker.Source][]string{}
+	out := make([]broker.SideObserver, len(obs))
+	for i, o := range obs {
+		out[i] = registering{SideObserver: o, provider: p, mu: mu, seen: seen}
+	}
+	return out
+}
+
+// apiRuntime lets the API reach the current runtime and leadership.
+type apiRuntime struct {
+	rt     atomic.Pointer[broker.Runtime]
+	leader atomic.Bool
+}
+
+var _ api.Runtime = (*apiRuntime)(nil)
+
+func (a *apiRuntime) DryRun(ctx context.Context) (broker.Plan, error) { return a.rt.Load().DryRun(ctx) }
+
+func (a *apiRuntime) Status() api.RuntimeStatus {
+	st := a.rt.Load().Status()
+	return api.RuntimeStatus{Leader: a.leader.Load(), LastTick: st.LastTick, Stale: st.Stale}
+}
+
+func (a *apiRuntime) acting() (*broker.Runtime, error) {
+	if !a.leader.Load() {
+		return nil, fmt.Errorf("this replica is a follower; send node operations to the leader: %w", broker.ErrConflict)
+	}
+	return a.rt.Load(), nil
+}
+
+func (a *apiRuntime) Cordon(ctx context.Context, node string) error {
+	rt, err := a.acting()
+	if err != nil {
+		return err
+	}
+	return rt.Cordon(ctx, node)
+}
+
+func (a *apiRuntime) Drain(ctx context.Context, node string) error {
+	rt, err := a.acting()
+	if err != nil {
+		return err
+	}
+	return rt.Drain(ctx, node)
+}
+
+func (a *apiRuntime) Transfer(ctx context.Context, node string, to broker.Owner) error {
+	rt, err := a.acting()
+	if err != nil {
+		return err
+	}
+	return rt.Transfer(ctx, node, to)
+}
+
+// lead runs the tick loop while this replica holds the leader lock, and
+// campaigns again when it loses it, until ctx ends. Each term gets a fresh
+// runtime that resumes from the journal.
+func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func() (*broker.Runtime, error), trigger <-chan struct{}, log *slog.Logger) error {
+	for {
+		lease, err := st.Lead(ctx, 2*time.Second, 2*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		rt, err := newRuntime()
+		if err != nil {
+			lease.Release(context.WithoutCancel(ctx))
+			return err
+		}
+		ar.rt.Store(rt)
+		ar.leader.Store(true)
+		log.Info("leading: planning and acting")
+		termCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lease.Lost():
+				log.Warn("leader lock lost; stopping the tick loop")
+			case <-termCtx.Done():
+			}
+			cancel()
+		}()
+		err = rt.Run(termCtx, trigger)
+		cancel()
+		ar.leader.Store(false)
+		lease.Release(context.WithoutCancel(ctx))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			log.Error("tick loop stopped", "err", err)
+		}
+	}
+}
+
+// yarnSide builds the YARN observer for the configured RMs.
+func yarnSide(yc yarnConfig, log *slog.Logger) (*yarn.Side, error) {
+	client, err := yarn.NewClient(yarn.Config{RMs: yc.RM, User: yc.User, Timeout: yc.Timeout.D(), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return yarn.NewSide(client, yarn.MapOptions{}), nil
+}
