@@ -40,6 +40,8 @@ type Provider struct {
 	registered map[string]struct{}
 	// stuck remembers instances already reported as never registering.
 	stuck map[string]struct{}
+	// machines caches host names and launch times by instance id.
+	machines map[string]machine
 }
 
 var _ broker.NodePool = (*Provider)(nil)
@@ -78,15 +80,16 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, broker.Invalid("region", "no region configured and none found in AWS_REGION or the shared config")
 	}
 	p := &Provider{
-		cfg:     cfg,
-		asg:     autoscaling.NewFromConfig(awsCfg),
-		ec2:     ec2.NewFromConfig(awsCfg),
-		log:     cfg.Logger,
-		now:     cfg.Now,
-		conf:    map[string]*PoolConfig{},
-		groups:  map[string]string{},
-		backoff: map[string]backoff{},
-		stuck:   map[string]struct{}{},
+		cfg:      cfg,
+		asg:      autoscaling.NewFromConfig(awsCfg),
+		ec2:      ec2.NewFromConfig(awsCfg),
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		conf:     map[string]*PoolConfig{},
+		groups:   map[string]string{},
+		backoff:  map[string]backoff{},
+		stuck:    map[string]struct{}{},
+		machines: map[string]machine{},
 	}
 	for i := range cfg.Pools {
 		pc := &p.cfg.Pools[i]
@@ -143,13 +146,7 @@ func (p *Provider) Report(ctx context.Context) ([]PoolReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, g := range groups {
-		for _, in := range g.instances {
-			ids = append(ids, in.id)
-		}
-	}
-	machines, err := p.describeInstances(ctx, ids)
+	machines, err := p.machinesOf(ctx, groups)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +164,46 @@ func (p *Provider) Report(ctx context.Context) ([]PoolReport, error) {
 			}
 		}
 		out = append(out, r)
+	}
+	return out, nil
+}
+
+// machinesOf returns EC2's view of every instance of the groups. An
+// instance's private DNS name and launch time never change, so they are
+// cached and only instances not seen before are described: a steady fleet
+// of thousands costs no DescribeInstances calls at all. Cached entries
+// carry no EC2 state; the group's lifecycle state covers termination.
+func (p *Provider) machinesOf(ctx context.Context, groups []*group) (map[string]machine, error) {
+	out := map[string]machine{}
+	var missing []string
+	p.mu.Lock()
+	for _, g := range groups {
+		for _, in := range g.instances {
+			if m, ok := p.machines[in.id]; ok {
+				out[in.id] = m
+			} else {
+				missing = append(missing, in.id)
+			}
+		}
+	}
+	p.mu.Unlock()
+	fresh, err := p.describeInstances(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, m := range fresh {
+		out[id] = m
+		if m.hostname != "" && !m.launched.IsZero() {
+			p.machines[id] = machine{hostname: m.hostname, launched: m.launched}
+		}
+	}
+	// Forget instances that left every group.
+	for id := range p.machines {
+		if _, ok := out[id]; !ok {
+			delete(p.machines, id)
+		}
 	}
 	return out, nil
 }
