@@ -21,8 +21,10 @@ import (
 const (
 	// PathApps asks only for live apps: an unfiltered /apps also lists
 	// every finished app the RM remembers, which makes answers huge.
-	PathApps      = "/ws/v1/cluster/apps?states=ACCEPTED,RUNNING"
-	PathNodes     = "/ws/v1/cluster/nodes"
+	PathApps = "/ws/v1/cluster/apps?states=ACCEPTED,RUNNING"
+	// PathNodes names every state, so nodes being decommissioned and gone
+	// are seen as such rather than as missing.
+	PathNodes     = "/ws/v1/cluster/nodes?states=NEW,RUNNING,UNHEALTHY,DECOMMISSIONING,DECOMMISSIONED,LOST,REBOOTED,SHUTDOWN"
 	PathScheduler = "/ws/v1/cluster/scheduler"
 )
 

@@ -16,6 +16,7 @@ import java.util.Collections;
 import java.util.EnumSet;
 import java.util.List;
 
+import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.metrics2.lib.DefaultMetricsSystem;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.security.token.Token;
@@ -178,13 +179,15 @@ public final class Launcher {
     conf.set(YarnConfiguration.RESOURCE_TYPES, GPU);
     ResourceUtils.resetResourceTypes(conf);
 
+    // RPC servers bind port 0 and the RM writes the bound addresses back
+    // into its configuration; the web app needs a port chosen up front,
+    // which another process may take first, so the start is retried.
     String rmHost = "127.0.0.1";
     conf.set(YarnConfiguration.RM_HOSTNAME, rmHost);
-    conf.set(YarnConfiguration.RM_ADDRESS, rmHost + ":" + freePort(rmHost));
-    conf.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, rmHost + ":" + freePort(rmHost));
-    conf.set(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, rmHost + ":" + freePort(rmHost));
-    conf.set(YarnConfiguration.RM_ADMIN_ADDRESS, rmHost + ":" + freePort(rmHost));
-    conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, rmHost + ":" + freePort(rmHost));
+    conf.set(YarnConfiguration.RM_ADDRESS, rmHost + ":0");
+    conf.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, rmHost + ":0");
+    conf.set(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, rmHost + ":0");
+    conf.set(YarnConfiguration.RM_ADMIN_ADDRESS, rmHost + ":0");
     conf.setBoolean(YarnConfiguration.RECOVERY_ENABLED, false);
     conf.setBoolean(YarnConfiguration.TIMELINE_SERVICE_ENABLED, false);
     conf.setInt(YarnConfiguration.MAX_CLUSTER_LEVEL_APPLICATION_PRIORITY, 10);
@@ -225,25 +228,56 @@ public final class Launcher {
     conf.setBoolean(YarnConfiguration.NM_RECOVERY_ENABLED, false);
     conf.set(YarnConfiguration.NM_AUX_SERVICES, "");
 
-    rm = new ResourceManager();
-    rm.init(conf);
-    rm.start();
+    for (int attempt = 1; ; attempt++) {
+      conf.set(YarnConfiguration.RM_WEBAPP_ADDRESS, rmHost + ":" + freePort(rmHost));
+      YarnConfiguration rmConf = new YarnConfiguration(conf);
+      ResourceManager r = new ResourceManager();
+      try {
+        r.init(rmConf);
+        r.start();
+        rm = r;
+        break;
+      } catch (RuntimeException e) {
+        r.stop();
+        if (attempt >= 5 || !isBindProblem(e)) {
+          throw e;
+        }
+        System.err.println("RM start attempt " + attempt + " lost a port race; retrying: " + e);
+      }
+    }
+    // Clients and NodeManagers use the addresses the RM bound.
+    Configuration bound = rm.getConfig();
+    for (String k : new String[] {YarnConfiguration.RM_ADDRESS, YarnConfiguration.RM_SCHEDULER_ADDRESS,
+        YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, YarnConfiguration.RM_ADMIN_ADDRESS}) {
+      conf.set(k, bound.get(k));
+    }
 
     for (int i = 0; i < numNodes; i++) {
       String host = "127.0.0." + (11 + i);
-      YarnConfiguration nc = new YarnConfiguration(conf);
-      nc.set(YarnConfiguration.NM_ADDRESS, host + ":" + freePort(host));
-      nc.set(YarnConfiguration.NM_LOCALIZER_ADDRESS, host + ":" + freePort(host));
-      nc.set(YarnConfiguration.NM_WEBAPP_ADDRESS, host + ":" + freePort(host));
-      nc.set(YarnConfiguration.NM_COLLECTOR_SERVICE_ADDRESS, host + ":" + freePort(host));
       File nmDir = new File(dir, "nm-" + host);
-      nc.set(YarnConfiguration.NM_LOCAL_DIRS, new File(nmDir, "local").getAbsolutePath());
-      nc.set(YarnConfiguration.NM_LOG_DIRS, new File(nmDir, "logs").getAbsolutePath());
-      nc.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, new File(nmDir, "remote-logs").getAbsolutePath());
-      NodeManager nm = new HeadlessNodeManager();
-      nm.init(nc);
-      nm.start();
-      nms.add(nm);
+      for (int attempt = 1; ; attempt++) {
+        YarnConfiguration nc = new YarnConfiguration(conf);
+        nc.set(YarnConfiguration.NM_ADDRESS, host + ":0");
+        nc.set(YarnConfiguration.NM_LOCALIZER_ADDRESS, host + ":" + freePort(host));
+        nc.set(YarnConfiguration.NM_WEBAPP_ADDRESS, host + ":0");
+        nc.set(YarnConfiguration.NM_COLLECTOR_SERVICE_ADDRESS, host + ":0");
+        nc.set(YarnConfiguration.NM_LOCAL_DIRS, new File(nmDir, "local").getAbsolutePath());
+        nc.set(YarnConfiguration.NM_LOG_DIRS, new File(nmDir, "logs").getAbsolutePath());
+        nc.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, new File(nmDir, "remote-logs").getAbsolutePath());
+        NodeManager nm = new HeadlessNodeManager();
+        try {
+          nm.init(nc);
+          nm.start();
+          nms.add(nm);
+          break;
+        } catch (RuntimeException e) {
+          nm.stop();
+          if (attempt >= 5 || !isBindProblem(e)) {
+            throw e;
+          }
+          System.err.println("NodeManager " + host + " start attempt " + attempt + " lost a port race; retrying: " + e);
+        }
+      }
       hosts.add(host);
     }
 
@@ -437,6 +471,16 @@ public final class Launcher {
     } catch (Throwable t) {
       t.printStackTrace();
     }
+  }
+
+  private static boolean isBindProblem(Throwable t) {
+    for (Throwable c = t; c != null; c = c.getCause()) {
+      if (c instanceof java.net.BindException
+          || String.valueOf(c.getMessage()).contains("Address already in use")) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private static String oneLine(Throwable t) {
