@@ -357,7 +357,7 @@ func healthy(n *Node) bool { return n.Healthy || n.HealthReason == "" }
 
 // place runs admission and placement for all pending demand.
 func (pl *planner) place() {
-	var live []*wdemand
+	var live, inflight []*wdemand
 	for _, d := range pl.demand {
 		switch {
 		case d.done:
@@ -369,11 +369,12 @@ func (pl *planner) place() {
 			d.done, d.reason, d.detail = true, WaitUnsatisfiable, d.cls.unsatisfiable(d.d.GPUsPerUnit)
 		case len(d.ops) > 0 && pl.servedByOp(d):
 			d.done = true
+			inflight = append(inflight, d)
 		default:
 			live = append(live, d)
 		}
 	}
-	newQuotas(pl.s, pl.nodes, live)
+	newQuotas(pl.s, pl.nodes, live, inflight)
 	order := admit(live)
 	pl.order = order
 	pl.restoreMin()

@@ -236,6 +236,15 @@ func TestPlanQuota(t *testing.T) {
 			waits:   []Wait{wait("k8s/b", WaitPriority)},
 		},
 		{
+			name: "demand an in-flight op serves counts against quota",
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{gpuNode("n1", gtg, OwnerK8s, 4, 0, work(job("low", 4, 0, true, wtenant("other"))))},
+				[]Demand{pod("p1", perUnit(4), prio(100)), pod("p2")},
+				tenants(Tenant{Name: "research", MaxGPUs: 4}),
+				inflight(Op{ID: 3, Kind: ActPreempt, Pool: gtg, Node: "n1", Serves: []string{"k8s/p1"}, State: OpRunning})),
+			policy: refPolicy(),
+			waits:  []Wait{wait("k8s/p1", WaitInFlight), wait("k8s/p2", WaitQuota)},
+		},
+		{
 			name:    "then age",
 			snap:    snap(one, nil, []Demand{pod("young", perUnit(4)), pod("old", perUnit(4), seen(time.Hour))}),
 			policy:  refPolicy(),

@@ -21,9 +21,10 @@ type tenantQuota struct {
 }
 
 // newQuotas resolves the quota state of every tenant with pending demand
-// (d.tq), counting the GPUs its running work holds. A tenant missing from
-// the snapshot has no guarantee, no maximum and weight 1: quota is opt-in.
-func newQuotas(s *Snapshot, nodes []wnode, demand []*wdemand) {
+// (d.tq), counting the GPUs its running work holds and those of demand an
+// in-flight op already serves. A tenant missing from the snapshot has no
+// guarantee, no maximum and weight 1: quota is opt-in.
+func newQuotas(s *Snapshot, nodes []wnode, demand, inflight []*wdemand) {
 	q := make(map[string]*tenantQuota)
 	for _, d := range demand {
 		t, ok := q[d.d.Tenant]
@@ -50,6 +51,11 @@ func newQuotas(s *Snapshot, nodes []wnode, demand []*wdemand) {
 					t.usage += w.GPUs
 				}
 			}
+		}
+	}
+	for _, d := range inflight {
+		if t := q[d.d.Tenant]; t != nil {
+			t.usage += d.d.GPUs()
 		}
 	}
 }
