@@ -1,0 +1,16 @@
+// Package deploy holds how gpubroker is installed, and the tests that check
+// it against the real thing:
+//
+//   - kubernetes/: plain manifests for the broker (namespace, least-privilege
+//     RBAC, Secrets, ConfigMap, a two-replica Deployment with /healthz and
+//     /readyz probes, Service, PodDisruptionBudget) and the node agent
+//     (DaemonSet on nodes labelled gpu.vendor=nvidia). Apply them in file
+//     order: kubectl apply -f deploy/kubernetes/
+//   - systemd/: units for running the agent, or the broker, next to YARN.
+//   - gpubroker.yaml: the sample configuration of the reference scenario,
+//     also embedded in the ConfigMap.
+//
+// kubernetes_test.go applies every manifest to a real kube-apiserver
+// (test/k8senv) with server-side dry run and checks the RBAC rules with
+// SubjectAccessReviews. The package has no product code.
+package deploy
