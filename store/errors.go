@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -63,7 +64,11 @@ func mapError(what string, err error) error {
 	case "23505": // unique_violation
 		return fmt.Errorf("%s: already exists (%s): %w", what, pe.ConstraintName, broker.ErrConflict)
 	case "23503": // foreign_key_violation
-		if pe.TableName == "demand" && pe.ConstraintName == "demand_tenant_fkey" {
+		if strings.Contains(pe.Detail, "still referenced") {
+			// A delete or rename of a row others point at.
+			return fmt.Errorf("%s: still in use by %s; remove those first: %w", what, pe.TableName, broker.ErrConflict)
+		}
+		if pe.ConstraintName == "demand_tenant_fkey" {
 			return fmt.Errorf("%s: a tenant named by demand does not exist: %w", what, broker.ErrConflict)
 		}
 		return fmt.Errorf("%s: %s (%s): %w", what, pe.Detail, pe.ConstraintName, broker.ErrConflict)

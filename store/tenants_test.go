@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -63,8 +64,8 @@ func TestTenantCRUDAndVersions(t *testing.T) {
 	if _, err := s.ApplyObservation(ctx, store.Observation{Source: broker.SourceK8s, At: t0, Demand: []broker.Demand{pod("a", "training", 1)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteTenant(ctx, "training"); !errors.Is(err, broker.ErrConflict) {
-		t.Fatalf("delete with live demand: got %v, want ErrConflict", err)
+	if err := s.DeleteTenant(ctx, "training"); !errors.Is(err, broker.ErrConflict) || !strings.Contains(err.Error(), "still in use by demand") {
+		t.Fatalf("delete with live demand: got %v, want ErrConflict saying it is in use", err)
 	}
 	if _, err := s.ApplyObservation(ctx, store.Observation{Source: broker.SourceK8s, At: t0.Add(1)}); err != nil {
 		t.Fatal(err)
