@@ -225,8 +225,15 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 	}
 	if st == stageAll && need > 0 {
 		need -= pl.buy(d, g, need)
-		for need > 0 && pl.preempt(d, g) {
-			d.acted++
+		for need > 0 {
+			// GPUs a preemption freed beyond one unit serve the next.
+			if pl.takeFree(d, g) {
+				d.free++
+			} else if pl.preempt(d, g) {
+				d.acted++
+			} else {
+				break
+			}
 			need--
 		}
 	}

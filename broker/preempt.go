@@ -229,6 +229,11 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 		return false
 	}
 	bestIdx, _, _ := pl.candidate(best, k, nil) // the undo below keeps it
+	if len(bestIdx) == 0 {
+		// The node has room without preempting; takeFree, which runs
+		// first for the same class, would have used it. Never evict nothing.
+		return false
+	}
 	n := &pl.nodes[best]
 	freed := 0
 	victims := make([]Workload, 0, len(bestIdx))
