@@ -1,12 +1,15 @@
 package k8s
 
 import (
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // gpuPod returns a pending pod asking for n GPUs in ns, marked
@@ -72,3 +75,5 @@ func gpuNode(name string, gpus int, model string, opts ...func(*corev1.Node)) *c
 	}
 	return n
 }
+
+func errorsIsNotFound(err error) bool { return errors.Is(err, broker.ErrNotFound) }

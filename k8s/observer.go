@@ -19,12 +19,6 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 )
 
-// Indexer names on the pod informer.
-const (
-	indexNode       = "gpubroker/node"    // pods by spec.nodeName
-	indexPendingGPU = "gpubroker/pending" // "gpu" for unbound pods asking for GPUs
-)
-
 // PDBReport is one PodDisruptionBudget as drain planning needs it.
 type PDBReport struct {
 	Namespace string `json:"namespace"`
@@ -96,27 +90,6 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	o.nodes = o.factory.Core().V1().Nodes().Informer()
 	o.pdbs = o.factory.Policy().V1().PodDisruptionBudgets().Informer()
 	o.classes = o.factory.Scheduling().V1().PriorityClasses().Informer()
-	if err := o.pods.AddIndexers(cache.Indexers{
-		indexNode: func(obj any) ([]string, error) {
-			pod, ok := obj.(*corev1.Pod)
-			if !ok || pod.Spec.NodeName == "" {
-				return nil, nil
-			}
-			return []string{pod.Spec.NodeName}, nil
-		},
-		indexPendingGPU: func(obj any) ([]string, error) {
-			pod, ok := obj.(*corev1.Pod)
-			if !ok {
-				return nil, nil
-			}
-			if _, ok := pendingGPUPod(pod); ok {
-				return []string{"gpu"}, nil
-			}
-			return nil, nil
-		},
-	}); err != nil {
-		return nil, fmt.Errorf("add pod indexers: %w", err)
-	}
 	o.cls = classifier{cfg: &o.cfg, classes: o.priorityOf}
 	if _, err := o.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { o.onPod(nil, obj) },
@@ -226,13 +199,27 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	}
 	obs := Observation{At: o.now(), NodeDetails: map[string]NodeDetail{}}
 
-	pending, err := o.pods.GetIndexer().ByIndex(indexPendingGPU, "gpu")
-	if err != nil {
-		return Observation{}, fmt.Errorf("list pending gpu pods: %w", err)
+	// GPU nodes first, then ONE snapshot of the pod cache from which both
+	// the pending demand and the nodes' work are derived: a pod that is
+	// bound while Observe runs is either pending or on its node, never both
+	// and never neither.
+	var gpuNodes []*corev1.Node
+	podsOn := map[string][]*corev1.Pod{}
+	for _, obj := range o.nodes.GetStore().List() {
+		n := obj.(*corev1.Node)
+		if o.cfg.isGPUNode(n) {
+			gpuNodes = append(gpuNodes, n)
+			podsOn[n.Name] = nil
+		}
 	}
-	obs.Pods = make([]PodReport, 0, len(pending))
-	for _, obj := range pending {
+	for _, obj := range o.pods.GetStore().List() {
 		pod := obj.(*corev1.Pod)
+		if pod.Spec.NodeName != "" {
+			if ps, ok := podsOn[pod.Spec.NodeName]; ok {
+				podsOn[pod.Spec.NodeName] = append(ps, pod)
+			}
+			continue
+		}
 		req, ok := pendingGPUPod(pod)
 		if !ok {
 			continue
@@ -257,19 +244,9 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	})
 	sort.Slice(obs.Demand, func(i, j int) bool { return obs.Demand[i].Name < obs.Demand[j].Name })
 
-	for _, obj := range o.nodes.GetStore().List() {
-		n := obj.(*corev1.Node)
-		if !o.cfg.isGPUNode(n) {
-			continue
-		}
-		objs, err := o.pods.GetIndexer().ByIndex(indexNode, n.Name)
-		if err != nil {
-			return Observation{}, fmt.Errorf("list pods of node %q: %w", n.Name, err)
-		}
-		pods := make([]*corev1.Pod, len(objs))
-		for i, p := range objs {
-			pods[i] = p.(*corev1.Pod)
-		}
+	obs.Nodes = make([]broker.Node, 0, len(gpuNodes))
+	for _, n := range gpuNodes {
+		pods := podsOn[n.Name]
 		sort.Slice(pods, func(i, j int) bool {
 			if pods[i].Namespace != pods[j].Namespace {
 				return pods[i].Namespace < pods[j].Namespace

@@ -11,6 +11,7 @@ func runInspect(ctx context.Context, e env, args []string) error {
 	targets := map[string]func(context.Context, env, []string) error{
 		// Each adapter adds its entry here: "yarn", "k8s", "cloud".
 		"cloud": runInspectCloud,
+		"k8s":   runInspectK8s,
 		"yarn":  runInspectYARN,
 	}
 	if len(args) == 0 {
