@@ -470,7 +470,8 @@ func (pl *planner) result() Plan {
 				}
 			} else {
 				w.Reason = WaitScheduler
-				w.Detail = fmt.Sprintf("free GPUs on %s nodes fit all %d units (first: %s); its scheduler should place it", d.d.Source, d.d.Units, d.firstFree)
+				w.Detail = fmt.Sprintf("free GPUs on %s nodes fit all its units (%d x %d GPUs, first on %s); its scheduler should place it",
+					d.d.Source, d.d.Units, d.d.GPUsPerUnit, d.firstFree)
 			}
 		} else if !d.done && d.admitted < d.d.Units && d.reason == "" {
 			w.Reason, w.Detail = WaitQuota, d.quotaDetail()

@@ -183,6 +183,10 @@ func (pl *planner) reclaim() {
 			pl.rollback(mark)
 			continue
 		}
+		work := "it runs no GPU work"
+		if moved > 0 {
+			work = fmt.Sprintf("its %d GPUs of work fit on other %s nodes", moved, w.side)
+		}
 		wp.downs++
 		w.removed = true
 		pl.clusterGPUs -= pool.GPUsPerNode
@@ -192,8 +196,8 @@ func (pl *planner) reclaim() {
 			Pool: pool.Name,
 			Node: n.Name,
 			From: n.Owner,
-			Reason: fmt.Sprintf("drain and terminate node %s of pool %s: %s (threshold %s); its %d GPUs of work fit on other %s nodes; pool goes from %d to %d nodes (min %d)",
-				n.Name, pool.Name, why, unneeded, moved, w.side, size, size-1, pool.MinNodes),
+			Reason: fmt.Sprintf("drain and terminate node %s of pool %s: %s (threshold %s); %s; pool goes from %d to %d nodes (min %d)",
+				n.Name, pool.Name, why, unneeded, work, size, size-1, pool.MinNodes),
 		})
 	}
 }
