@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -35,11 +36,12 @@ type metrics struct {
 // rig is a go-nvml mock DGX server with the metric calls the mock leaves
 // unset filled in, and an event set the test feeds.
 type rig struct {
-	srv    *server.Server
-	mu     sync.Mutex
-	m      []metrics
-	events chan nvml.EventData
-	freed  bool
+	srv      *server.Server
+	mu       sync.Mutex
+	m        []metrics
+	events   chan nvml.EventData
+	freed    bool
+	waitErrs int // the next event waits that fail with ERROR_UNKNOWN
 }
 
 func newRig(t testing.TB, srv *server.Server, m []metrics) *rig {
@@ -94,6 +96,15 @@ func newRig(t testing.TB, srv *server.Server, m []metrics) *rig {
 	srv.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
 			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+				r.mu.Lock()
+				fail := r.waitErrs > 0
+				if fail {
+					r.waitErrs--
+				}
+				r.mu.Unlock()
+				if fail {
+					return nvml.EventData{}, nvml.ERROR_UNKNOWN
+				}
 				select {
 				case e := <-r.events:
 					return e, nvml.SUCCESS
@@ -379,3 +390,40 @@ func TestWithoutEventSupport(t *testing.T) {
 		t.Fatalf("%d GPUs", len(got))
 	}
 }
+
+func TestWatchSurvivesFailedWaits(t *testing.T) {
+	r := newRig(t, dgxh100.New(), make([]metrics, 8))
+	r.waitErrs = 3
+	var logs strings.Builder
+	var mu sync.Mutex
+	rd, err := gpu.Open(context.Background(), gpu.Config{NVML: r.srv, EventWait: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(p)
+		}), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); rd.Watch(ctx) }()
+	r.events <- nvml.EventData{Device: r.srv.Devices[7], EventType: nvml.EventTypeXidCriticalError, EventData: 95}
+	waitXIDs(t, rd, 7, []uint64{95})
+	cancel()
+	<-done
+	mu.Lock()
+	if n := strings.Count(logs.String(), "wait for NVML events"); n != 1 {
+		t.Errorf("failed waits logged %d times, want once:\n%s", n, logs.String())
+	}
+	mu.Unlock()
+	shutdown := 0
+	r.srv.ShutdownFunc = func() nvml.Return { shutdown++; return nvml.SUCCESS }
+	if err := rd.Close(); err != nil || shutdown != 1 || !r.freed {
+		t.Fatalf("Close: %v, shutdown %d, event set freed %t", err, shutdown, r.freed)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
