@@ -14,8 +14,10 @@
 // so "the RM is down" can never look like "there is no demand".
 //
 // Authentication is Hadoop's "simple" scheme (the user.name query
-// parameter). Kerberos SPNEGO is planned through Config.Transport: wrap the
-// transport with github.com/jcmturner/gokrb5/v8/spnego (already in go.mod
-// through the HDFS client), which adds the Negotiate header from a keytab
-// login and keeps the hadoop.auth cookie the RM returns.
+// parameter). Kerberos SPNEGO is planned through Config.Transport, with no
+// change to the client: a RoundTripper that logs in once from a keytab with
+// github.com/jcmturner/gokrb5/v8 (client.NewWithKeytab, already in go.mod
+// through the HDFS client), calls spnego.SetSPNEGOHeader(cl, req,
+// "HTTP/<rm host>") on each request, and keeps the hadoop.auth cookie the RM
+// returns so later requests skip the handshake; User is then set to "-".
 package yarn
