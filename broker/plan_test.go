@@ -495,6 +495,14 @@ func TestPlanPreemption(t *testing.T) {
 			actions: []Action{up(gtg, 2, "k8s/hi")},
 		},
 		{
+			name: "a gang that cannot preempt enough rolls its victims back for the next demand",
+			snap: snap(pools, []Node{gpuNode("n1", gtg, OwnerYARN, 4, 0, work(job("low", 4, 0, true, yarnWork)))},
+				[]Demand{yarnApp("a/1", 2, 4, prio(1000)), yarnApp("b/1", 1, 2, prio(500))}),
+			policy:  refPolicy(),
+			actions: []Action{evict(gtg, "n1", []Workload{job("low", 4, 0, true, yarnWork)}, "yarn/b/1")},
+			waits:   []Wait{wait("yarn/a/1", WaitGang)},
+		},
+		{
 			name:    "freed GPUs beyond the need serve the next demand",
 			snap:    snap(pools, at(job("a", 4, 0, true)), []Demand{pod("hi", prio(1000)), pod("mid", prio(500))}),
 			policy:  refPolicy(),
