@@ -26,6 +26,17 @@ import (
 //     units or none;
 //  4. unhealthy nodes are replaced and underused nodes reclaimed, offered to
 //     the other side first (scaledown.go).
+//
+// Placement runs in three passes over the admitted demand so that no
+// demand takes another side's idle node or buys one while its own side's
+// free GPUs, or capacity ordered for it, could serve later demand.
+//
+// Conventions the planner relies on: a tenant missing from Snapshot.Tenants
+// has no quota; a node is unhealthy only when Healthy is false and
+// HealthReason says why; ClusterMinGPUs is a floor for scale-down (as the
+// cluster autoscaler's minimum), not a target to grow to; a pool below its
+// MinNodes is grown back to it; duplicate demand IDs, node names or pool
+// names keep one entry each.
 func MakePlan(s *Snapshot, p Policy) Plan {
 	pl := newPlanner(s, p)
 	pl.place()
