@@ -397,6 +397,32 @@ func TestPlanPlacement(t *testing.T) {
 			actions: []Action{up(gtg, 2, "yarn/a/1")},
 		},
 		{
+			name: "a node's untolerated NoExecute taint keeps demand off its free GPUs",
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{gpuNode("n1", gtg, OwnerK8s, 4, 0, func(n *Node) {
+				n.Taints = append(n.Taints, Taint{Key: "maintenance", Effect: "NoExecute"})
+			})}, []Demand{pod("p")}),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 2, "k8s/p")},
+		},
+		{
+			name: "required affinity picks the pool in its zone",
+			snap: snap([]PoolState{
+				gpuPool("zone-a", 0, func(p *PoolState) { p.Pool.Labels["zone"] = "a" }),
+				gpuPool("zone-b", 0, func(p *PoolState) { p.Pool.Labels["zone"] = "b" }),
+			}, nil, []Demand{pod("p", func(d *Demand) {
+				d.Constraints.Affinity = []AffinityTerm{{Requirements: []LabelRequirement{{Key: "zone", Operator: "NotIn", Values: []string{"a"}}}}}
+			})}),
+			policy:  refPolicy(),
+			actions: []Action{up("zone-b", 1, "k8s/p")},
+		},
+		{
+			name: "a YARN node label keeps demand off a node of another partition",
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{gpuNode("n1", gtg, OwnerYARN, 4, 0, func(n *Node) { n.Labels[LabelYARNNodeLabel] = "fast" })},
+				[]Demand{yarnApp("a/1", 1, 2)}),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 2, "yarn/a/1")},
+		},
+		{
 			name:    "a pool below its minimum is restored",
 			snap:    snap([]PoolState{gpuPool(gtg, 1, bounds(2, 5))}, []Node{gpuNode("n1", gtg, OwnerK8s, 4, 4)}, nil),
 			policy:  refPolicy(),
