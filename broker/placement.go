@@ -26,6 +26,9 @@ type dclass struct {
 	maxUnit int
 	// matched is true when any pool or node serving src matches at all.
 	matched bool
+	// startFree is the most free GPUs on one matching node of side src
+	// before this plan placed anything.
+	startFree int
 
 	pools  []int   // matching pools that may serve src, in name order
 	own    []int32 // matching schedulable nodes of side src
@@ -89,6 +92,7 @@ func (pl *planner) newClass(src Source, c *Constraints) *dclass {
 		case ownSide && w.sched:
 			cl.own = append(cl.own, int32(i))
 			cl.ownSet[i] = true
+			cl.startFree = max(cl.startFree, w.free)
 		case w.owned && !ownSide && poolServes:
 			cl.xall = append(cl.xall, int32(i))
 			cl.xSet[i] = true
@@ -632,6 +636,9 @@ func (pl *planner) diagnoseNow(d *wdemand, g int) (WaitReason, string) {
 	case len(room) > 0:
 		reason = WaitPriority
 		detail = "higher-priority demand in this plan took the room in pools " + strings.Join(room, ", ")
+	case d.cls.startFree >= g:
+		reason = WaitPriority
+		detail = fmt.Sprintf("higher-priority demand in this plan took the free GPUs on matching %s nodes", d.d.Source)
 	case len(backoff) > 0:
 		reason, detail = WaitBackoff, "fitting pools back off: "+strings.Join(backoff, "; ")
 	case len(clusterMax) > 0:

@@ -245,6 +245,12 @@ func TestPlanQuota(t *testing.T) {
 			waits:  []Wait{wait("k8s/p1", WaitInFlight), wait("k8s/p2", WaitQuota)},
 		},
 		{
+			name:   "free GPUs taken by higher-priority demand",
+			snap:   snap([]PoolState{gpuPool(gtg, 1, bounds(0, 1))}, []Node{gpuNode("n1", gtg, OwnerK8s, 4, 0)}, []Demand{pod("lo", perUnit(4)), pod("hi", prio(10), perUnit(4))}),
+			policy: refPolicy(),
+			waits:  []Wait{wait("k8s/hi", WaitScheduler), wait("k8s/lo", WaitPriority)},
+		},
+		{
 			name:    "then age",
 			snap:    snap(one, nil, []Demand{pod("young", perUnit(4)), pod("old", perUnit(4), seen(time.Hour))}),
 			policy:  refPolicy(),
