@@ -1,6 +1,7 @@
 package yarn
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,10 @@ type Client struct {
 
 	mu     sync.Mutex
 	active int // index in cfg.RMs of the RM that answered last
+
+	// bufs holds answer buffers between polls: an observation at scale
+	// reads tens of MiB.
+	bufs sync.Pool
 }
 
 // NewClient returns a client for the RMs in cfg.
@@ -48,7 +53,8 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Client{
-		cfg: cfg,
+		bufs: sync.Pool{New: func() any { return new(bytes.Buffer) }},
+		cfg:  cfg,
 		http: &http.Client{
 			Transport: cfg.Transport,
 			// Redirects are followed by hand: a standby RM's redirect
@@ -203,13 +209,28 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 	if mt, _, _ := mime.ParseMediaType(ct); !strings.HasSuffix(mt, "json") {
 		return "", fmt.Errorf("answered %q, not JSON: %s", ct, errorDetail(resp))
 	}
-	lr := &io.LimitedReader{R: resp.Body, N: c.cfg.MaxResponseBytes + 1}
-	if err := json.NewDecoder(lr).Decode(v); err != nil {
-		if lr.N <= 0 {
-			return "", fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
+	buf := c.bufs.Get().(*bytes.Buffer)
+	defer func() {
+		// Keep buffers of ordinary size for the next poll; drop huge ones.
+		if buf.Cap() <= 128<<20 {
+			buf.Reset()
+			c.bufs.Put(buf)
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return "", fmt.Errorf("decode answer: truncated JSON: %w", err)
+	}()
+	buf.Reset()
+	if resp.ContentLength > 0 && resp.ContentLength <= c.cfg.MaxResponseBytes {
+		buf.Grow(int(resp.ContentLength) + 1)
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1)); err != nil {
+		return "", fmt.Errorf("read answer: %w", err)
+	}
+	if int64(buf.Len()) > c.cfg.MaxResponseBytes {
+		return "", fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
+	}
+	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) && se.Offset >= int64(buf.Len()) {
+			return "", fmt.Errorf("decode answer: truncated JSON after %d bytes: %w", buf.Len(), err)
 		}
 		return "", fmt.Errorf("decode answer: %w", err)
 	}
