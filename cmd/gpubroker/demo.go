@@ -168,7 +168,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 
 	yside := yarn.NewSide(yclient, yarn.MapOptions{})
 	observers := withRegistration(provider, []broker.SideObserver{yside, kside})
-	actions := []broker.SideActions{simYARNActions{sim: ysim, client: yclient}, kside}
+	actions := []broker.SideActions{yarnsim.Actions{Sim: ysim, Client: yclient}, kside}
 	w := &wired{st: st, provider: provider, sides: sides{observers: observers, actions: actions, trigger: trigger}}
 	w.newRuntime = func() (*broker.Runtime, error) {
 		return broker.NewRuntime(broker.RuntimeConfig{Observers: observers, Actions: actions, Pools: provider,
