@@ -326,7 +326,7 @@ func (pl *planner) takeOrdered(d *wdemand, g int) bool {
 		if !ok {
 			continue
 		}
-		if pl.takeSlotIn(pi, g) {
+		if pl.takeSlotIn(pi, g, d.d.Source) {
 			if d.firstInflight == "" {
 				d.firstInflight = fmt.Sprintf("op %d scaling pool %s to %d", op.ID, op.Pool, op.Target)
 			}
@@ -339,7 +339,7 @@ func (pl *planner) takeOrdered(d *wdemand, g int) bool {
 // takeSlot reserves g GPUs on any in-flight node of a matching pool.
 func (pl *planner) takeSlot(d *wdemand, g int) bool {
 	for _, pi := range d.cls.pools {
-		if pl.takeSlotIn(pi, g) {
+		if pl.takeSlotIn(pi, g, d.d.Source) {
 			if d.firstInflight == "" {
 				d.firstInflight = fmt.Sprintf("a node ordered in pool %s", pl.pools[pi].st.Pool.Name)
 			}
@@ -349,13 +349,13 @@ func (pl *planner) takeSlot(d *wdemand, g int) bool {
 	return false
 }
 
-func (pl *planner) takeSlotIn(pi, g int) bool {
+func (pl *planner) takeSlotIn(pi, g int, src Source) bool {
 	wp := &pl.pools[pi]
-	for i, f := range wp.slots {
-		if f >= g {
-			wp.slots[i] -= g
+	for i, sl := range wp.slots {
+		if sl.free >= g && (sl.side == "" || sl.side == src) {
+			wp.slots[i].free -= g
 			if pl.rec {
-				pl.undo = append(pl.undo, func() { wp.slots[i] += g })
+				pl.undo = append(pl.undo, func() { wp.slots[i].free += g })
 			}
 			return true
 		}

@@ -115,14 +115,23 @@ type wpool struct {
 	// pendingDown counts in-flight scale-downs and replacements whose node
 	// is not terminating yet: the desired capacity will drop by that much.
 	pendingDown int
-	add         int   // nodes this plan adds
-	minAdd      int   // of which, nodes that restore the pool's minimum
-	slots       []int // free GPUs of each in-flight node
-	newFree     []int // free GPUs of each node this plan adds
-	backoff     string
-	serves      []string
-	gpusFor     int // GPUs of demand the added nodes serve
-	downs       int // scale-downs this plan takes
+	add         int    // nodes this plan adds
+	minAdd      int    // of which, nodes that restore the pool's minimum
+	slots       []slot // in-flight nodes
+	// sides of in-flight nodes that already registered with a side.
+	inflightSides []Source
+	newFree       []int // free GPUs of each node this plan adds
+	backoff       string
+	serves        []string
+	gpusFor       int // GPUs of demand the added nodes serve
+	downs         int // scale-downs this plan takes
+}
+
+// slot is an in-flight node's capacity: free GPUs, and the side it already
+// registered with (empty when it may still serve either).
+type slot struct {
+	free int
+	side Source
 }
 
 // wdemand is a pending demand in the working copy, with its outcome.
@@ -246,6 +255,8 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 							n.Name, n.Phase, pl.now.Sub(n.PhaseSince).Round(time.Second), pl.maxProv)
 					}
 					ready[w.pool]++ // an overdue node is not capacity on its way
+				} else if w.owned {
+					wp.inflightSides = append(wp.inflightSides, w.side)
 				}
 			case n.Phase == PhaseTerminating || n.Phase == PhaseGone:
 			default:
@@ -282,8 +293,14 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			wp.backoff = fmt.Sprintf("%s, until %s", r, until.UTC().Format(time.RFC3339))
 		}
 		if pool.GPUsPerNode > 0 {
+			// Nodes on their way that registered with a side serve that
+			// side only; the others (not even an instance yet) either side.
 			for k := ready[i]; k < wp.size; k++ {
-				wp.slots = append(wp.slots, pool.GPUsPerNode)
+				sl := slot{free: pool.GPUsPerNode}
+				if j := k - ready[i]; j < len(wp.inflightSides) {
+					sl.side = wp.inflightSides[j]
+				}
+				wp.slots = append(wp.slots, sl)
 			}
 		}
 		pl.clusterGPUs += wp.size * pool.GPUsPerNode

@@ -313,6 +313,13 @@ func TestPlanPlacement(t *testing.T) {
 			waits:  []Wait{wait("k8s/p", WaitInFlight), wait("k8s/q", WaitInFlight)},
 		},
 		{
+			name: "a node on its way that registered with the other side does not count",
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{gpuNode("n1", gtg, OwnerYARN, 0, 0, phase(PhaseRegistered, time.Minute))},
+				[]Demand{pod("p")}),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 2, "k8s/p")},
+		},
+		{
 			name: "an in-flight scale-up ordered for the demand counts before the instance exists",
 			snap: snap([]PoolState{gpuPool(gtg, 0)}, nil, []Demand{pod("p")},
 				inflight(Op{ID: 7, Kind: ActScaleUp, Pool: gtg, Target: 1, Serves: []string{"k8s/p"}, State: OpRunning})),
