@@ -160,14 +160,22 @@ func NodePhase(state string) broker.Phase {
 }
 
 // BrokerNodes returns the observation's nodes as the broker sees them from
-// the YARN side: owner yarn, phase from the NodeManager state, GPU counts.
+// the YARN side: owner yarn while it takes containers (none once
+// decommissioning or gone), phase from the NodeManager state, GPU counts.
 // The node's pool, instance and utilisation come from other sources.
 func BrokerNodes(obs *Observation) []broker.Node {
 	out := make([]broker.Node, 0, len(obs.Nodes))
 	for _, n := range obs.Nodes {
+		// Only a NodeManager that takes containers belongs to YARN; one
+		// being or already decommissioned has been released.
+		owner := broker.OwnerYARN
+		switch n.State {
+		case "DECOMMISSIONING", "DECOMMISSIONED", "LOST", "SHUTDOWN", "REBOOTED":
+			owner = broker.OwnerNone
+		}
 		bn := broker.Node{
 			Name:          n.Host,
-			Owner:         broker.OwnerYARN,
+			Owner:         owner,
 			Phase:         NodePhase(n.State),
 			GPUsTotal:     n.GPUsTotal,
 			GPUsAllocated: n.GPUsUsed,

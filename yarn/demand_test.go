@@ -89,7 +89,7 @@ func TestBrokerNodes(t *testing.T) {
 	want := []broker.Node{
 		{Name: "a", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 8, GPUsAllocated: 3, Utilisation: -1, Healthy: true,
 			Labels: map[string]string{"yarn.io/node-label": "a100"}},
-		{Name: "b", Owner: broker.OwnerYARN, Phase: broker.PhaseDraining, GPUsTotal: 4, Utilisation: -1, Healthy: true},
+		{Name: "b", Owner: broker.OwnerNone, Phase: broker.PhaseDraining, GPUsTotal: 4, Utilisation: -1, Healthy: true},
 		{Name: "c", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, HealthReason: "disk full"},
 	}
 	if d := cmp.Diff(want, got); d != "" {
