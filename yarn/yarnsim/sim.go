@@ -3,6 +3,7 @@ package yarnsim
 import (
 	"cmp"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -164,6 +165,8 @@ type Sim struct {
 	freeByLabel map[string]int
 	// live caches the RUNNING nodes in host order; nil when stale.
 	live []*node
+	// srv is the listener Start opened.
+	srv *http.Server
 }
 
 // New returns a simulator with no nodes and no apps.

@@ -217,3 +217,23 @@ func TestShapesMatchRealHadoop(t *testing.T) {
 		})
 	}
 }
+
+func TestStartClose(t *testing.T) {
+	sim, err := yarnsim.New(yarnsim.Config{})
+	must(t, err)
+	must(t, sim.AddNode(yarnsim.NodeSpec{Host: "n1", GPUs: 2}))
+	url, err := sim.Start("127.0.0.1:0")
+	must(t, err)
+	c, err := yarn.NewClient(yarn.Config{RMs: []string{url}})
+	must(t, err)
+	if obs := observe(t, c); len(obs.Nodes) != 1 || obs.RM != url {
+		t.Errorf("observation = %+v", obs)
+	}
+	if _, err := sim.Start("127.0.0.1:0"); err == nil {
+		t.Errorf("second Start succeeded")
+	}
+	must(t, sim.Close(context.Background()))
+	if _, err := c.Observe(context.Background()); err == nil {
+		t.Errorf("observe after Close succeeded")
+	}
+}
