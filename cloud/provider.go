@@ -205,6 +205,11 @@ func (p *Provider) machinesOf(ctx context.Context, groups []*group) (map[string]
 			delete(p.machines, id)
 		}
 	}
+	for id := range p.stuck {
+		if _, ok := out[id]; !ok {
+			delete(p.stuck, id)
+		}
+	}
 	return out, nil
 }
 
