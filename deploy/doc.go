@@ -9,6 +9,7 @@
 //   - systemd/: units for running the agent, or the broker, next to YARN.
 //   - gpubroker.yaml: the sample configuration of the reference scenario,
 //     also embedded in the ConfigMap.
+//   - docker/Dockerfile: the broker and agent images the manifests name.
 //
 // kubernetes_test.go applies every manifest to a real kube-apiserver
 // (test/k8senv) with server-side dry run and checks the RBAC rules with
