@@ -12,7 +12,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # $(GPUBROKER_CACHE) (default ~/.cache/gpubroker).
 export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
-.PHONY: test lint vet fmt-check build bench test-deps
+.PHONY: test lint vet fmt-check build bench test-deps demo
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
@@ -35,6 +35,10 @@ test-deps:
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/gpubroker ./cmd/gpubroker
+
+# The whole product on this machine, with simulated clusters.
+demo:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker demo
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
