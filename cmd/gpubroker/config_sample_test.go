@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +17,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
 // TestSampleConfigReproducesTheReferenceScenario loads deploy/gpubroker.yaml
@@ -90,5 +98,108 @@ func TestConfigMapEmbedsTheSampleConfig(t *testing.T) {
 	}
 	if _, err := parseConfig("configmap", []byte(embedded)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPlanLoadsTheSampleConfig runs "gpubroker plan --config" on
+// deploy/gpubroker.yaml with only its addresses swapped for loopback ones
+// (a real database, the YARN and AWS simulators): the full wiring accepts
+// the sample, seeds its pools, tenant and policy, and plans the reference
+// story's first step, a GPU node for a pending training job.
+func TestPlanLoadsTheSampleConfig(t *testing.T) {
+	sample, err := os.ReadFile("../../deploy/gpubroker.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ysim, err := yarnsim.New(yarnsim.Config{Queues: []yarnsim.QueueSpec{{Path: "root.training", Capacity: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yrm := httptest.NewServer(ysim.Handler())
+	t.Cleanup(yrm.Close)
+	aws := awssim.New(awssim.Config{})
+	awsURL, err := aws.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { aws.Close(context.Background()) })
+	for _, g := range []awssim.GroupSpec{
+		{Name: "cpu-node-group", Min: 1, Max: 10, Desired: 1, InstanceType: "m5.2xlarge"},
+		{Name: "gpu-training-group", Min: 0, Max: 5, InstanceType: "g5.12xlarge"},
+	} {
+		if err := aws.CreateGroup(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reference story: a training job asks for 2 GPUs and waits.
+	if _, err := ysim.Submit(yarnsim.AppSpec{Name: "elastic-gpu-training", Queue: "root.training",
+		Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Static credentials from the environment: no instance metadata lookups.
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+	url := pg.NewDatabase(t, nil)
+	cfg := string(sample)
+	for _, r := range []struct{ old, new string }{
+		{"database:\n", "database:\n  url: " + url + "\n"},
+		{"    - http://rm1.hadoop.internal:8088\n    - http://rm2.hadoop.internal:8088\n", "    - " + yrm.URL + "\n"},
+		{"  region: us-east-1\n", "  region: us-east-1\n  endpoint: " + awsURL + "\n"},
+	} {
+		if strings.Count(cfg, r.old) != 1 {
+			t.Fatalf("the sample no longer holds %q; update this test's address swap", r.old)
+		}
+		cfg = strings.Replace(cfg, r.old, r.new, 1)
+	}
+	path := filepath.Join(t.TempDir(), "gpubroker.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runCLI(t, nil, "plan", "--config", path, "--json")
+	if code != 0 {
+		t.Fatalf("plan: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	var plan broker.Plan
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("plan output is not a plan: %v\n%s", err, out)
+	}
+	// The GPU pool grows by one node for the job, for tenant training.
+	if len(plan.Actions) != 1 || plan.Actions[0].Kind != broker.ActScaleUp || plan.Actions[0].Pool != "gpu-training-group" ||
+		plan.Actions[0].Target != 1 {
+		t.Fatalf("plan %s, want one scale-up of gpu-training-group to 1 node", out)
+	}
+
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pools, err := st.ListPools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type limits struct {
+		Name           string
+		GPUs, Min, Max int
+	}
+	var got []limits
+	for _, p := range pools {
+		got = append(got, limits{p.Name, p.GPUsPerNode, p.MinNodes, p.MaxNodes})
+	}
+	want := []limits{{"cpu-node-group", 0, 1, 10}, {"gpu-training-group", 4, 0, 5}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("seeded pools (-want +got):\n%s", d)
+	}
+	tn, err := st.GetTenant(ctx, "training")
+	if err != nil || tn.BasePriority != 1000000 {
+		t.Fatalf("seeded tenant %+v, %v", tn, err)
+	}
+	pol, err := st.GetPolicy(ctx)
+	if err != nil || pol.ClusterMaxGPUs != 50 || pol.ScaleDownUnneeded.D() != 5*time.Minute || pol.ScaleDownUtilisation != 0.5 {
+		t.Fatalf("seeded policy %+v, %v", pol, err)
 	}
 }
