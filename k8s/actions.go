@@ -78,8 +78,9 @@ func (a *Actuator) Cordon(ctx context.Context, node, owner string) error {
 	if owner == "" {
 		return broker.Invalid("owner", "must name the new owner of node %q", node)
 	}
+	changed := false
 	err := a.updateNode(ctx, node, func(n *corev1.Node) bool {
-		changed := !n.Spec.Unschedulable
+		changed = !n.Spec.Unschedulable
 		n.Spec.Unschedulable = true
 		i := slices.IndexFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == OwnerTaintKey })
 		want := corev1.Taint{Key: OwnerTaintKey, Value: owner, Effect: corev1.TaintEffectNoSchedule}
@@ -96,24 +97,41 @@ func (a *Actuator) Cordon(ctx context.Context, node, owner string) error {
 	if err != nil {
 		return fmt.Errorf("cordon node %q: %w", node, apiError(err))
 	}
-	a.log.Info("cordoned node", "node", node, "owner", owner)
+	if changed {
+		a.log.Info("cordoned node", "node", node, "owner", owner)
+		a.bestEffortNodeEvent(ctx, node, corev1.EventTypeNormal, EventCordoned,
+			fmt.Sprintf("gpubroker cordoned the node and tainted it %s=%s:NoSchedule", OwnerTaintKey, owner))
+	}
 	return nil
+}
+
+// bestEffortNodeEvent writes a node event; a failure is logged, not
+// returned, because the action itself succeeded.
+func (a *Actuator) bestEffortNodeEvent(ctx context.Context, node, eventType, reason, message string) {
+	if err := a.NodeEvent(ctx, node, eventType, reason, message); err != nil && ctx.Err() == nil {
+		a.log.Warn("write node event", "node", node, "reason", reason, "err", err)
+	}
 }
 
 // Uncordon removes the gpubroker.io/owner taint and makes the node
 // schedulable again. It is idempotent.
 func (a *Actuator) Uncordon(ctx context.Context, node string) error {
+	changed := false
 	err := a.updateNode(ctx, node, func(n *corev1.Node) bool {
-		changed := n.Spec.Unschedulable
+		changed = n.Spec.Unschedulable
 		n.Spec.Unschedulable = false
 		before := len(n.Spec.Taints)
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == OwnerTaintKey })
-		return changed || len(n.Spec.Taints) != before
+		changed = changed || len(n.Spec.Taints) != before
+		return changed
 	})
 	if err != nil {
 		return fmt.Errorf("uncordon node %q: %w", node, apiError(err))
 	}
-	a.log.Info("uncordoned node", "node", node)
+	if changed {
+		a.log.Info("uncordoned node", "node", node)
+		a.bestEffortNodeEvent(ctx, node, corev1.EventTypeNormal, EventUncordoned, "gpubroker gave the node back to the Kubernetes scheduler")
+	}
 	return nil
 }
 

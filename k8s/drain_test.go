@@ -172,6 +172,16 @@ func TestCordonUncordonIdempotent(t *testing.T) {
 	if n.Spec.Unschedulable || len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != "nvidia.com/gpu" {
 		t.Errorf("after uncordon: unschedulable %v taints %v", n.Spec.Unschedulable, n.Spec.Taints)
 	}
+	evs, _ := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+	var reasons []string
+	for _, e := range evs.Items {
+		reasons = append(reasons, e.Reason)
+	}
+	slices.Sort(reasons)
+	// Only changes are announced: cordon, re-cordon for another owner, uncordon.
+	if want := []string{EventCordoned, EventCordoned, EventUncordoned}; !slices.Equal(reasons, want) {
+		t.Errorf("node events = %v, want %v", reasons, want)
+	}
 	if err := a.Cordon(ctx, "missing", "yarn"); !errorsIsNotFound(err) {
 		t.Errorf("cordon of a missing node: %v, want ErrNotFound", err)
 	}
