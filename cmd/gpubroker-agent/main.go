@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -59,9 +62,9 @@ func usagef(format string, args ...any) error {
 
 // options are the parsed flags.
 type options struct {
-	broker, tokenFile, node, library, logLevel string
-	interval, minBackoff, maxBackoff           time.Duration
-	allowNoGPU, once, version                  bool
+	broker, tokenFile, node, library, logLevel, caFile string
+	interval, minBackoff, maxBackoff                   time.Duration
+	allowNoGPU, once, version                          bool
 }
 
 // parseArgs parses the command line; the environment supplies NODE_NAME
@@ -72,6 +75,7 @@ func parseArgs(e env, args []string) (options, error) {
 	fs.SetOutput(e.stderr)
 	fs.StringVar(&o.broker, "broker", "", "broker base URL, e.g. http://gpubroker.gpubroker.svc (default $GPUBROKER_URL)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the agent token (role agent); read on every push, never printed")
+	fs.StringVar(&o.caFile, "ca-file", "", "PEM file of the CA that signed an https broker's certificate (default: the system's CAs)")
 	fs.StringVar(&o.node, "node", "", "node name as Kubernetes or YARN knows it (default $NODE_NAME, then the host name)")
 	fs.DurationVar(&o.interval, "interval", 15*time.Second, "time between reports")
 	fs.DurationVar(&o.minBackoff, "min-backoff", time.Second, "first wait after a failed push; doubles per failure, with jitter")
@@ -209,8 +213,12 @@ func agent(ctx context.Context, e env, o options) error {
 		return rep, nil
 	}
 
+	client, err := httpClient(o.caFile)
+	if err != nil {
+		return err
+	}
 	p, err := push.New(push.Config{
-		Broker: o.broker, Node: o.node, TokenFile: o.tokenFile, UserAgent: "gpubroker-agent/" + version,
+		Broker: o.broker, Node: o.node, TokenFile: o.tokenFile, UserAgent: "gpubroker-agent/" + version, Client: client,
 		Interval: o.interval, MinBackoff: o.minBackoff, MaxBackoff: o.maxBackoff, Logger: log, Sleep: e.sleep,
 	})
 	if err != nil {
@@ -248,4 +256,25 @@ func prefixed(p, s string) string {
 		return ""
 	}
 	return p + s
+}
+
+// httpClient returns the client for the broker: the system's CAs, or only
+// the one in caFile.
+func httpClient(caFile string) (*http.Client, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	if caFile == "" {
+		return c, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, usagef("--ca-file: %s", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, usagef("--ca-file: %s holds no PEM certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	c.Transport = tr
+	return c, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -372,5 +373,32 @@ func TestNodeNameAndBrokerDefaults(t *testing.T) {
 	}
 	if o, err := parseArgs(e, []string{"--broker", "http://b", "--token-file", "t", "--node", "flag"}); err != nil || o.node != "flag" {
 		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+func TestHTTPSBrokerWithPrivateCA(t *testing.T) {
+	b := newBroker(t)
+	// The same broker API behind TLS with a certificate of its own CA.
+	tlsSrv := httptest.NewTLSServer(b.srv.Config.Handler)
+	t.Cleanup(tlsSrv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tok := b.tokenFile(t, store.RoleAgent)
+	r := runAgent(t, newGPUs().srv, nil, "--broker", tlsSrv.URL, "--token-file", tok, "--node", "tls-1", "--once")
+	if r.code != 1 || !strings.Contains(r.stderr, "certificate") {
+		t.Fatalf("without --ca-file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runAgent(t, newGPUs().srv, nil, "--broker", tlsSrv.URL, "--token-file", tok, "--node", "tls-1", "--once", "--ca-file", ca)
+	if r.code != 0 {
+		t.Fatalf("with --ca-file: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if _, err := b.st.LatestReport(context.Background(), "tls-1"); err != nil {
+		t.Fatal(err)
+	}
+	r = runAgent(t, newGPUs().srv, nil, "--broker", tlsSrv.URL, "--token-file", tok, "--once", "--ca-file", tok)
+	if r.code != 2 || !strings.Contains(r.stderr, "holds no PEM certificate") {
+		t.Fatalf("bad --ca-file: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
