@@ -288,8 +288,16 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		return moveTo(stepAwaitInstances)
 
 	case stepAwaitInstances:
-		ps, ok := findPool(pools, op.Pool)
-		if ok && ps.InService() >= op.Target {
+		// Done once the provider reports the new desired capacity (or the
+		// instances): from then on the planner counts the pool's size and
+		// its in-flight nodes, so the op need not hold the pool's single
+		// open scale-up slot while machines boot.
+		fresh, err := r.cfg.Pools.Pools(ctx)
+		if err != nil {
+			return retry(err)
+		}
+		ps, ok := findPool(fresh, op.Pool)
+		if ok && (ps.Desired >= op.Target || ps.InService() >= op.Target) {
 			return done()
 		}
 		if now.Sub(data.SetAt) > policy.MaxProvisionTime.D() {
@@ -299,7 +307,7 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			}
 			return r.fail(save(op), now, reason), false
 		}
-		return waitFor(5 * time.Second)
+		return waitFor(time.Second)
 
 	case stepRelease:
 		if data.Deadline.IsZero() {

@@ -24,6 +24,10 @@ func runPlan(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if c.file.Database.URL == "" {
+		// Keep the password out of the file: deployments pass it from a Secret.
+		c.file.Database.URL = e.getenv("GPUBROKER_DATABASE_URL")
+	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	w, err := wire(ctx, c, log, true)
 	if err != nil {

@@ -28,7 +28,7 @@ type wired struct {
 
 func wire(ctx context.Context, c *config, log *slog.Logger, migrate bool) (*wired, error) {
 	if c.file.Database.URL == "" {
-		return nil, usagef("config: database.url: must be set")
+		return nil, usagef("no database: set database.url in the config file or GPUBROKER_DATABASE_URL")
 	}
 	if migrate {
 		if err := store.Migrate(ctx, c.file.Database.URL); err != nil {
@@ -104,6 +104,10 @@ func runServe(ctx context.Context, e env, args []string) error {
 	c, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
+	}
+	if c.file.Database.URL == "" {
+		// Keep the password out of the file: deployments pass it from a Secret.
+		c.file.Database.URL = e.getenv("GPUBROKER_DATABASE_URL")
 	}
 	log, err := newLogger(e, *level)
 	if err != nil {

@@ -1,0 +1,265 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/cloud"
+	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/k8s"
+	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/test/k8senv"
+	"github.com/gpubroker/gpubroker/test/pgtest"
+	"github.com/gpubroker/gpubroker/yarn"
+	"github.com/gpubroker/gpubroker/yarn/yarnsim"
+)
+
+var (
+	pg      *pgtest.Server
+	kubeEnv *k8senv.Env
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	pg, err = pgtest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		os.Exit(2)
+	}
+	kubeEnv, err = k8senv.Start(context.Background(), k8senv.Options{
+		Logf: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+	})
+	if err != nil {
+		pg.Stop()
+		fmt.Fprintln(os.Stderr, "k8senv:", err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	kubeEnv.Stop()
+	pg.Stop()
+	os.Exit(code)
+}
+
+const poolName = "gpu-training-group"
+
+var (
+	gpuLabels = map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"}
+	gpuTaint  = corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
+)
+
+// world is the broker wired to the real control plane and the simulators.
+type world struct {
+	t        *testing.T
+	ctx      context.Context
+	st       *store.Store
+	rt       *broker.Runtime
+	aws      *awssim.Server
+	ysim     *yarnsim.Sim
+	yclient  *yarn.Client
+	ns       string
+	calls    *callLog
+	cancelRT context.CancelFunc
+	rtDone   chan struct{}
+}
+
+// callLog records every SetDesired call the runtime makes.
+type callLog struct {
+	mu    sync.Mutex
+	calls []desiredCall
+}
+
+type desiredCall struct {
+	At     time.Time
+	Pool   string
+	Target int
+}
+
+// recordingPool wraps the real provider to time its scale-up calls.
+type recordingPool struct {
+	*cloud.Provider
+	log *callLog
+}
+
+func (r recordingPool) SetDesired(ctx context.Context, pool string, target int) error {
+	r.log.mu.Lock()
+	r.log.calls = append(r.log.calls, desiredCall{At: time.Now(), Pool: pool, Target: target})
+	r.log.mu.Unlock()
+	return r.Provider.SetDesired(ctx, pool, target)
+}
+
+type worldOptions struct {
+	maxNodes   int
+	unneeded   time.Duration
+	namespace  string
+	bootDelay  time.Duration
+	preemption bool
+}
+
+func newWorld(t *testing.T, o worldOptions) *world {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	url := pg.NewDatabase(t, store.Migrate)
+	st, err := store.Open(ctx, store.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	pool := broker.Pool{Name: poolName, Provider: "aws", Group: poolName, GPUModel: "A100", GPUsPerNode: 4,
+		MinNodes: 0, MaxNodes: o.maxNodes, Sides: broker.PoolShared, Labels: gpuLabels,
+		Taints: []broker.Taint{{Key: gpuTaint.Key, Value: gpuTaint.Value, Effect: string(gpuTaint.Effect)}}}
+	if _, err := st.UpsertPool(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateTenant(ctx, broker.Tenant{Name: "training", MaxGPUs: 200, Weight: 1,
+		YARNQueues: []string{"root.training"}, Namespaces: []string{o.namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	pol := broker.DefaultPolicy()
+	pol.ClusterMaxGPUs = 200
+	pol.ScaleDownUnneeded = broker.Duration(o.unneeded)
+	pol.DrainTimeout = broker.Duration(time.Minute)
+	pol.MaxProvisionTime = broker.Duration(2 * time.Minute)
+	pol.Preemption = o.preemption
+	if _, err := st.UpdatePolicy(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubeEnv.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	ysim, err := yarnsim.New(yarnsim.Config{Queues: []yarnsim.QueueSpec{{Path: "root.training", Capacity: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ysrv := httptest.NewServer(ysim.Handler())
+	t.Cleanup(ysrv.Close)
+	yclient, err := yarn.NewClient(yarn.Config{RMs: []string{ysrv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	w := &world{t: t, ctx: ctx, st: st, ysim: ysim, yclient: yclient, ns: o.namespace, calls: &callLog{}}
+	// Booted instances join Kubernetes as KWOK nodes, and YARN as
+	// NodeManagers left decommissioned until the broker hands them over.
+	w.aws = awssim.New(awssim.Config{LaunchDelay: 200 * time.Millisecond, BootDelay: o.bootDelay,
+		TerminateDelay: 200 * time.Millisecond, Logger: log,
+		BootHook: func(in awssim.Instance) {
+			if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: in.PrivateDNSName, GPUs: 4, Model: "A100",
+				Labels: gpuLabels, Taints: []corev1.Taint{gpuTaint}, ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
+				t.Errorf("boot %s: %v", in.ID, err)
+			}
+			if err := ysim.AddNode(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err == nil {
+				ysim.SetNodeState(in.PrivateDNSName, "DECOMMISSIONED")
+			}
+		},
+		TerminateHook: func(in awssim.Instance) {
+			kubeEnv.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), in.PrivateDNSName, metav1.DeleteOptions{})
+			ysim.RemoveNode(in.PrivateDNSName)
+		}})
+	endpoint, err := w.aws.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.aws.Close(context.Background()) })
+	if err := w.aws.CreateGroup(awssim.GroupSpec{Name: poolName, Min: 0, Max: o.maxNodes, InstanceType: "p4d.24xlarge"}); err != nil {
+		t.Fatal(err)
+	}
+	minN, maxN := 0, o.maxNodes
+	provider, err := cloud.New(ctx, cloud.Config{Region: "us-east-1", Endpoint: endpoint,
+		Credentials: credentials.NewStaticCredentialsProvider("e2e", "e2e", ""),
+		Pools:       []cloud.PoolConfig{{Name: poolName, GPUsPerNode: 4, GPUModel: "A100", MinNodes: &minN, MaxNodes: &maxN}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	kcfg := k8s.Config{NamespaceIsTenant: true, GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
+	obs, err := k8s.NewObserver(kubeEnv.Client, kcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	act, err := k8s.NewActuator(kubeEnv.Client, kcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kside := k8s.NewSide(kubeEnv.Client, obs, act, 2*time.Second)
+	yside := yarn.NewSide(yclient, yarn.MapOptions{})
+	w.rt, err = broker.NewRuntime(broker.RuntimeConfig{
+		Observers: []broker.SideObserver{yside, kside},
+		Actions:   []broker.SideActions{yarnsim.Actions{Sim: ysim, Client: yclient}, kside},
+		Pools:     recordingPool{Provider: provider, log: w.calls}, Ledger: st.Ledger(), Logger: log,
+		Period: time.Second, BatchWindow: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	w.cancelRT, w.rtDone = rcancel, make(chan struct{})
+	go func() { defer close(w.rtDone); w.rt.Run(rctx, obs.Unschedulable()) }()
+	t.Cleanup(w.stop)
+	return w
+}
+
+// stop ends the broker and removes what the test put in the shared
+// control plane, so the next test starts from an empty cluster.
+func (w *world) stop() {
+	w.cancelRT()
+	<-w.rtDone
+	ctx := context.Background()
+	c := kubeEnv.Client
+	c.CoreV1().Namespaces().Delete(ctx, w.ns, metav1.DeleteOptions{})
+	zero := int64(0)
+	c.CoreV1().Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+	c.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "infra-type=gpu"})
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "infra-type=gpu"})
+		if err == nil && len(nodes.Items) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.t.Errorf("GPU nodes of %s still present after cleanup", w.ns)
+}
+
+// eventually polls cond every 200 ms until it holds or d passes.
+func (w *world) eventually(d time.Duration, what string, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (w *world) desired() int {
+	st, ok := w.aws.Group(poolName)
+	if !ok {
+		w.t.Fatalf("group %s is gone", poolName)
+	}
+	return st.Desired
+}
+
+type testWriter struct{ t *testing.T }
+
+func (tw testWriter) Write(p []byte) (int, error) {
+	tw.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
