@@ -77,3 +77,6 @@ func gpuNode(name string, gpus int, model string, opts ...func(*corev1.Node)) *c
 }
 
 func errorsIsNotFound(err error) bool { return errors.Is(err, broker.ErrNotFound) }
+
+// pendingGPUPod classifies without a request cache.
+func pendingGPUPod(p *corev1.Pod) (GPURequest, bool) { return (&classifier{}).pendingGPUPod(p) }

@@ -59,7 +59,7 @@ type Observer struct {
 	nodes   cache.SharedIndexInformer
 	pdbs    cache.SharedIndexInformer
 	classes cache.SharedIndexInformer
-	cls     classifier
+	cls     *classifier
 	notify  chan struct{}
 	now     func() time.Time
 
@@ -90,7 +90,7 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	o.nodes = o.factory.Core().V1().Nodes().Informer()
 	o.pdbs = o.factory.Policy().V1().PodDisruptionBudgets().Informer()
 	o.classes = o.factory.Scheduling().V1().PriorityClasses().Informer()
-	o.cls = classifier{cfg: &o.cfg, classes: o.priorityOf}
+	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache()}
 	if _, err := o.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { o.onPod(nil, obj) },
 		UpdateFunc: o.onPod,
@@ -148,7 +148,7 @@ func (o *Observer) onPod(oldObj, newObj any) {
 	if !ok {
 		return
 	}
-	req, ok := pendingGPUPod(pod)
+	req, ok := o.cls.pendingGPUPod(pod)
 	if !ok {
 		return
 	}
@@ -156,7 +156,7 @@ func (o *Observer) onPod(oldObj, newObj any) {
 		return
 	}
 	if old, ok := oldObj.(*corev1.Pod); ok {
-		if oreq, ok := pendingGPUPod(old); ok && o.cls.classify(old, oreq).Counted {
+		if oreq, ok := o.cls.pendingGPUPod(old); ok && o.cls.classify(old, oreq).Counted {
 			return // already counted before this update
 		}
 	}
@@ -203,6 +203,8 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	// the pending demand and the nodes' work are derived: a pod that is
 	// bound while Observe runs is either pending or on its node, never both
 	// and never neither.
+	o.cls.reqs.next()
+	defer o.cls.reqs.prune()
 	var gpuNodes []*corev1.Node
 	podsOn := map[string][]*corev1.Pod{}
 	for _, obj := range o.nodes.GetStore().List() {
@@ -220,7 +222,7 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 			}
 			continue
 		}
-		req, ok := pendingGPUPod(pod)
+		req, ok := o.cls.pendingGPUPod(pod)
 		if !ok {
 			continue
 		}

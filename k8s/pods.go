@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -84,19 +86,93 @@ func unschedulableCondition(pod *corev1.Pod) (*corev1.PodCondition, bool) {
 }
 
 // classifier turns pods into reports and demand with one configuration.
+// It is safe for concurrent use: the informer's event handler and Observe
+// share it.
 type classifier struct {
 	cfg     *Config
 	classes priorityLookup
+	// reqs, when set, memoises PodGPURequest per pod resource version.
+	reqs *requestCache
+	// tenants memoises cfg.tenantOf per namespace (the config never changes).
+	tenants sync.Map // namespace -> tenantResult
 }
 
-// pending reports whether pod is a not-yet-bound GPU pod that the classifier
-// should report on at all, and its request.
-func pendingGPUPod(pod *corev1.Pod) (GPURequest, bool) {
+type tenantResult struct {
+	tenant string
+	ok     bool
+}
+
+func (c *classifier) tenantOf(ns string) (string, bool) {
+	if v, ok := c.tenants.Load(ns); ok {
+		r := v.(tenantResult)
+		return r.tenant, r.ok
+	}
+	t, ok := c.cfg.tenantOf(ns)
+	c.tenants.Store(ns, tenantResult{t, ok})
+	return t, ok
+}
+
+func (c *classifier) request(pod *corev1.Pod) GPURequest {
+	if c.reqs != nil {
+		return c.reqs.get(pod)
+	}
+	return PodGPURequest(pod)
+}
+
+// pendingGPUPod reports whether pod is a not-yet-bound GPU pod that the
+// classifier should report on at all, and its request.
+func (c *classifier) pendingGPUPod(pod *corev1.Pod) (GPURequest, bool) {
 	if pod.Spec.NodeName != "" || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
 		return GPURequest{}, false
 	}
-	req := PodGPURequest(pod)
+	req := c.request(pod)
 	return req, !req.IsZero()
+}
+
+// requestCache memoises pods' GPU requests by UID and resource version, so
+// an observation of 20,000 pods does not re-add every container's resource
+// maps. Entries not touched in an observation are pruned after it.
+type requestCache struct {
+	mu  sync.Mutex
+	gen uint64
+	m   map[types.UID]requestEntry
+}
+
+type requestEntry struct {
+	rv  string
+	gen uint64
+	req GPURequest
+}
+
+func newRequestCache() *requestCache { return &requestCache{m: map[types.UID]requestEntry{}} }
+
+func (rc *requestCache) get(pod *corev1.Pod) GPURequest {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	e, ok := rc.m[pod.UID]
+	if !ok || e.rv != pod.ResourceVersion || pod.ResourceVersion == "" {
+		e = requestEntry{rv: pod.ResourceVersion, req: PodGPURequest(pod)}
+	}
+	e.gen = rc.gen
+	rc.m[pod.UID] = e
+	return e.req
+}
+
+// next starts an observation; prune ends it, dropping pods it did not see.
+func (rc *requestCache) next() {
+	rc.mu.Lock()
+	rc.gen++
+	rc.mu.Unlock()
+}
+
+func (rc *requestCache) prune() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for uid, e := range rc.m {
+		if e.gen != rc.gen {
+			delete(rc.m, uid)
+		}
+	}
 }
 
 // classify reports on one pending GPU pod; req is its PodGPURequest.
@@ -112,7 +188,7 @@ func (c *classifier) classify(pod *corev1.Pod, req GPURequest) PodReport {
 		Constraints:   podConstraints(pod, c.cfg.GPUModelLabel),
 		Created:       pod.CreationTimestamp.Time,
 	}
-	tenant, hasTenant := c.cfg.tenantOf(pod.Namespace)
+	tenant, hasTenant := c.tenantOf(pod.Namespace)
 	r.Tenant = tenant
 	cond, unschedulable := unschedulableCondition(pod)
 	if unschedulable {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // KWOKAnnotation marks nodes KWOK plays the kubelet for (value "fake").
@@ -81,21 +82,27 @@ func (e *Env) AddNode(ctx context.Context, s NodeSpec) (*corev1.Node, error) {
 
 // AdvertiseGPUs sets the node's nvidia.com/gpu capacity and allocatable,
 // as the device plugin does once it starts.
+// It retries on write conflicts: KWOK and the controller manager update
+// node status too.
 func (e *Env) AdvertiseGPUs(ctx context.Context, name string, gpus int) error {
-	n, err := e.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := e.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		q := *resource.NewQuantity(int64(gpus), resource.DecimalSI)
+		if n.Status.Capacity == nil {
+			n.Status.Capacity = corev1.ResourceList{}
+		}
+		if n.Status.Allocatable == nil {
+			n.Status.Allocatable = corev1.ResourceList{}
+		}
+		n.Status.Capacity[GPUResource] = q
+		n.Status.Allocatable[GPUResource] = q
+		_, err = e.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("get node %q: %w", name, err)
-	}
-	q := *resource.NewQuantity(int64(gpus), resource.DecimalSI)
-	if n.Status.Capacity == nil {
-		n.Status.Capacity = corev1.ResourceList{}
-	}
-	if n.Status.Allocatable == nil {
-		n.Status.Allocatable = corev1.ResourceList{}
-	}
-	n.Status.Capacity[GPUResource] = q
-	n.Status.Allocatable[GPUResource] = q
-	if _, err := e.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("advertise gpus on node %q: %w", name, err)
 	}
 	return nil
