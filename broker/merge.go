@@ -123,10 +123,10 @@ func mergeNodes(in mergeInput) []Node {
 		if r, ok := in.reports[name]; ok && (in.reportMaxAge <= 0 || in.now.Sub(r.At) <= in.reportMaxAge) {
 			n.Utilisation, n.Healthy, n.HealthReason = r.Health()
 		}
-		// Underused: GPU allocation at or under the threshold. GPU use
-		// decides; CPU-only work does not keep a GPU node.
-		if n.GPUsTotal > 0 && n.Phase == PhaseActive &&
-			float64(n.GPUsAllocated)/float64(n.GPUsTotal) <= in.policy.ScaleDownUtilisation {
+		// Underused: GPU usage (allocation, or measured utilisation when
+		// the policy says so) at or under the threshold. GPU use decides;
+		// CPU-only work does not keep a GPU node.
+		if n.GPUsTotal > 0 && n.Phase == PhaseActive && in.policy.Usage(n) <= in.policy.ScaleDownUtilisation {
 			if n.UnderusedSince.IsZero() {
 				n.UnderusedSince = in.now
 			}

@@ -39,6 +39,12 @@ type Policy struct {
 	// ScaleDownUtilisation is the GPU allocation fraction at or under which
 	// a node counts as underused.
 	ScaleDownUtilisation float64 `json:"scale_down_utilisation"`
+	// ScaleDownMeasured also counts a node as underused when the GPU
+	// utilisation its agent measures is at or under ScaleDownUtilisation,
+	// even if its GPUs are allocated: work that holds GPUs without using
+	// them is then drained (it must fit elsewhere). Off by default, as the
+	// cluster autoscaler decides by requests alone.
+	ScaleDownMeasured bool `json:"scale_down_measured"`
 	// MaxProvisionTime is how long an ordered node may take to offer GPUs
 	// before the pool backs off.
 	MaxProvisionTime Duration `json:"max_provision_time"`
@@ -97,4 +103,18 @@ func (p Policy) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Usage is the share of node n's GPUs that counts against scale-down:
+// the allocated share, or with ScaleDownMeasured the measured utilisation
+// when an agent reports it and it is lower. GPU use decides, never CPU.
+func (p Policy) Usage(n *Node) float64 {
+	if n.GPUsTotal <= 0 {
+		return 0
+	}
+	u := float64(n.GPUsAllocated) / float64(n.GPUsTotal)
+	if p.ScaleDownMeasured && n.Utilisation >= 0 && n.Utilisation < u {
+		u = n.Utilisation
+	}
+	return u
 }

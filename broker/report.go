@@ -17,7 +17,9 @@ type GPUReport struct {
 	PowerWatts  float64 `json:"power_watts"`
 	// ECCUncorrected counts volatile uncorrectable ECC errors since boot.
 	ECCUncorrected uint64 `json:"ecc_uncorrected"`
-	// XIDs are the XID error codes seen since the last report.
+	// XIDs are the XID error codes the agent has seen since it started:
+	// the broker keeps only the latest report, so a fatal XID reported
+	// once must stay in every later report until the GPU is reset.
 	XIDs []uint64 `json:"xids,omitempty"`
 	// MIGEnabled and MIGDevices describe MIG partitioning.
 	MIGEnabled bool     `json:"mig_enabled"`

@@ -130,7 +130,7 @@ func (pl *planner) reclaim() {
 		if n.UnderusedSince.IsZero() || pl.now.Sub(n.UnderusedSince) < unneeded {
 			continue
 		}
-		if allocation(n) > pl.p.ScaleDownUtilisation {
+		if pl.p.Usage(n) > pl.p.ScaleDownUtilisation {
 			continue
 		}
 		cands = append(cands, int32(i))
@@ -138,7 +138,7 @@ func (pl *planner) reclaim() {
 	slices.SortStableFunc(cands, func(a, b int32) int {
 		na, nb := pl.nodes[a].n, pl.nodes[b].n
 		return cmp.Or(
-			cmp.Compare(allocation(na), allocation(nb)),
+			cmp.Compare(pl.p.Usage(na), pl.p.Usage(nb)),
 			na.UnderusedSince.Compare(nb.UnderusedSince),
 			cmp.Compare(a, b),
 		)
@@ -203,13 +203,6 @@ func (pl *planner) reclaim() {
 }
 
 // allocation is the fraction of a node's GPUs held by running work.
-func allocation(n *Node) float64 {
-	if n.GPUsTotal <= 0 {
-		return 0
-	}
-	return float64(n.GPUsAllocated) / float64(n.GPUsTotal)
-}
-
 // moveWork reserves room for node ni's non-system GPU work on other
 // schedulable nodes of the same pool and side (same labels, taints and
 // model, so the work's constraints hold there too), largest first. Nodes

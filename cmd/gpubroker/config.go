@@ -69,6 +69,7 @@ type policyConfig struct {
 	ModelMaxGPUs           map[string]int  `yaml:"model_max_gpus"`
 	ScaleDownUnneeded      broker.Duration `yaml:"scale_down_unneeded"`
 	ScaleDownUtilisation   *float64        `yaml:"scale_down_utilisation"`
+	ScaleDownMeasured      *bool           `yaml:"scale_down_measured"`
 	MaxProvisionTime       broker.Duration `yaml:"max_provision_time"`
 	Expander               string          `yaml:"expander"`
 	DrainTimeout           broker.Duration `yaml:"drain_timeout"`
@@ -185,6 +186,9 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	if pc.ScaleDownUtilisation != nil {
 		p.ScaleDownUtilisation = *pc.ScaleDownUtilisation
+	}
+	if pc.ScaleDownMeasured != nil {
+		p.ScaleDownMeasured = *pc.ScaleDownMeasured
 	}
 	if pc.MaxProvisionTime != 0 {
 		p.MaxProvisionTime = pc.MaxProvisionTime

@@ -1,0 +1,62 @@
+package broker
+
+import (
+	"testing"
+	"time"
+)
+
+// agentWorld has two Kubernetes nodes: n1 holds 3 of its 4 GPUs of work its agent
+// measures at 0% utilisation; n2 is empty and protected.
+func agentWorld(t *testing.T, measured bool) *rtWorld {
+	w := newRTWorld(t, 5)
+	w.ledger.policy.ScaleDownMeasured = measured
+	w.ledger.policy.ScaleDownUnneeded = Duration(time.Minute)
+	for _, n := range []string{"n1", "n2"} {
+		w.k8s.join(n, rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+		w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, Instance{ID: "i-" + n, Hostname: n, Phase: PhaseActive})
+	}
+	w.cloud.pools[rtPool].Desired = 2
+	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "idle-job", Name: "default/idle-job", GPUs: 3, Preemptible: true, CheckpointAge: -1}}
+	w.k8s.nodes["n1"].GPUsAllocated = 3
+	w.ledger.nodes["n2"] = Node{Name: "n2", Protected: true}
+	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{
+		{Index: 0, Utilisation: 0}, {Index: 1, Utilisation: 0}, {Index: 2, Utilisation: 0}, {Index: 3, Utilisation: 0}}}
+	return w
+}
+
+func TestRuntimeMeasuredUtilisationReclaimsIdleAllocatedNode(t *testing.T) {
+	for _, measured := range []bool{false, true} {
+		w := agentWorld(t, measured)
+		r := w.runtime()
+		for i := 0; i < 3; i++ {
+			w.tick(r)
+			w.clock.Add(40 * time.Second)
+			w.ledger.reports["n1"] = NodeReport{Node: "n1", At: w.clock.Now(), GPUs: w.ledger.reports["n1"].GPUs}
+		}
+		downs := w.ledger.opsOf(ActScaleDown)
+		switch {
+		case measured && (len(downs) != 1 || downs[0].Node != "n1"):
+			t.Fatalf("with measured utilisation: scale-downs %+v, want n1 reclaimed", downs)
+		case !measured && len(downs) != 0:
+			t.Fatalf("by allocation (75%% allocated, over the 50%% threshold) n1 must stay: %+v", downs)
+		}
+	}
+}
+
+func TestRuntimeUnhealthyReportReplacesNode(t *testing.T) {
+	w := agentWorld(t, false)
+	w.ledger.reports["n2"] = NodeReport{Node: "n2", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-x", XIDs: []uint64{79}}}}
+	w.ledger.nodes["n2"] = Node{Name: "n2"}
+	r := w.runtime()
+	rep := w.tick(r)
+	var replaced bool
+	for _, a := range rep.Plan.Actions {
+		if a.Kind == ActReplace && a.Node == "n2" {
+			replaced = true
+			t.Logf("replace: %s", a.Reason)
+		}
+	}
+	if !replaced {
+		t.Fatalf("a node whose agent reports XID 79 must be replaced; plan %+v", rep.Plan.Actions)
+	}
+}
