@@ -394,6 +394,9 @@ func TestDrainHonoursPDB(t *testing.T) {
 		i := slices.IndexFunc(obs.PDBs, func(p PDBReport) bool { return p.Name == "serve-pdb" })
 		return i >= 0 && obs.PDBs[i].CurrentHealthy == 1 && obs.PDBs[i].DisruptionsAllowed == 0 && len(n.Work) == 2, err
 	})
+	if i := slices.IndexFunc(obs.PDBs, func(p PDBReport) bool { return p.Name == "serve-pdb" }); !slices.Equal(obs.PDBs[i].Pods, []string{"drain/serve-a"}) {
+		t.Errorf("PDB protects %v, want [drain/serve-a]", obs.PDBs[i].Pods)
+	}
 	n, _ := findNode(obs, "drain-1")
 	if n.GPUsAllocated != 1 || n.Phase != broker.PhaseActive {
 		t.Errorf("node before drain = phase %s allocated %d", n.Phase, n.GPUsAllocated)

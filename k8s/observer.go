@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -31,6 +32,9 @@ type PDBReport struct {
 	CurrentHealthy     int32  `json:"current_healthy"`
 	DesiredHealthy     int32  `json:"desired_healthy"`
 	ExpectedPods       int32  `json:"expected_pods"`
+	// Pods are the bound, not finished pods ("namespace/name") the budget
+	// selects, so drain planning knows which workloads it protects.
+	Pods []string `json:"pods,omitempty"`
 }
 
 // Observation is one view of the cluster from the informer caches.
@@ -214,9 +218,13 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 			podsOn[n.Name] = nil
 		}
 	}
+	bound := map[string][]*corev1.Pod{} // namespace -> bound, unfinished pods, for PDBs
 	for _, obj := range o.pods.GetStore().List() {
 		pod := obj.(*corev1.Pod)
 		if pod.Spec.NodeName != "" {
+			if !podTerminal(pod) {
+				bound[pod.Namespace] = append(bound[pod.Namespace], pod)
+			}
 			if ps, ok := podsOn[pod.Spec.NodeName]; ok {
 				podsOn[pod.Spec.NodeName] = append(ps, pod)
 			}
@@ -262,7 +270,19 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	sort.Slice(obs.Nodes, func(i, j int) bool { return obs.Nodes[i].Name < obs.Nodes[j].Name })
 
 	for _, obj := range o.pdbs.GetStore().List() {
-		obs.PDBs = append(obs.PDBs, pdbReport(obj.(*policyv1.PodDisruptionBudget)))
+		pdb := obj.(*policyv1.PodDisruptionBudget)
+		r := pdbReport(pdb)
+		if pdb.Spec.Selector != nil {
+			if sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector); err == nil {
+				for _, pod := range bound[pdb.Namespace] {
+					if sel.Matches(labels.Set(pod.Labels)) {
+						r.Pods = append(r.Pods, pod.Namespace+"/"+pod.Name)
+					}
+				}
+				sort.Strings(r.Pods)
+			}
+		}
+		obs.PDBs = append(obs.PDBs, r)
 	}
 	sort.Slice(obs.PDBs, func(i, j int) bool {
 		a, b := obs.PDBs[i], obs.PDBs[j]
