@@ -105,6 +105,13 @@ func podTerminal(pod *corev1.Pod) bool {
 }
 
 // buildNode converts a node and the pods bound to it.
+// startupTaints are put on a new node until it is ready and initialised.
+var startupTaints = map[string]bool{
+	"node.kubernetes.io/not-ready":                   true,
+	"node.kubernetes.io/network-unavailable":         true,
+	"node.cloudprovider.kubernetes.io/uninitialized": true,
+}
+
 func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node, NodeDetail) {
 	alloc := nodeGPUs(n.Status.Allocatable)
 	ready, since := nodeReady(n)
@@ -131,7 +138,14 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 			bn.Labels[k] = v
 		}
 	}
+	starting := false
 	for _, t := range n.Spec.Taints {
+		if startupTaints[t.Key] {
+			// Transient: the node lifecycle controller or the cloud
+			// controller lifts it. Such a node is capacity still arriving.
+			starting = true
+			continue
+		}
 		bn.Taints = append(bn.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
 	}
 	userWork := 0
@@ -162,7 +176,10 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		bn.Work = append(bn.Work, w)
 	}
 	switch {
-	case !ready:
+	case !ready || starting:
+		// IMPORTANT: until the not-ready (or uninitialized) taint is gone
+		// no pod can land here, yet the node is the capacity bought for
+		// them: it must count as in flight, or a second node is bought.
 		bn.Phase, d.Reason = broker.PhaseRegistered, NodeNotReady
 	case !d.GPUsAdvertised:
 		// IMPORTANT: a node whose device plugin has not reported yet is
