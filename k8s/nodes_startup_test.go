@@ -14,7 +14,8 @@ import (
 // as capacity in flight, and the transient taint must not make the pool
 // look unable to serve the pod, or a second node is bought.
 func TestReadyNodeWithStartupTaintIsInFlight(t *testing.T) {
-	c := &classifier{cfg: Config{}.Defaults()}
+	cfg := Config{}.Defaults()
+	c := &classifier{cfg: &cfg}
 	n, d := c.buildNode(gpuNode("n1", 4, "A100", func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{
 			{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule},
