@@ -450,7 +450,12 @@ func (pl *planner) result() Plan {
 			continue
 		}
 		pool := &wp.st.Pool
-		target := wp.size + wp.add
+		// IMPORTANT: the target is the pool's size once its pending
+		// removals have terminated (each decrements the desired capacity);
+		// the executor sets it only after they have, so the two never
+		// undo or double each other.
+		from := wp.size - wp.pendingDown
+		target := from + wp.add
 		var why []string
 		if len(wp.serves) > 0 {
 			why = append(why, fmt.Sprintf("for %d pending demand needing %d GPUs", len(wp.serves), wp.gpusFor))
@@ -464,7 +469,7 @@ func (pl *planner) result() Plan {
 			Target: target,
 			Serves: slices.Clone(wp.serves),
 			Reason: fmt.Sprintf("scale pool %s from %d to %d nodes (+%d GPUs of %s, max %d nodes) %s",
-				pool.Name, wp.size, target, wp.add*pool.GPUsPerNode, orAny(pool.GPUModel), pool.MaxNodes, strings.Join(why, " and ")),
+				pool.Name, from, target, wp.add*pool.GPUsPerNode, orAny(pool.GPUModel), pool.MaxNodes, strings.Join(why, " and ")),
 		})
 		for _, id := range wp.serves {
 			served[id] = true

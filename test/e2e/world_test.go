@@ -70,6 +70,8 @@ type world struct {
 	yclient  *yarn.Client
 	ns       string
 	calls    *callLog
+	cfg      broker.RuntimeConfig
+	trigger  <-chan struct{}
 	cancelRT context.CancelFunc
 	rtDone   chan struct{}
 }
@@ -200,26 +202,43 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	}
 	kside := k8s.NewSide(kubeEnv.Client, obs, act, 2*time.Second)
 	yside := yarn.NewSide(yclient, yarn.MapOptions{})
-	w.rt, err = broker.NewRuntime(broker.RuntimeConfig{
+	w.cfg = broker.RuntimeConfig{
 		Observers: []broker.SideObserver{yside, kside},
 		Actions:   []broker.SideActions{yarnsim.Actions{Sim: ysim, Client: yclient}, kside},
 		Pools:     recordingPool{Provider: provider, log: w.calls}, Ledger: st.Ledger(), Logger: log,
-		Period: time.Second, BatchWindow: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(ctx)
-	w.cancelRT, w.rtDone = rcancel, make(chan struct{})
-	go func() { defer close(w.rtDone); w.rt.Run(rctx, obs.Unschedulable()) }()
+		Period: time.Second, BatchWindow: 200 * time.Millisecond}
+	w.trigger = obs.Unschedulable()
+	w.start(w.cfg)
 	t.Cleanup(w.stop)
 	return w
+}
+
+// start runs a new runtime: a broker process starting with empty memory
+// on the same database, clusters and cloud.
+func (w *world) start(cfg broker.RuntimeConfig) {
+	w.t.Helper()
+	rt, err := broker.NewRuntime(cfg)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.rt = rt
+	rctx, rcancel := context.WithCancel(w.ctx)
+	done := make(chan struct{})
+	w.cancelRT, w.rtDone = rcancel, done
+	go func() { defer close(done); rt.Run(rctx, w.trigger) }()
+}
+
+// crash stops the runtime abruptly, as a killed process would: whatever
+// step was in flight is abandoned; only the database remembers.
+func (w *world) crash() {
+	w.cancelRT()
+	<-w.rtDone
 }
 
 // stop ends the broker and removes what the test put in the shared
 // control plane, so the next test starts from an empty cluster.
 func (w *world) stop() {
-	w.cancelRT()
-	<-w.rtDone
+	w.crash()
 	ctx := context.Background()
 	c := kubeEnv.Client
 	c.CoreV1().Namespaces().Delete(ctx, w.ns, metav1.DeleteOptions{})
