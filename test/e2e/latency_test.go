@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -86,6 +87,9 @@ func TestHeadlineLatency(t *testing.T) {
 	defer mu.Unlock()
 	var lat []time.Duration
 	served := map[string]bool{}
+	// Oldest first: a pod served by an early scale-up may be listed again
+	// by a later one while its node boots; its latency is the first call.
+	slices.Reverse(ds)
 	for _, d := range ds {
 		var a broker.Action
 		if err := json.Unmarshal(d.Detail, &a); err != nil {

@@ -113,7 +113,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: testLogLevel()}))
 	url := pg.NewDatabase(t, store.Migrate)
 	st, err := store.Open(ctx, store.Config{URL: url})
 	if err != nil {
