@@ -55,6 +55,9 @@ type kubernetesConfig struct {
 	GPUModelLabel string `yaml:"gpu_model_label"`
 	// SchedulerNames are the schedulers whose pods count as demand.
 	SchedulerNames []string `yaml:"scheduler_names"`
+	// GPUNodeLabels mark nodes that will offer GPUs before their device
+	// plugin reports, e.g. {infra-type: gpu}.
+	GPUNodeLabels map[string]string `yaml:"gpu_node_labels"`
 }
 
 type cloudConfig struct {

@@ -141,7 +141,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		}
 	}
 	go kc.Run(ctx, 200*time.Millisecond)
-	kside, trigger, err := kubeSide(ctx, kc.Client(), kubernetesConfig{}, log)
+	kside, trigger, err := kubeSide(ctx, kc.Client(), kubernetesConfig{GPUNodeLabels: map[string]string{"infra-type": "gpu"}}, log)
 	if err != nil {
 		return err
 	}

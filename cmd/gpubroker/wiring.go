@@ -91,7 +91,7 @@ type sides struct {
 // kubeSide starts the Kubernetes informers and returns the side.
 func kubeSide(ctx context.Context, client kubernetes.Interface, kc kubernetesConfig, log *slog.Logger) (*k8s.Side, <-chan struct{}, error) {
 	cfg := k8s.Config{NamespaceIsTenant: true, GPUModelLabel: kc.GPUModelLabel, SchedulerNames: kc.SchedulerNames,
-		GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
+		GPUNodeLabels: kc.GPUNodeLabels}
 	obs, err := k8s.NewObserver(client, cfg, log)
 	if err != nil {
 		return nil, nil, err
