@@ -122,6 +122,8 @@ type wpool struct {
 	inflightSides []Source
 	newFree       []int // free GPUs of each node this plan adds
 	backoff       string
+	// inflightNodes counts the pool's machines on their way (not overdue).
+	inflightNodes int
 	serves        []string
 	gpusFor       int // GPUs of demand the added nodes serve
 	downs         int // scale-downs this plan takes
@@ -255,8 +257,11 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 							n.Name, n.Phase, pl.now.Sub(n.PhaseSince).Round(time.Second), pl.maxProv)
 					}
 					ready[w.pool]++ // an overdue node is not capacity on its way
-				} else if w.owned {
-					wp.inflightSides = append(wp.inflightSides, w.side)
+				} else {
+					wp.inflightNodes++
+					if w.owned {
+						wp.inflightSides = append(wp.inflightSides, w.side)
+					}
 				}
 			case n.Phase == PhaseTerminating || n.Phase == PhaseGone:
 			default:
@@ -295,7 +300,13 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		if pool.GPUsPerNode > 0 {
 			// Nodes on their way that registered with a side serve that
 			// side only; the others (not even an instance yet) either side.
-			for k := ready[i]; k < wp.size; k++ {
+			// A pool in backoff launches nothing: of its desired capacity,
+			// only the machines that exist are on their way.
+			upto := wp.size
+			if wp.backoff != "" {
+				upto = min(upto, ready[i]+wp.inflightNodes)
+			}
+			for k := ready[i]; k < upto; k++ {
 				sl := slot{free: pool.GPUsPerNode}
 				if j := k - ready[i]; j < len(wp.inflightSides) {
 					sl.side = wp.inflightSides[j]
