@@ -68,6 +68,11 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  *       pending; answers "OK application_..."</li>
  *   <li>finish APP_ID — unregisters the application (it leaves
  *       ACCEPTED/RUNNING)</li>
+ *   <li>run QUEUE HOST GPUS SECONDS — an application whose one container
+ *       (GPUS yarn.io/gpu) really runs "sleep SECONDS" on HOST; it finishes
+ *       when the container completes; answers "OK APP_ID CONTAINER_ID"</li>
+ *   <li>restart HOST — stops (if running) and starts HOST's NodeManager, as
+ *       a service manager restarts one that a decommission stopped</li>
  *   <li>quit — stops everything and exits</li>
  * </ul>
  * Stdin closing also stops the cluster, so a dying test harness never leaks a
@@ -203,6 +208,20 @@ public final class Launcher {
     Files.write(exclude.toPath(),
         "<?xml version=\"1.0\"?>\n<hosts>\n</hosts>\n".getBytes(StandardCharsets.UTF_8));
     conf.set(YarnConfiguration.RM_NODES_EXCLUDE_FILE_PATH, exclude.getAbsolutePath());
+    // refreshNodes re-reads yarn-site.xml through the RM's configuration
+    // provider rather than using the RM's configuration, so the exclude path
+    // must be in a yarn-site.xml the provider serves, as on a real RM host:
+    // here a file-system-based store in the cluster's directory.
+    File confDir = new File(dir, "conf");
+    if (!confDir.isDirectory() && !confDir.mkdirs()) {
+      throw new IOException("create " + confDir);
+    }
+    Files.write(new File(confDir, "yarn-site.xml").toPath(), ("<?xml version=\"1.0\"?>\n<configuration>\n"
+        + "<property><name>" + YarnConfiguration.RM_NODES_EXCLUDE_FILE_PATH + "</name><value>"
+        + exclude.getAbsolutePath() + "</value></property>\n</configuration>\n").getBytes(StandardCharsets.UTF_8));
+    conf.set(YarnConfiguration.RM_CONFIGURATION_PROVIDER_CLASS,
+        "org.apache.hadoop.yarn.FileSystemBasedConfigurationProvider");
+    conf.set(YarnConfiguration.FS_BASED_RM_CONF_STORE, confDir.toURI().toString());
 
     conf.set(YarnConfiguration.RM_SCHEDULER,
         "org.apache.hadoop.yarn.server.resourcemanager.scheduler.capacity.CapacityScheduler");
@@ -254,30 +273,7 @@ public final class Launcher {
 
     for (int i = 0; i < numNodes; i++) {
       String host = "127.0.0." + (11 + i);
-      File nmDir = new File(dir, "nm-" + host);
-      for (int attempt = 1; ; attempt++) {
-        YarnConfiguration nc = new YarnConfiguration(conf);
-        nc.set(YarnConfiguration.NM_ADDRESS, host + ":0");
-        nc.set(YarnConfiguration.NM_LOCALIZER_ADDRESS, host + ":" + freePort(host));
-        nc.set(YarnConfiguration.NM_WEBAPP_ADDRESS, host + ":0");
-        nc.set(YarnConfiguration.NM_COLLECTOR_SERVICE_ADDRESS, host + ":0");
-        nc.set(YarnConfiguration.NM_LOCAL_DIRS, new File(nmDir, "local").getAbsolutePath());
-        nc.set(YarnConfiguration.NM_LOG_DIRS, new File(nmDir, "logs").getAbsolutePath());
-        nc.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, new File(nmDir, "remote-logs").getAbsolutePath());
-        NodeManager nm = new HeadlessNodeManager();
-        try {
-          nm.init(nc);
-          nm.start();
-          nms.add(nm);
-          break;
-        } catch (RuntimeException e) {
-          nm.stop();
-          if (attempt >= 5 || !isBindProblem(e)) {
-            throw e;
-          }
-          System.err.println("NodeManager " + host + " start attempt " + attempt + " lost a port race; retrying: " + e);
-        }
-      }
+      nms.add(startNodeManager(host));
       hosts.add(host);
     }
 
@@ -349,6 +345,19 @@ public final class Launcher {
             finish(f[1]);
             reply = "OK " + f[1];
             break;
+          case "restart":
+            if (f.length != 2) {
+              throw new IllegalArgumentException("usage: restart HOST");
+            }
+            restart(f[1]);
+            reply = "OK " + f[1];
+            break;
+          case "run":
+            if (f.length != 5) {
+              throw new IllegalArgumentException("usage: run QUEUE HOST GPUS SECONDS");
+            }
+            reply = "OK " + run(f[1], f[2], Integer.parseInt(f[3]), Integer.parseInt(f[4]));
+            break;
           case "quit":
             out.println("OK bye");
             out.flush();
@@ -367,6 +376,11 @@ public final class Launcher {
 
   private String submit(String queue, int appPriority, int containers, int gpus, String host)
       throws Exception {
+    return submit(queue, appPriority, containers, gpus, host, false);
+  }
+
+  private String submit(String queue, int appPriority, int containers, int gpus, String host,
+      boolean strict) throws Exception {
     YarnClientApplication app = yarn.createApplication();
     ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
     ApplicationId id = ctx.getApplicationId();
@@ -422,7 +436,7 @@ public final class Launcher {
       Resource cap = Resource.newInstance(1024, 1);
       cap.setResourceValue(GPU, gpus);
       for (int i = 0; i < containers; i++) {
-        amrm.addContainerRequest(new ContainerRequest(cap, nodes, null, Priority.newInstance(1)));
+        amrm.addContainerRequest(new ContainerRequest(cap, nodes, null, Priority.newInstance(1), !strict));
       }
       amrm.allocate(0.0f);
       h.amrm = amrm;
@@ -432,6 +446,124 @@ public final class Launcher {
       apps.add(h);
     }
     return id.toString();
+  }
+
+  /** startNodeManager starts (or restarts) the NodeManager of host. */
+  private NodeManager startNodeManager(String host) throws Exception {
+    File nmDir = new File(dir, "nm-" + host);
+    for (int attempt = 1; ; attempt++) {
+      YarnConfiguration nc = new YarnConfiguration(conf);
+      nc.set(YarnConfiguration.NM_ADDRESS, host + ":0");
+      nc.set(YarnConfiguration.NM_LOCALIZER_ADDRESS, host + ":" + freePort(host));
+      nc.set(YarnConfiguration.NM_WEBAPP_ADDRESS, host + ":0");
+      nc.set(YarnConfiguration.NM_COLLECTOR_SERVICE_ADDRESS, host + ":0");
+      nc.set(YarnConfiguration.NM_LOCAL_DIRS, new File(nmDir, "local").getAbsolutePath());
+      nc.set(YarnConfiguration.NM_LOG_DIRS, new File(nmDir, "logs").getAbsolutePath());
+      nc.set(YarnConfiguration.NM_REMOTE_APP_LOG_DIR, new File(nmDir, "remote-logs").getAbsolutePath());
+      NodeManager nm = new HeadlessNodeManager();
+      try {
+        nm.init(nc);
+        nm.start();
+        return nm;
+      } catch (RuntimeException e) {
+        nm.stop();
+        if (attempt >= 5 || !isBindProblem(e)) {
+          throw e;
+        }
+        System.err.println("NodeManager " + host + " start attempt " + attempt + " lost a port race; retrying: " + e);
+      }
+    }
+  }
+
+  /**
+   * restart stops the NodeManager of host if it still runs (a decommissioned
+   * one has stopped itself) and starts a new one, as a service manager
+   * restarting a NodeManager that exited would.
+   */
+  private void restart(String host) throws Exception {
+    int i = hosts.indexOf(host);
+    if (i < 0) {
+      throw new IllegalArgumentException("unknown host " + host);
+    }
+    nms.get(i).stop();
+    nms.set(i, startNodeManager(host));
+  }
+
+  /**
+   * run submits an application whose one container of gpus GPUs runs
+   * "sleep seconds" on host for real; the application finishes (its AM
+   * unregisters) as soon as that container completes, however it ends.
+   */
+  private String run(String queue, String host, int gpus, int seconds) throws Exception {
+    String appId = submit(queue, 0, 1, gpus, host, true);
+    final AppHandle h;
+    synchronized (apps) {
+      h = apps.get(apps.size() - 1);
+    }
+    final org.apache.hadoop.yarn.api.records.Container[] got = new org.apache.hadoop.yarn.api.records.Container[1];
+    h.ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
+      long deadline = System.currentTimeMillis() + 60_000;
+      while (got[0] == null) {
+        for (org.apache.hadoop.yarn.api.records.Container c : h.amrm.allocate(0.1f).getAllocatedContainers()) {
+          if (got[0] == null && c.getNodeId().getHost().equals(host)) {
+            got[0] = c;
+          } else {
+            h.amrm.releaseAssignedContainer(c.getId());
+          }
+        }
+        if (got[0] == null && System.currentTimeMillis() > deadline) {
+          throw new IOException(appId + ": no container on " + host + " in time");
+        }
+        Thread.sleep(100);
+      }
+      org.apache.hadoop.yarn.client.api.NMClient nm = org.apache.hadoop.yarn.client.api.NMClient.createNMClient();
+      nm.init(conf);
+      nm.start();
+      nm.startContainer(got[0], ContainerLaunchContext.newInstance(
+          Collections.emptyMap(), Collections.emptyMap(),
+          Collections.singletonList("sleep " + seconds),
+          Collections.emptyMap(), null, Collections.emptyMap()));
+      // Answer once the NodeManager runs it (and reports it to the RM).
+      long runDeadline = System.currentTimeMillis() + 60_000;
+      while (nm.getContainerStatus(got[0].getId(), got[0].getNodeId()).getState()
+          != org.apache.hadoop.yarn.api.records.ContainerState.RUNNING) {
+        if (System.currentTimeMillis() > runDeadline) {
+          throw new IOException(got[0].getId() + " not running in time");
+        }
+        Thread.sleep(100);
+      }
+      Thread.sleep(1000); // a few NodeManager heartbeats (250 ms)
+      return null;
+    });
+    Thread t = new Thread(() -> {
+      try {
+        h.ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
+          while (true) {
+            boolean done = false;
+            for (org.apache.hadoop.yarn.api.records.ContainerStatus st
+                : h.amrm.allocate(0.5f).getCompletedContainersStatuses()) {
+              if (st.getContainerId().equals(got[0].getId())) {
+                done = true;
+              }
+            }
+            if (done) {
+              h.amrm.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, "done", "");
+              h.amrm.stop();
+              synchronized (apps) {
+                apps.remove(h);
+              }
+              return null;
+            }
+            Thread.sleep(250);
+          }
+        });
+      } catch (Throwable e) {
+        e.printStackTrace();
+      }
+    }, "am-" + appId);
+    t.setDaemon(true);
+    t.start();
+    return appId + " " + got[0].getId();
   }
 
   private void finish(String appId) throws Exception {
