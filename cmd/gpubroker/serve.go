@@ -153,6 +153,7 @@ func serve(ctx context.Context, e env, w *wired, addr string, log *slog.Logger, 
 		ready(ln.Addr().String())
 	}
 	go func() { errc <- lead(ctx, w.st, ar, w.newRuntime, w.sides.trigger, log) }()
+	go prune(ctx, w.st, ar, log)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -164,4 +165,27 @@ func serve(ctx context.Context, e env, w *wired, addr string, log *slog.Logger, 
 		return err
 	}
 	return nil
+}
+
+// retention is how long capacity samples and decisions are kept.
+const retention = 7 * 24 * time.Hour
+
+// prune deletes samples and decisions older than the retention, hourly, on
+// the leader, so the audit tables stay bounded.
+func prune(ctx context.Context, st *store.Store, ar *apiRuntime, log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !ar.leader.Load() {
+			continue
+		}
+		if err := st.PruneSamples(ctx, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
+			log.Warn("prune samples and decisions", "err", err)
+		}
+	}
 }
