@@ -147,3 +147,23 @@ func TestNodesRoundTrip(t *testing.T) {
 		t.Fatalf("bad phase: %v", err)
 	}
 }
+
+func TestPruneSamplesAndDecisions(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	old, recent := t0.Add(-8*24*time.Hour), t0.Add(-time.Hour)
+	if err := s.RecordSamples(ctx, []store.CapacitySample{{At: old, Side: "k8s"}, {At: recent, Side: "k8s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordDecisions(ctx, []broker.Decision{{At: old, Kind: "wait", Reason: "old"}, {At: recent, Kind: "wait", Reason: "recent"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PruneSamples(ctx, t0.Add(-7*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ss, _ := s.Samples(ctx, old.Add(-time.Hour), t0)
+	ds, _ := s.ListDecisions(ctx, store.DecisionFilter{})
+	if len(ss) != 1 || !ss[0].At.Equal(recent) || len(ds) != 1 || ds[0].Reason != "recent" {
+		t.Fatalf("after pruning: samples %+v, decisions %+v", ss, ds)
+	}
+}
