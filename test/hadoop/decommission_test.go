@@ -3,7 +3,9 @@ package hadoop_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/gpubroker/gpubroker/test/hadoop"
 	"github.com/gpubroker/gpubroker/yarn"
 	"github.com/gpubroker/gpubroker/yarn/rmadmin"
+	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
 // decomTarget is an RM with an admin port and an exclude file: yarnsim or
@@ -32,9 +35,42 @@ type decomTarget struct {
 // TestDecommission runs the graceful decommission, recommission and
 // updateNodeResource scenario against yarnsim and every Hadoop version.
 func TestDecommission(t *testing.T) {
+	t.Run("yarnsim", func(t *testing.T) { runDecommission(t, simDecomTarget(t)) })
 	for _, v := range hadoop.Versions() {
 		t.Run("hadoop-"+v, func(t *testing.T) { runDecommission(t, hadoopDecomTarget(t, v)) })
 	}
+}
+
+func simDecomTarget(t *testing.T) decomTarget {
+	sim, err := yarnsim.New(yarnsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := decomTarget{gpus: 4, exclude: filepath.Join(t.TempDir(), "exclude.xml"), logs: func() string { return "" }}
+	for i := range 3 {
+		h := fmt.Sprintf("127.0.0.%d", 11+i)
+		tg.hosts = append(tg.hosts, h)
+		if err := sim.AddNode(yarnsim.NodeSpec{Host: h, GPUs: 4, MemoryMB: 16384, VCores: 16}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	tg.url = srv.URL
+	admin, err := yarnsim.NewAdminServer(sim, yarnsim.AdminConfig{ExcludePath: tg.exclude})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.admin, err = admin.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	tg.run = func(_ context.Context, host string, gpus, seconds int) error {
+		_, err := admin.RunOn("a", host, gpus, time.Duration(seconds)*time.Second)
+		return err
+	}
+	tg.restart = func(_ context.Context, host string) error { return admin.Restart(host) }
+	return tg
 }
 
 func hadoopDecomTarget(t *testing.T, version string) decomTarget {
