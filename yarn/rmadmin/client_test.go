@@ -24,7 +24,7 @@ type rm struct {
 	exclude string
 }
 
-func startRM(t *testing.T) rm {
+func startRM(t testing.TB) rm {
 	t.Helper()
 	sim, err := yarnsim.New(yarnsim.Config{})
 	if err != nil {
