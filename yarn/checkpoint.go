@@ -187,3 +187,19 @@ func (r *CheckpointReader) lookup(ctx context.Context, dir string) (time.Time, e
 		return time.Time{}, fmt.Errorf("walk %s: %w", dir, ctx.Err())
 	}
 }
+
+// CheckpointAge returns the value of broker.Workload.CheckpointAge for a
+// job with these tags (or annotations as key=value): the work at risk, or
+// -1 when the job names no checkpoint directory or its age is unknown, so
+// the planner falls back to the job's run time, the worst case.
+func (r *CheckpointReader) CheckpointAge(ctx context.Context, tags []string) time.Duration {
+	dir := CheckpointDir(tags)
+	if dir == "" {
+		return -1
+	}
+	age, ok := r.WorkAtRisk(ctx, dir)
+	if !ok {
+		return -1
+	}
+	return age
+}

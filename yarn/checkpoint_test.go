@@ -68,6 +68,12 @@ func TestCheckpointUnknownNeverBlocks(t *testing.T) {
 	if accepted.Load() != 1 {
 		t.Fatalf("a cached lookup connected again (%d connections)", accepted.Load())
 	}
+	if got := r.CheckpointAge(ctx, []string{"team=ml"}); got != -1 {
+		t.Fatalf("CheckpointAge without a tag = %s, want -1", got)
+	}
+	if got := r.CheckpointAge(ctx, []string{yarn.CheckpointDirKey + "=hdfs://" + refused + "/x"}); got != -1 {
+		t.Fatalf("CheckpointAge with the NameNode down = %s, want -1", got)
+	}
 	if _, err := yarn.NewCheckpointReader(yarn.CheckpointConfig{Timeout: -1}); err == nil {
 		t.Fatal("a negative timeout was accepted")
 	}

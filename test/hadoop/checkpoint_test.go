@@ -80,6 +80,9 @@ func TestCheckpointAgeOnHDFS(t *testing.T) {
 	if !ok || age != 7*time.Minute {
 		t.Fatalf("work at risk = %s, %v; want 7m0s from the newest checkpoint", age, ok)
 	}
+	if got := r.CheckpointAge(ctx, []string{"gpubroker.io/checkpoint-dir=hdfs://" + h.NameNode + "/ckpt/job1"}); got != 7*time.Minute {
+		t.Fatalf("CheckpointAge from the tag = %s, want 7m0s", got)
+	}
 	// An empty directory has only its own time.
 	if age, ok := r.WorkAtRisk(ctx, "hdfs://"+h.NameNode+"/ckpt/empty"); !ok || age != 2*time.Hour {
 		t.Fatalf("empty dir: %s, %v; want 2h0m0s", age, ok)
