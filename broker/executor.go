@@ -12,7 +12,7 @@ import (
 // Op steps, in order per kind:
 //
 //	scale-up:           set-desired → await-instances → done
-//	scale-down/replace: release → terminate → done
+//	scale-down/replace: release → terminate (→ forget, for a YARN node) → done
 //	transfer:           release → admit → done (on drain timeout: give back → failed)
 //	preempt:            evict → done
 const (
@@ -23,6 +23,7 @@ const (
 	stepAdmit          = "admit"
 	stepGiveBack       = "give-back"
 	stepEvict          = "evict"
+	stepForget         = "forget"
 )
 
 // opData is the step state kept in the journal, so a resumed step knows
@@ -376,6 +377,18 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		// IMPORTANT: only reached after release reported the node drained
 		// (or the policy forces it after the drain timeout).
 		if err := r.cfg.Pools.Terminate(ctx, op.Pool, data.InstanceID); err != nil {
+			return retry(err)
+		}
+		if data.From == OwnerYARN && r.actions[SourceYARN] != nil {
+			return moveTo(stepForget)
+		}
+		return done()
+
+	case stepForget:
+		// The terminated machine's host stays in YARN's exclude file
+		// otherwise, and a later machine that reuses its name (cloud
+		// hostnames follow private IPs) would be refused by the RM.
+		if err := r.actions[SourceYARN].Admit(ctx, op.Node); err != nil {
 			return retry(err)
 		}
 		return done()

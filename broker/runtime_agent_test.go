@@ -60,3 +60,24 @@ func TestRuntimeUnhealthyReportReplacesNode(t *testing.T) {
 		t.Fatalf("a node whose agent reports XID 79 must be replaced; plan %+v", rep.Plan.Actions)
 	}
 }
+
+// TestRuntimeScaleDownOfYARNNodeForgetsIt: after terminating a node taken
+// from YARN, the broker admits its host name again (removing it from the
+// exclude file), so a later machine reusing the name can join.
+func TestRuntimeScaleDownOfYARNNodeForgetsIt(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.yarn.join("y1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.cloud.pools[rtPool].Instances = []Instance{{ID: "i-y1", Hostname: "y1", Phase: PhaseActive}}
+	w.cloud.pools[rtPool].Desired = 1
+	r := w.runtime()
+	w.tick(r)
+	w.clock.Add(6 * time.Minute)
+	w.tick(r)
+	downs := w.ledger.opsOf(ActScaleDown)
+	if len(downs) != 1 || downs[0].State != OpDone {
+		t.Fatalf("scale-down: %+v", downs)
+	}
+	if len(w.cloud.terminated) != 1 || len(w.yarn.admitted) != 1 || w.yarn.admitted[0] != "y1" {
+		t.Fatalf("terminated %v, YARN admitted %v; want i-y1 terminated and y1 forgotten", w.cloud.terminated, w.yarn.admitted)
+	}
+}

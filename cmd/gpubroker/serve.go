@@ -51,12 +51,15 @@ func wire(ctx context.Context, c *config, log *slog.Logger, migrate bool) (*wire
 	}
 	w := &wired{st: st, provider: provider}
 	if len(c.file.YARN.RM) > 0 {
-		ys, err := yarnSide(c.file.YARN, log)
+		ys, ya, err := yarnSide(c.file.YARN, log)
 		if err != nil {
 			st.Close()
 			return nil, err
 		}
 		w.sides.observers = append(w.sides.observers, ys)
+		if ya != nil {
+			w.sides.actions = append(w.sides.actions, ya)
+		}
 	}
 	if c.file.Kubernetes.Kubeconfig != "" || os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 		client, err := kubeClient(c.file.Kubernetes.Kubeconfig)

@@ -19,6 +19,7 @@ import (
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn"
+	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 )
 
 // seed writes the configuration's pools, tenants and policy into the
@@ -236,11 +237,34 @@ func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func(
 	}
 }
 
-// yarnSide builds the YARN observer for the configured RMs.
-func yarnSide(yc yarnConfig, log *slog.Logger) (*yarn.Side, error) {
+// yarnSide builds the YARN observer for the configured RMs and, when the
+// RM admin address and the exclude file are configured, the actions that
+// decommission and recommission NodeManagers (nil otherwise: the broker
+// then only observes YARN, and YARN node operations fail with a reason).
+func yarnSide(yc yarnConfig, log *slog.Logger) (*yarn.Side, broker.SideActions, error) {
 	client, err := yarn.NewClient(yarn.Config{RMs: yc.RM, User: yc.User, Timeout: yc.Timeout.D(), Logger: log})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return yarn.NewSide(client, yarn.MapOptions{}), nil
+	side := yarn.NewSide(client, yarn.MapOptions{})
+	if len(yc.AdminAddress) == 0 && yc.ExcludeFile == "" {
+		log.Warn("yarn.admin_address and yarn.exclude_file are not set: YARN nodes will be observed but never moved or removed")
+		return side, nil, nil
+	}
+	if len(yc.AdminAddress) == 0 || yc.ExcludeFile == "" {
+		return nil, nil, usagef("config: yarn.admin_address and yarn.exclude_file go together: set both to let the broker decommission NodeManagers")
+	}
+	admin, err := rmadmin.New(rmadmin.Config{Addrs: yc.AdminAddress, User: yc.User})
+	if err != nil {
+		return nil, nil, usagef("config: yarn.admin_address: %s", err)
+	}
+	ex, err := yarn.NewExcludeFile(yc.ExcludeFile)
+	if err != nil {
+		return nil, nil, usagef("config: yarn.exclude_file: %s", err)
+	}
+	dec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: client, Admin: admin, Exclude: ex, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	return side, dec, nil
 }
