@@ -132,6 +132,9 @@ type Workload struct {
 	// CheckpointAge is the time since the newest checkpoint, or -1 if unknown
 	// (treated as the whole run time: the worst case).
 	CheckpointAge time.Duration `json:"checkpoint_age"`
+	// CheckpointDir is where the work checkpoints (the
+	// gpubroker.io/checkpoint-dir pod annotation or YARN app tag), if named.
+	CheckpointDir string `json:"checkpoint_dir,omitempty"`
 	// System is true for DaemonSet, mirror and other per-node pods that drains leave.
 	System bool `json:"system"`
 }

@@ -35,6 +35,9 @@ type RuntimeConfig struct {
 	ReportMaxAge time.Duration
 	// StepsPerOp caps executor steps per op and tick (default 8).
 	StepsPerOp int
+	// Checkpoints, when set, fills in the checkpoint age of running work
+	// that names a checkpoint directory, for victim choice.
+	Checkpoints Checkpoints
 }
 
 func (c *RuntimeConfig) setDefaults() error {
@@ -351,6 +354,23 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	}
 	nodes := mergeNodes(mergeInput{now: now, policy: policy, sides: sides, pools: pools,
 		stored: stored, reports: reports, ops: ops, reportMaxAge: r.cfg.ReportMaxAge})
+	if r.cfg.Checkpoints != nil {
+		// A slow or unreachable store must not hold the tick: lookups past
+		// the budget leave the age unknown (the worst case).
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		for i := range nodes {
+			for j := range nodes[i].Work {
+				w := &nodes[i].Work[j]
+				if w.CheckpointDir == "" {
+					continue
+				}
+				if age, ok := r.cfg.Checkpoints.WorkAtRisk(cctx, w.CheckpointDir); ok {
+					w.CheckpointAge = age
+				}
+			}
+		}
+	}
 	if persist {
 		if err := l.SaveNodes(ctx, nodes, now); err != nil {
 			return nil, Policy{}, fmt.Errorf("persist nodes: %w", err)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -79,5 +80,39 @@ func TestRuntimeScaleDownOfYARNNodeForgetsIt(t *testing.T) {
 	}
 	if len(w.cloud.terminated) != 1 || len(w.yarn.admitted) != 1 || w.yarn.admitted[0] != "y1" {
 		t.Fatalf("terminated %v, YARN admitted %v; want i-y1 terminated and y1 forgotten", w.cloud.terminated, w.yarn.admitted)
+	}
+}
+
+type rtCheckpoints map[string]time.Duration
+
+func (c rtCheckpoints) WorkAtRisk(_ context.Context, dir string) (time.Duration, bool) {
+	age, ok := c[dir]
+	return age, ok
+}
+
+// TestRuntimeFillsCheckpointAge: running work naming a checkpoint
+// directory gets its age for victim choice; unknown stays the worst case.
+func TestRuntimeFillsCheckpointAge(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.k8s.nodes["n1"].Work = []Workload{
+		{Source: SourceK8s, Key: "a", GPUs: 1, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ck/a"},
+		{Source: SourceK8s, Key: "b", GPUs: 1, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ck/missing"},
+		{Source: SourceK8s, Key: "c", GPUs: 1, CheckpointAge: -1},
+	}
+	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.yarn, w.k8s},
+		Pools: w.cloud, Ledger: w.ledger, Now: w.clock.Now, Checkpoints: rtCheckpoints{"hdfs://nn:8020/ck/a": 7 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := w.tick(r)
+	got := map[string]time.Duration{}
+	for _, n := range rep.Snapshot.Nodes {
+		for _, wl := range n.Work {
+			got[wl.Key] = wl.CheckpointAge
+		}
+	}
+	if got["a"] != 7*time.Minute || got["b"] != -1 || got["c"] != -1 {
+		t.Fatalf("checkpoint ages %v, want a=7m, b and c unknown (-1)", got)
 	}
 }

@@ -102,3 +102,11 @@ type Ledger interface {
 	// LatestReports returns the newest node agent report per node.
 	LatestReports(ctx context.Context) (map[string]NodeReport, error)
 }
+
+// Checkpoints tells how much work a preemption or drain would lose: the
+// time since the newest checkpoint below dir, and false when it cannot be
+// known (missing directory, unreachable storage) — never an error that
+// blocks a tick. The HDFS reader in package yarn implements it.
+type Checkpoints interface {
+	WorkAtRisk(ctx context.Context, dir string) (time.Duration, bool)
+}

@@ -105,6 +105,10 @@ func podTerminal(pod *corev1.Pod) bool {
 }
 
 // buildNode converts a node and the pods bound to it.
+// CheckpointDirAnnotation on a pod names where its job checkpoints
+// (hdfs://namenode:8020/path); its age is the work a preemption would lose.
+const CheckpointDirAnnotation = "gpubroker.io/checkpoint-dir"
+
 // startupTaints are put on a new node until it is ready and initialised.
 var startupTaints = map[string]bool{
 	"node.kubernetes.io/not-ready":                   true,
@@ -164,6 +168,7 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 			GPUs:          c.request(pod).WholeGPUs(),
 			Preemptible:   c.preemptible(pod, prio),
 			CheckpointAge: -1,
+			CheckpointDir: pod.Annotations[CheckpointDirAnnotation],
 			System:        isSystemPod(pod),
 		}
 		if pod.Status.StartTime != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/colinmarc/hdfs/v2"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // CheckpointDirKey names a job's checkpoint directory: a YARN application
@@ -56,6 +58,8 @@ type CheckpointReader struct {
 	mu    sync.Mutex
 	cache map[string]checkpointEntry
 }
+
+var _ broker.Checkpoints = (*CheckpointReader)(nil)
 
 type checkpointEntry struct {
 	at     time.Time

@@ -16,6 +16,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/yarn"
 )
 
 // broker wiring shared by serve and plan.
@@ -76,11 +77,16 @@ func wire(ctx context.Context, c *config, log *slog.Logger, migrate bool) (*wire
 		w.sides.actions = append(w.sides.actions, ks)
 		w.sides.trigger = trigger
 	}
+	checkpoints, err := yarn.NewCheckpointReader(yarn.CheckpointConfig{Logger: log})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	observers := withRegistration(provider, w.sides.observers)
 	period := c.file.YARN.PollInterval.D()
 	w.newRuntime = func() (*broker.Runtime, error) {
 		return broker.NewRuntime(broker.RuntimeConfig{Observers: observers, Actions: w.sides.actions,
-			Pools: provider, Ledger: st.Ledger(), Logger: log, Period: period})
+			Pools: provider, Ledger: st.Ledger(), Logger: log, Period: period, Checkpoints: checkpoints})
 	}
 	return w, nil
 }
