@@ -181,10 +181,7 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		bn.Work = append(bn.Work, w)
 	}
 	switch {
-	case !ready || starting:
-		// IMPORTANT: until the not-ready (or uninitialized) taint is gone
-		// no pod can land here, yet the node is the capacity bought for
-		// them: it must count as in flight, or a second node is bought.
+	case !ready:
 		bn.Phase, d.Reason = broker.PhaseRegistered, NodeNotReady
 	case !d.GPUsAdvertised:
 		// IMPORTANT: a node whose device plugin has not reported yet is
@@ -192,6 +189,11 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		// registered keeps the planner from buying a second node for the
 		// same pod.
 		bn.Phase, d.Reason = broker.PhaseRegistered, NodeGPUNotAdvertised
+	case starting:
+		// IMPORTANT: until the not-ready (or uninitialized) taint is gone
+		// no pod can land here, yet the node is the capacity bought for
+		// them: it must count as in flight, or a second node is bought.
+		bn.Phase, d.Reason = broker.PhaseRegistered, NodeNotReady
 	case n.Spec.Unschedulable && userWork > 0:
 		bn.Phase, d.Reason = broker.PhaseDraining, NodeCordoned
 	case n.Spec.Unschedulable:
