@@ -86,7 +86,14 @@ func hadoopTarget(t *testing.T, version string) target {
 // eventually polls Observe until check passes or the budget runs out.
 func eventually(t *testing.T, ctx context.Context, c *yarn.Client, what string, check func(*yarn.Observation) error) *yarn.Observation {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
+	return eventuallyFor(t, ctx, c, what, 90*time.Second, 250*time.Millisecond, check)
+}
+
+// eventuallyFor observes every poll until check accepts the observation or
+// budget passes.
+func eventuallyFor(t *testing.T, ctx context.Context, c *yarn.Client, what string, budget, poll time.Duration, check func(*yarn.Observation) error) *yarn.Observation {
+	t.Helper()
+	deadline := time.Now().Add(budget)
 	for {
 		obs, err := c.Observe(ctx)
 		if err == nil {
@@ -97,7 +104,7 @@ func eventually(t *testing.T, ctx context.Context, c *yarn.Client, what string, 
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %v", what, err)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(poll)
 	}
 }
 

@@ -96,22 +96,15 @@ func hadoopDecomTarget(t *testing.T, version string) decomTarget {
 // waitNode polls the RM until host's node passes check.
 func waitNode(t *testing.T, ctx context.Context, c *yarn.Client, host, what string, budget time.Duration, check func(yarn.Node) error) yarn.Node {
 	t.Helper()
-	deadline := time.Now().Add(budget)
-	for {
-		obs, err := c.Observe(ctx)
-		if err == nil {
-			n, ok := obs.Node(host)
-			if !ok {
-				err = fmt.Errorf("node %s not listed", host)
-			} else if err = check(n); err == nil {
-				return n
-			}
+	obs := eventuallyFor(t, ctx, c, what, budget, 200*time.Millisecond, func(o *yarn.Observation) error {
+		n, ok := o.Node(host)
+		if !ok {
+			return fmt.Errorf("node %s not listed", host)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return check(n)
+	})
+	n, _ := obs.Node(host)
+	return n
 }
 
 func runDecommission(t *testing.T, tg decomTarget) {
