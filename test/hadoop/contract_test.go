@@ -65,7 +65,9 @@ func simTarget(t *testing.T, f yarnsim.Flavor) target {
 	return tg
 }
 
-func hadoopTarget(t *testing.T, version string) target {
+// startHadoop runs a minicluster of three 4-GPU NodeManagers for the test.
+func startHadoop(t *testing.T, version string) *hadoop.Cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	c, err := hadoop.Start(ctx, hadoop.Config{Version: version, Dir: t.TempDir(), Nodes: 3, GPUsPerNode: 4})
@@ -73,6 +75,11 @@ func hadoopTarget(t *testing.T, version string) target {
 		t.Fatalf("start hadoop %s: %v", version, err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func hadoopTarget(t *testing.T, version string) target {
+	c := startHadoop(t, version)
 	if c.Ready.HadoopVersion != version {
 		t.Fatalf("launcher runs Hadoop %s, want %s", c.Ready.HadoopVersion, version)
 	}

@@ -74,13 +74,7 @@ func simDecomTarget(t *testing.T) decomTarget {
 }
 
 func hadoopDecomTarget(t *testing.T, version string) decomTarget {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c, err := hadoop.Start(ctx, hadoop.Config{Version: version, Dir: t.TempDir(), Nodes: 3, GPUsPerNode: 4})
-	if err != nil {
-		t.Fatalf("start hadoop %s: %v", version, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := startHadoop(t, version)
 	return decomTarget{
 		url: c.Ready.RMWeb, admin: c.Ready.RMAdmin, exclude: c.Ready.ExcludePath,
 		hosts: c.Ready.Nodes, gpus: c.Ready.GPUsPerNode,
