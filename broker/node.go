@@ -102,6 +102,18 @@ type Node struct {
 	// UnderusedSince is when GPU allocation last dropped to or under the
 	// scale-down threshold; zero while above it.
 	UnderusedSince time.Time `json:"underused_since,omitzero"`
+	// Partition is the node's YARN node label (partition); empty for the
+	// default partition. Labelled YARN demand fits only nodes of its
+	// partition and default demand only default-partition nodes.
+	Partition string `json:"partition,omitempty"`
+	// Down says why a node that had been ready no longer serves its side
+	// (kubelet NotReady or unreachable, NodeManager LOST or UNHEALTHY);
+	// empty while it is up. A down node is neither capacity nor capacity on
+	// its way: it absorbs no demand, does not push its pool into backoff,
+	// and is replaced once down for Policy.UnhealthyNodeTimeout.
+	Down string `json:"down,omitempty"`
+	// DownSince is when the node went down, as its side reports it.
+	DownSince time.Time `json:"down_since,omitzero"`
 	// Work lists what runs on the node.
 	Work []Workload `json:"work,omitempty"`
 }
@@ -137,7 +149,37 @@ type Workload struct {
 	CheckpointDir string `json:"checkpoint_dir,omitempty"`
 	// System is true for DaemonSet, mirror and other per-node pods that drains leave.
 	System bool `json:"system"`
+	// App groups work that lives and dies together: the YARN application
+	// id of a container, or "<kind>/<namespace>/<name>" of a pod's
+	// controller. Empty for bare pods.
+	App string `json:"app,omitempty"`
+	// AM marks a YARN ApplicationMaster container: it is never a victim
+	// unless its whole application is.
+	AM bool `json:"am,omitempty"`
+	// Class says what moving the work costs for consolidation.
+	Class WorkClass `json:"class,omitempty"`
+	// DoNotDisrupt names what forbids evicting the work for consolidation
+	// (an annotation such as karpenter.sh/do-not-disrupt); empty if nothing.
+	// Only a recorded preemption for higher-priority demand may stop it.
+	DoNotDisrupt string `json:"do_not_disrupt,omitempty"`
 }
+
+// WorkClass says how costly it is to move running work off a node.
+type WorkClass string
+
+// The work classes. Unknown ("") is treated like batch: its cost is the
+// work since its last checkpoint, else its whole run time.
+const (
+	// WorkService is a replica of a Deployment, ReplicaSet or StatefulSet
+	// (or work a PDB allows to move): cheap to move.
+	WorkService WorkClass = "service"
+	// WorkBatch is a Job's pod, a pod marked as training, or a YARN
+	// container: moving it loses the work since its last checkpoint.
+	WorkBatch WorkClass = "batch"
+	// WorkBare is a pod without a controller: nothing recreates it, so it
+	// is never evicted for consolidation.
+	WorkBare WorkClass = "bare"
+)
 
 // unknownWork stands for work of unknown size: the worst case.
 const unknownWork = time.Duration(1 << 62)

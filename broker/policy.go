@@ -59,6 +59,26 @@ type Policy struct {
 	Preemption bool `json:"preemption"`
 	// OwnershipTransfer allows moving idle nodes between YARN and Kubernetes.
 	OwnershipTransfer bool `json:"ownership_transfer"`
+	// UnhealthyNodeTimeout is how long a node may stay down (NotReady,
+	// LOST, unhealthy) before it is replaced.
+	UnhealthyNodeTimeout Duration `json:"unhealthy_node_timeout"`
+	// PlacementGrace is how long demand may stay pending while a node bought
+	// or kept for it is gpu-ready before the broker records "capacity
+	// present but not scheduling" and stops reserving capacity for it.
+	PlacementGrace Duration `json:"placement_grace"`
+	// YARNDrainByAttrition lets idle reclaim decommission a YARN node that
+	// still runs GPU containers, with an infinite graceful timeout, so no new
+	// containers land and the node leaves when its work ends. Off by
+	// default: such a node is left alone until it is empty.
+	YARNDrainByAttrition bool `json:"yarn_drain_by_attrition"`
+	// MaxWorkLost bounds the work (time since the last checkpoint, summed
+	// over a node's pods) that consolidation may throw away to reclaim a
+	// Kubernetes node. Only a recorded preemption may exceed it.
+	MaxWorkLost Duration `json:"consolidation_max_work_lost"`
+	// CordonAndWait lets consolidation cordon a Kubernetes node whose work
+	// costs more than MaxWorkLost and reclaim it when its batch work ends
+	// (the Kubernetes mirror of YARNDrainByAttrition). Off by default.
+	CordonAndWait bool `json:"consolidation_cordon_and_wait"`
 	// Version increases on every change (optimistic concurrency).
 	Version int64 `json:"version"`
 }
@@ -76,6 +96,9 @@ func DefaultPolicy() Policy {
 		DrainTimeout:         Duration(10 * time.Minute),
 		Preemption:           true,
 		OwnershipTransfer:    true,
+		UnhealthyNodeTimeout: Duration(10 * time.Minute),
+		PlacementGrace:       Duration(3 * time.Minute),
+		MaxWorkLost:          Duration(10 * time.Minute),
 	}
 }
 
@@ -96,6 +119,12 @@ func (p Policy) Validate() error {
 		return Invalid("expander", "must be one of least-waste, most-pods, priority, price; got %q", p.Expander)
 	case p.DrainTimeout <= 0:
 		return Invalid("drain_timeout", "must be positive, got %s", p.DrainTimeout)
+	case p.UnhealthyNodeTimeout <= 0:
+		return Invalid("unhealthy_node_timeout", "must be positive, got %s", p.UnhealthyNodeTimeout)
+	case p.PlacementGrace <= 0:
+		return Invalid("placement_grace", "must be positive, got %s", p.PlacementGrace)
+	case p.MaxWorkLost < 0:
+		return Invalid("consolidation_max_work_lost", "must not be negative, got %s", p.MaxWorkLost)
 	}
 	for model, max := range p.ModelMaxGPUs {
 		if max < 0 {

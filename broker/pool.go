@@ -47,6 +47,9 @@ type Pool struct {
 	PricePerHour float64 `json:"price_per_hour"`
 	// ExpanderPriority ranks pools for the priority expander (higher first).
 	ExpanderPriority int `json:"expander_priority"`
+	// Partition is the YARN node label (partition) the pool's NodeManagers
+	// join; empty for the default partition.
+	Partition string `json:"partition,omitempty"`
 	// Version increases on every change (optimistic concurrency).
 	Version int64 `json:"version"`
 }
@@ -82,6 +85,11 @@ type PoolState struct {
 	BackoffUntil time.Time `json:"backoff_until,omitzero"`
 	// BackoffReason says why the pool backs off (e.g. insufficient capacity).
 	BackoffReason string `json:"backoff_reason,omitempty"`
+	// Stale says why the provider could not observe the pool this time (its
+	// describe failed, or the group is missing); empty when it is fresh. A
+	// stale pool is never acted on destructively and never grown, while its
+	// last-known GPUs still count against the cluster and per-model max.
+	Stale string `json:"stale,omitempty"`
 }
 
 // InService counts instances that are running in the group.

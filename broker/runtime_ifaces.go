@@ -47,6 +47,23 @@ type ReleaseStatus struct {
 	Remaining []string
 	// BlockedBy names what holds the drain back, e.g. "PodDisruptionBudget ml/trainer".
 	BlockedBy string
+	// Unknown says why the side cannot tell how far the release has come
+	// (the RM does not list the host, a refresh went to a standby). Unknown
+	// is never drained: the executor keeps waiting until the op's deadline
+	// and then fails the op; it never terminates such a node, whatever the
+	// policy says about forcing after a drain timeout.
+	Unknown string
+}
+
+// AdmitChecker is implemented by SideActions whose Admit takes effect only
+// later, such as YARN, where a NodeManager must restart and re-register
+// after a recommission. The executor keeps a hand-over open until Admitted
+// reports true (the side lists the node schedulable with its GPUs), and
+// past the op's deadline gives the node back and fails the op.
+type AdmitChecker interface {
+	// Admitted reports whether node is schedulable on this side with its
+	// GPUs, and if not, what the side reports instead.
+	Admitted(ctx context.Context, node string) (ok bool, why string, err error)
 }
 
 // SideActions changes node ownership on one side. Every method is

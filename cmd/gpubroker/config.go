@@ -79,6 +79,13 @@ type policyConfig struct {
 	ForceAfterDrainTimeout *bool           `yaml:"force_after_drain_timeout"`
 	Preemption             *bool           `yaml:"preemption"`
 	OwnershipTransfer      *bool           `yaml:"ownership_transfer"`
+	UnhealthyNodeTimeout   broker.Duration `yaml:"unhealthy_node_timeout"`
+	PlacementGrace         broker.Duration `yaml:"placement_grace"`
+	YARNDrainByAttrition   *bool           `yaml:"yarn_drain_by_attrition"`
+	Consolidation          struct {
+		MaxWorkLost   *broker.Duration `yaml:"max_work_lost"`
+		CordonAndWait *bool            `yaml:"cordon_and_wait"`
+	} `yaml:"consolidation"`
 }
 
 type taintConfig struct {
@@ -210,6 +217,21 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	if pc.OwnershipTransfer != nil {
 		p.OwnershipTransfer = *pc.OwnershipTransfer
+	}
+	if pc.UnhealthyNodeTimeout != 0 {
+		p.UnhealthyNodeTimeout = pc.UnhealthyNodeTimeout
+	}
+	if pc.PlacementGrace != 0 {
+		p.PlacementGrace = pc.PlacementGrace
+	}
+	if pc.YARNDrainByAttrition != nil {
+		p.YARNDrainByAttrition = *pc.YARNDrainByAttrition
+	}
+	if pc.Consolidation.MaxWorkLost != nil {
+		p.MaxWorkLost = *pc.Consolidation.MaxWorkLost
+	}
+	if pc.Consolidation.CordonAndWait != nil {
+		p.CordonAndWait = *pc.Consolidation.CordonAndWait
 	}
 	if err := p.Validate(); err != nil {
 		return nil, broker.WithPrefix("policy", err)
