@@ -50,6 +50,13 @@ type Demand struct {
 	Constraints Constraints `json:"constraints"`
 	// Preemptible is true when this work may be preempted once running.
 	Preemptible bool `json:"preemptible"`
+	// NoPreempt is true for demand that must never preempt other work
+	// (a pod with preemptionPolicy: Never).
+	NoPreempt bool `json:"no_preempt,omitempty"`
+	// SchedulerReason is the scheduler's or RM's latest word on why the
+	// demand is not placed (the PodScheduled condition's message, the YARN
+	// app's diagnostics), for "capacity present but not scheduling".
+	SchedulerReason string `json:"scheduler_reason,omitempty"`
 	// FirstSeen is when the broker first observed the demand.
 	FirstSeen time.Time `json:"first_seen"`
 	// LastSeen is the time of the latest observation that still showed it.
