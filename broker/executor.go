@@ -11,20 +11,44 @@ import (
 
 // Op steps, in order per kind:
 //
-//	scale-up:           set-desired → await-instances → done
-//	scale-down/replace: release → terminate (→ forget, for a YARN node) → done
-//	transfer:           release → admit → done (on drain timeout: give back → failed)
+//	scale-up:           set-desired → await-instances → await-ready → done
+//	scale-down/replace: release → (surge, for a replace) → terminate (→ forget, for a YARN node) → done
+//	transfer:           release → admit (→ await-admitted) → done
 //	preempt:            evict → done
+//
+// Every op ends: each step retries at most maxStepAttempts times with
+// backoff, and every op has a deadline (opData.Expires) after which it
+// ends failed with its reason. An op that took a node from its side and
+// cannot finish gives it back first (give-back); a cancelled scale-down
+// does the same and ends cancelled.
 const (
 	stepSetDesired     = "set-desired"
 	stepAwaitInstances = "await-instances"
+	stepAwaitReady     = "await-ready"
 	stepRelease        = "release"
+	stepSurge          = "surge"
 	stepTerminate      = "terminate"
 	stepAdmit          = "admit"
+	stepAwaitAdmitted  = "await-admitted"
 	stepGiveBack       = "give-back"
 	stepEvict          = "evict"
 	stepForget         = "forget"
 )
+
+// maxStepAttempts bounds the tries of one step; the op then ends (given
+// back where it holds a node) with the last error.
+const maxStepAttempts = 8
+
+// KeepDesiredTerminator is implemented by node pools that can terminate an
+// instance without lowering the desired capacity, so the provider launches
+// a replacement itself (AWS: TerminateInstanceInAutoScalingGroup with
+// ShouldDecrementDesiredCapacity=false). Replacements use it when present;
+// otherwise they raise the desired capacity by one first (buy the
+// replacement), then terminate with a decrement, so a pool at its minimum
+// never refuses the terminate.
+type KeepDesiredTerminator interface {
+	TerminateKeepDesired(ctx context.Context, pool, instanceID string) error
+}
 
 // opData is the step state kept in the journal, so a resumed step knows
 // what the first attempt decided.
@@ -32,13 +56,37 @@ type opData struct {
 	// From is the side that owned the node when the op started (OwnerNone
 	// when none did); a node it already cordoned reports no owner afterwards.
 	From Owner `json:"from,omitempty"`
-	// InstanceID and Deadline are fixed when the op starts.
+	// Sides lists every side that held the node when a removal started
+	// (From first); each is released before the terminate. Released lists
+	// those done.
+	Sides    []Owner `json:"sides,omitempty"`
+	Released []Owner `json:"released,omitempty"`
+	// InstanceID is the node's cloud instance from the provider's instance
+	// map, fixed when the op starts.
 	InstanceID string `json:"instance_id,omitempty"`
 	// CordonOnly releases the node without draining it (manual cordon).
 	CordonOnly bool `json:"cordon_only,omitempty"`
-	// Prepared is set once From and InstanceID are persisted.
-	Prepared bool      `json:"prepared,omitempty"`
+	// Prepared is set once From, Sides and InstanceID are persisted.
+	Prepared bool `json:"prepared,omitempty"`
+	// Deadline bounds the drain (Policy.DrainTimeout from the first release).
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Expires is the op's own deadline, set when it is journaled: past it
+	// the op ends failed with its reason, whatever step it is in.
+	Expires time.Time `json:"expires,omitzero"`
+	// Down is set when a replace started on a node its side reports down:
+	// its work is already lost, so the node is cordoned, not drained.
+	Down bool `json:"down,omitempty"`
+	// SurgeTo is the desired capacity a replace raised the pool to before
+	// terminating with a decrement; zero when it did not.
+	SurgeTo int `json:"surge_to,omitempty"`
+	// SetTo is the desired capacity a scale-up actually set (its target
+	// plus removals that had not reached the cloud yet).
+	SetTo int `json:"set_to,omitempty"`
+	// Admitted is set once the receiving side was told to admit the node.
+	Admitted bool `json:"admitted,omitempty"`
+	// Cancel marks a scale-down cancelled for pending demand: it gives the
+	// node back and ends cancelled.
+	Cancel bool `json:"cancel,omitempty"`
 	// SetAt is when the desired capacity was set.
 	SetAt     time.Time  `json:"set_at,omitzero"`
 	Victims   []Workload `json:"victims,omitempty"`
@@ -57,9 +105,34 @@ func firstStep(k ActionKind) string {
 	}
 }
 
+// opTimeout is how long an op of kind may take in all, from its journaling.
+func opTimeout(k ActionKind, p Policy) time.Duration {
+	prov, drain := p.MaxProvisionTime.D(), p.DrainTimeout.D()
+	if prov <= 0 {
+		prov = DefaultPolicy().MaxProvisionTime.D()
+	}
+	if drain <= 0 {
+		drain = DefaultPolicy().DrainTimeout.D()
+	}
+	switch k {
+	case ActScaleUp:
+		// Setting the capacity, then the machines booting to gpu-ready.
+		return 2 * prov
+	case ActPreempt:
+		return drain
+	default:
+		// The drain, then the terminate or the receiving side admitting
+		// the node (a NodeManager restarting and re-registering).
+		return drain + prov
+	}
+}
+
 // validate re-checks destructive actions against a fresh observation: an
-// action survives only if planning on the fresh snapshot proposes it too
-// (Karpenter's validation before disruption). Scale-ups pass as they are.
+// action survives only if planning on the fresh snapshot proposes the same
+// action — kind, pool, node, instance, sides and, for a preemption, the
+// same victims (Karpenter's validation before disruption). A preemption
+// that serves demand which must never preempt is rejected outright.
+// Scale-ups pass as they are.
 func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected []Action, err error) {
 	var destructive bool
 	for _, a := range plan.Actions {
@@ -77,10 +150,28 @@ func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected [
 	}
 	confirmed := map[string]bool{}
 	for _, a := range MakePlan(fresh, policy).Actions {
-		confirmed[string(a.Kind)+"/"+a.Node] = true
+		confirmed[actionKey(a)] = true
+	}
+	noPreempt := map[string]bool{}
+	for _, d := range fresh.Demand {
+		if d.NoPreempt {
+			noPreempt[d.ID()] = true
+		}
 	}
 	for _, a := range plan.Actions {
-		if !a.Kind.Destructive() || confirmed[string(a.Kind)+"/"+a.Node] {
+		if !a.Kind.Destructive() {
+			accepted = append(accepted, a)
+			continue
+		}
+		if a.Kind == ActPreempt {
+			if i := slices.IndexFunc(a.Serves, func(id string) bool { return noPreempt[id] }); i >= 0 {
+				r.log.Warn("preemption for demand that must never preempt rejected", "node", a.Node, "demand", a.Serves[i])
+				a.Reason = fmt.Sprintf("demand %s must never preempt (preemptionPolicy: Never): %s", a.Serves[i], a.Reason)
+				rejected = append(rejected, a)
+				continue
+			}
+		}
+		if confirmed[actionKey(a)] {
 			accepted = append(accepted, a)
 			continue
 		}
@@ -90,18 +181,45 @@ func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected [
 	return accepted, rejected, nil
 }
 
+// actionKey identifies what a destructive action does, for validation.
+func actionKey(a Action) string {
+	victims := make([]string, 0, len(a.Victims))
+	for _, v := range a.Victims {
+		victims = append(victims, fmt.Sprintf("%s/%s:%d", v.Source, v.Key, v.GPUs))
+	}
+	slices.Sort(victims)
+	b, _ := json.Marshal([]any{a.Kind, a.Pool, a.Node, a.InstanceID, a.From, a.To, victims})
+	return string(b)
+}
+
 // journal writes accepted actions to the ops journal before anything is
-// done. An action whose node or pool already has an open op is skipped.
-func (r *Runtime) journal(ctx context.Context, now time.Time, actions []Action) []Op {
+// done. An action whose node or pool already has an open op is skipped,
+// except that a scale-up supersedes the pool's scale-up that only waits
+// for its machines to become gpu-ready (keeping the demand it serves
+// linked), and a cancellation turns the node's open scale-down into a
+// give-back.
+func (r *Runtime) journal(ctx context.Context, now time.Time, policy Policy, actions []Action) []Op {
 	var out []Op
 	for _, a := range actions {
-		data := opData{From: a.From, Victims: a.Victims}
+		if a.Kind == ActCancelScaleDown {
+			if op, ok := r.cancelScaleDown(ctx, a); ok {
+				out = append(out, op)
+			}
+			continue
+		}
+		data := opData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Expires: now.Add(opTimeout(a.Kind, policy))}
 		raw, _ := json.Marshal(data)
 		op := Op{Kind: a.Kind, Pool: a.Pool, Node: a.Node, Target: a.Target, To: a.To,
 			Serves: a.Serves, Reason: a.Reason, State: OpPending, Step: firstStep(a.Kind), Data: raw}
 		// IMPORTANT: the intent is persisted before any step runs, so a
 		// crash after this point resumes the op instead of forgetting it.
 		stored, err := r.cfg.Ledger.InsertOp(ctx, op)
+		if errors.Is(err, ErrConflict) && a.Kind == ActScaleUp {
+			if prev, ok := r.supersede(ctx, op); ok {
+				op.Serves = mergeServes(prev.Serves, op.Serves)
+				stored, err = r.cfg.Ledger.InsertOp(ctx, op)
+			}
+		}
 		if errors.Is(err, ErrConflict) {
 			r.log.Debug("op already in progress", "kind", a.Kind, "pool", a.Pool, "node", a.Node)
 			continue
@@ -116,10 +234,68 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, actions []Action) 
 	return out
 }
 
+// supersede ends the pool's open scale-up when it only waits for its
+// machines to become gpu-ready, so a new scale-up may take its place.
+func (r *Runtime) supersede(ctx context.Context, next Op) (Op, bool) {
+	open, err := r.cfg.Ledger.OpenOps(ctx)
+	if err != nil {
+		return Op{}, false
+	}
+	for _, o := range open {
+		if o.Kind != ActScaleUp || o.Pool != next.Pool || o.Step != stepAwaitReady || o.Target > next.Target {
+			continue
+		}
+		o.State, o.LastError, o.NextAttempt = OpDone, "", time.Time{}
+		if _, err := r.cfg.Ledger.AdvanceOp(ctx, o); err != nil {
+			return Op{}, false
+		}
+		r.log.Info("scale-up superseded", "op", o.ID, "pool", o.Pool, "target", next.Target)
+		return o, true
+	}
+	return Op{}, false
+}
+
+func mergeServes(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, id := range b {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// cancelScaleDown turns the node's scale-down, still draining, into a
+// give-back that ends cancelled.
+func (r *Runtime) cancelScaleDown(ctx context.Context, a Action) (Op, bool) {
+	open, err := r.cfg.Ledger.OpenOps(ctx)
+	if err != nil {
+		r.log.Error("cancel scale-down", "node", a.Node, "err", err)
+		return Op{}, false
+	}
+	for _, o := range open {
+		if o.Kind != ActScaleDown || o.Node != a.Node || o.Step != stepRelease {
+			continue
+		}
+		data := opDataOf(&o)
+		data.Cancel = true
+		o.Data, _ = json.Marshal(data)
+		o.Step, o.Attempts, o.NextAttempt, o.LastError = stepGiveBack, 0, time.Time{}, a.Reason
+		stored, err := r.cfg.Ledger.AdvanceOp(ctx, o)
+		if err != nil {
+			r.log.Error("cancel scale-down", "op", o.ID, "node", a.Node, "err", err)
+			return Op{}, false
+		}
+		r.log.Info("action", "op", o.ID, "kind", a.Kind, "pool", a.Pool, "node", a.Node, "reason", a.Reason)
+		return stored, true
+	}
+	return Op{}, false
+}
+
 // record writes the decisions of a tick: every action, every rejected
 // action, and each wait whose reason changed since the last tick.
-func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejected []Action) error {
-	var ds []Decision
+func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejected []Action, extra []Decision) error {
+	ds := extra
 	tick := r.Status().Tick
 	for _, a := range plan.Actions {
 		detail, _ := json.Marshal(a)
@@ -168,7 +344,7 @@ func capacitySamples(s *Snapshot) []CapacitySample {
 		by[side] = &CapacitySample{At: s.Now, Side: side}
 	}
 	for _, n := range s.Nodes {
-		if n.Phase == PhaseGone || n.Phase == PhaseTerminating {
+		if n.Phase == PhaseGone || n.Phase == PhaseTerminating || n.Down != "" {
 			continue
 		}
 		c := by[string(n.Owner)]
@@ -189,7 +365,9 @@ func capacitySamples(s *Snapshot) []CapacitySample {
 }
 
 // advance runs the due steps of every open op. Each step is idempotent, so
-// after a crash the op simply runs its current step again.
+// after a crash the op simply runs its current step again. When the cloud
+// cannot be read, the last-known pools stand in, marked stale: steps that
+// change a stale pool wait.
 func (r *Runtime) advance(ctx context.Context, policy Policy) (int, error) {
 	ops, err := r.cfg.Ledger.OpenOps(ctx)
 	if err != nil {
@@ -200,15 +378,16 @@ func (r *Runtime) advance(ctx context.Context, policy Policy) (int, error) {
 	}
 	pools, err := r.cfg.Pools.Pools(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("observe pools for the executor: %w", err)
+		r.log.Warn("observe pools for the executor", "err", err)
+		pools = r.lastPoolStates("describe pools: " + err.Error())
 	}
 	steps := 0
-	for _, op := range ops {
+	for i, op := range ops {
 		now := r.cfg.Now()
 		if !op.NextAttempt.IsZero() && op.NextAttempt.After(now) {
 			continue
 		}
-		for i := 0; i < r.cfg.StepsPerOp && !op.State.Terminal(); i++ {
+		for k := 0; k < r.cfg.StepsPerOp && !op.State.Terminal(); k++ {
 			next, progressed := r.step(ctx, op, policy, pools, ops)
 			stored, err := r.cfg.Ledger.AdvanceOp(ctx, next)
 			if err != nil {
@@ -217,230 +396,482 @@ func (r *Runtime) advance(ctx context.Context, policy Policy) (int, error) {
 			}
 			steps++
 			op = stored
+			ops[i] = stored
 			if !progressed {
 				break
 			}
+		}
+		if op.State.Terminal() {
+			r.opEnded(op)
 		}
 	}
 	return steps, nil
 }
 
+// opEnded counts ended ops by state for the status.
+func (r *Runtime) opEnded(op Op) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch op.State {
+	case OpFailed:
+		r.opsFailed++
+	case OpCancelled:
+		r.opsCancelled++
+	}
+}
+
+// stepCtx carries one step's op, its decoded data and the transitions.
+type stepCtx struct {
+	r    *Runtime
+	op   Op
+	data opData
+	now  time.Time
+}
+
+func (s *stepCtx) save() Op {
+	s.op.Data, _ = json.Marshal(s.data)
+	return s.op
+}
+
+// retry counts a failed attempt; past maxStepAttempts the op gives up.
+func (s *stepCtx) retry(err error) (Op, bool) {
+	s.op.Attempts++
+	s.op.LastError = err.Error()
+	if s.op.Attempts >= maxStepAttempts {
+		return s.giveUp(fmt.Sprintf("step %s failed %d times, last: %s", s.op.Step, s.op.Attempts, err))
+	}
+	s.op.NextAttempt = s.now.Add(backoff(s.op.Attempts))
+	s.r.log.Warn("op step failed, will retry", "op", s.op.ID, "kind", s.op.Kind, "step", s.op.Step, "attempt", s.op.Attempts, "err", err)
+	return s.save(), false
+}
+
+func (s *stepCtx) moveTo(step string) (Op, bool) {
+	s.op.Step, s.op.Attempts, s.op.LastError, s.op.NextAttempt = step, 0, "", time.Time{}
+	return s.save(), true
+}
+
+func (s *stepCtx) done() (Op, bool) {
+	s.op.State, s.op.LastError, s.op.NextAttempt = OpDone, "", time.Time{}
+	s.r.log.Info("op done", "op", s.op.ID, "kind", s.op.Kind, "pool", s.op.Pool, "node", s.op.Node)
+	return s.save(), false
+}
+
+// waitFor checks again after d; why says what the op waits for.
+func (s *stepCtx) waitFor(d time.Duration, why string) (Op, bool) {
+	s.op.NextAttempt = s.now.Add(d)
+	if why != "" {
+		s.op.LastError = why
+	}
+	return s.save(), false
+}
+
+func (s *stepCtx) fail(why string) (Op, bool) {
+	return s.r.fail(s.save(), s.now, why), false
+}
+
+// giveUp ends the op: one that holds a node taken from its side gives it
+// back first; others fail with why.
+func (s *stepCtx) giveUp(why string) (Op, bool) {
+	switch s.op.Step {
+	case stepRelease, stepSurge, stepTerminate, stepAdmit, stepAwaitAdmitted:
+		if _, ok := s.data.From.Side(); ok && s.data.Prepared && !s.data.CordonOnly {
+			s.op.LastError = why
+			s.op.Step, s.op.Attempts, s.op.NextAttempt = stepGiveBack, 0, time.Time{}
+			return s.save(), true
+		}
+	}
+	return s.fail(why)
+}
+
 // step runs the op's current step once and returns the op's next state and
 // whether it moved on (so the executor may run the next step now).
 func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolState, open []Op) (Op, bool) {
-	now := r.cfg.Now()
-	var data opData
+	s := &stepCtx{r: r, op: op, now: r.cfg.Now()}
 	if len(op.Data) > 0 {
-		if err := json.Unmarshal(op.Data, &data); err != nil {
-			return r.fail(op, now, fmt.Sprintf("corrupt step data: %s", err)), false
+		if err := json.Unmarshal(op.Data, &s.data); err != nil {
+			return r.fail(op, s.now, fmt.Sprintf("corrupt step data: %s", err)), false
 		}
 	}
-	op.State = OpRunning
-	save := func(o Op) Op {
-		o.Data, _ = json.Marshal(data)
-		return o
+	s.op.State = OpRunning
+	if s.data.Expires.IsZero() {
+		// Ops journaled before deadlines existed, and manual ones, get
+		// theirs on their first step.
+		s.data.Expires = s.now.Add(opTimeout(op.Kind, policy))
 	}
-	retry := func(err error) (Op, bool) {
-		op.Attempts++
-		op.LastError = err.Error()
-		op.NextAttempt = now.Add(backoff(op.Attempts))
-		r.log.Warn("op step failed, will retry", "op", op.ID, "kind", op.Kind, "step", op.Step, "attempt", op.Attempts, "err", err)
-		return save(op), false
-	}
-	moveTo := func(step string) (Op, bool) {
-		op.Step, op.Attempts, op.LastError, op.NextAttempt = step, 0, "", time.Time{}
-		return save(op), true
-	}
-	done := func() (Op, bool) {
-		op.State, op.LastError, op.NextAttempt = OpDone, "", time.Time{}
-		r.log.Info("op done", "op", op.ID, "kind", op.Kind, "pool", op.Pool, "node", op.Node)
-		return save(op), false
-	}
-	waitFor := func(d time.Duration) (Op, bool) {
-		op.NextAttempt = now.Add(d)
-		return save(op), false
+	// IMPORTANT: every op ends. Past its deadline it stops where it is
+	// (giving its node back where it holds one), except while giving back.
+	if s.now.After(s.data.Expires) && op.Step != stepGiveBack {
+		why := fmt.Sprintf("op deadline %s passed in step %s", s.data.Expires.UTC().Format(time.RFC3339), op.Step)
+		if op.LastError != "" {
+			why += ": " + op.LastError
+		}
+		return s.giveUp(why)
 	}
 
 	switch op.Step {
 	case stepSetDesired:
-		// IMPORTANT: the target is absolute and was planned as if the
-		// pool's pending removals had already happened. Setting it before
-		// they terminate (each decrementing the desired capacity) would
-		// lose capacity, so wait for them; they are bounded by the drain
-		// timeout.
-		for _, o := range open {
-			if o.Pool == op.Pool && o.ID != op.ID && (o.Kind == ActScaleDown || o.Kind == ActReplace) && !o.State.Terminal() {
-				op.LastError = fmt.Sprintf("waiting for the removal of node %s (op %d) before resizing", o.Node, o.ID)
-				return waitFor(2 * time.Second)
-			}
-		}
-		err := r.cfg.Pools.SetDesired(ctx, op.Pool, op.Target)
-		var be *BackoffError
-		if errors.As(err, &be) {
-			if berr := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, be.Until, be.Reason); berr != nil {
-				return retry(berr)
-			}
-			return r.fail(save(op), now, "pool backs off: "+be.Reason), false
-		}
-		if err != nil {
-			return retry(err)
-		}
-		data.SetAt = now
-		return moveTo(stepAwaitInstances)
+		return r.setDesired(ctx, s, pools, open)
 
 	case stepAwaitInstances:
-		// Done once the provider reports the new desired capacity (or the
-		// instances): from then on the planner counts the pool's size and
-		// its in-flight nodes, so the op need not hold the pool's single
-		// open scale-up slot while machines boot.
+		// The provider reports the new desired capacity (or the instances).
 		fresh, err := r.cfg.Pools.Pools(ctx)
 		if err != nil {
-			return retry(err)
+			return s.waitFor(5*time.Second, "observe pools: "+err.Error())
 		}
 		ps, ok := findPool(fresh, op.Pool)
-		if ok && (ps.Desired >= op.Target || ps.InService() >= op.Target) {
-			return done()
+		if ok && ps.Stale == "" && (ps.Desired >= op.Target || ps.InService() >= op.Target) {
+			return s.moveTo(stepAwaitReady)
 		}
-		if now.Sub(data.SetAt) > policy.MaxProvisionTime.D() {
+		if s.now.Sub(s.data.SetAt) > policy.MaxProvisionTime.D() {
 			reason := fmt.Sprintf("pool %s has %d of %d instances %s after setting the desired capacity", op.Pool, ps.InService(), op.Target, policy.MaxProvisionTime)
-			if err := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, now.Add(policy.MaxProvisionTime.D()), reason); err != nil {
-				return retry(err)
+			if err := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, s.now.Add(policy.MaxProvisionTime.D()), reason); err != nil {
+				return s.retry(err)
 			}
-			return r.fail(save(op), now, reason), false
+			return s.fail(reason)
 		}
-		return waitFor(time.Second)
+		return s.waitFor(time.Second, "")
+
+	case stepAwaitReady:
+		// IMPORTANT: the op stays open, serving its demand, until the
+		// pool's machines are gpu-ready (DESIGN rule 4): the planner keeps
+		// the ordered capacity for that demand, so it does not take another
+		// node meanwhile while the new one idles.
+		if n := r.poolInFlight(op.Pool); n > 0 {
+			return s.waitFor(2*time.Second, fmt.Sprintf("waiting for %d nodes of pool %s to become gpu-ready", n, op.Pool))
+		}
+		return s.done()
 
 	case stepRelease:
-		if data.Deadline.IsZero() {
-			data.Deadline = now.Add(policy.DrainTimeout.D())
-		}
-		if !data.Prepared {
-			// IMPORTANT: decide and persist which side owned the node before
-			// the first Release. A cordoned node reports no owner, so after a
-			// crash the owner could no longer be found and the drain skipped.
-			if data.From == "" {
-				data.From = r.ownerOf(op.Node)
-			}
-			if data.InstanceID == "" {
-				data.InstanceID, _ = findNode(pools, op)
-			}
-			data.Prepared = true
-			return moveTo(stepRelease)
-		}
-		side, ok := data.From.Side()
-		if !ok {
-			// Registered on no side: nothing to drain.
-			return r.afterRelease(op, data, save, moveTo, done)
-		}
-		act := r.actions[side]
-		if act == nil {
-			return r.fail(save(op), now, fmt.Sprintf("no actions configured for %s", side)), false
-		}
-		if data.CordonOnly {
-			if err := act.Cordon(ctx, op.Node); err != nil {
-				return retry(err)
-			}
-			return done()
-		}
-		st, err := act.Release(ctx, op.Node, data.Deadline)
-		if err != nil {
-			return retry(err)
-		}
-		data.Remaining, data.BlockedBy = st.Remaining, st.BlockedBy
-		if st.Drained {
-			r.log.Info("node released", "op", op.ID, "node", op.Node, "side", side)
-			return r.afterRelease(op, data, save, moveTo, done)
-		}
-		if now.After(data.Deadline) {
-			why := fmt.Sprintf("drain of %s timed out after %s with %d workloads left", op.Node, policy.DrainTimeout, len(st.Remaining))
-			if st.BlockedBy != "" {
-				why += ", blocked by " + st.BlockedBy
-			}
-			if op.Kind == ActTransfer {
-				// IMPORTANT: a transfer that cannot drain gives the node
-				// back to its side, so no node stays half-drained.
-				op.LastError = why
-				return moveTo(stepGiveBack)
-			}
-			if policy.ForceAfterDrainTimeout {
-				r.log.Warn("drain timed out, terminating as the policy allows", "node", op.Node, "remaining", st.Remaining)
-				return moveTo(stepTerminate)
-			}
-			return r.fail(save(op), now, why+"; node left cordoned for an operator"), false
-		}
-		return waitFor(2 * time.Second)
+		return r.release(ctx, s, policy)
+
+	case stepSurge:
+		return r.surge(ctx, s, pools)
 
 	case stepTerminate:
-		if data.InstanceID == "" {
-			return r.fail(save(op), now, fmt.Sprintf("node %s has no cloud instance to terminate", op.Node)), false
-		}
-		// IMPORTANT: only reached after release reported the node drained
-		// (or the policy forces it after the drain timeout).
-		if err := r.cfg.Pools.Terminate(ctx, op.Pool, data.InstanceID); err != nil {
-			return retry(err)
-		}
-		if data.From == OwnerYARN && r.actions[SourceYARN] != nil {
-			return moveTo(stepForget)
-		}
-		return done()
+		return r.terminate(ctx, s, pools)
 
 	case stepForget:
 		// The terminated machine's host stays in YARN's exclude file
 		// otherwise, and a later machine that reuses its name (cloud
 		// hostnames follow private IPs) would be refused by the RM.
 		if err := r.actions[SourceYARN].Admit(ctx, op.Node); err != nil {
-			return retry(err)
+			return s.retry(err)
 		}
-		return done()
+		return s.done()
 
 	case stepAdmit:
 		if op.To == OwnerNone {
-			return done() // a manual drain: the node stays with no side
+			return s.done() // a manual drain: the node stays with no side
 		}
 		to, ok := op.To.Side()
 		if !ok || r.actions[to] == nil {
-			return r.fail(save(op), now, fmt.Sprintf("cannot hand node to %q", op.To)), false
+			return s.giveUp(fmt.Sprintf("cannot hand node to %q: no actions configured for it", op.To))
 		}
 		if err := r.actions[to].Admit(ctx, op.Node); err != nil {
-			return retry(err)
+			return s.retry(err)
 		}
-		return done()
+		s.data.Admitted = true
+		if _, ok := r.actions[to].(AdmitChecker); ok {
+			return s.moveTo(stepAwaitAdmitted)
+		}
+		return s.done()
+
+	case stepAwaitAdmitted:
+		// IMPORTANT: a hand-over stays open (and its demand linked) until
+		// the receiving side lists the node schedulable with its GPUs; the
+		// op deadline gives it back otherwise.
+		to, _ := op.To.Side()
+		ok, why, err := r.actions[to].(AdmitChecker).Admitted(ctx, op.Node)
+		if err != nil {
+			return s.retry(err)
+		}
+		if ok {
+			return s.done()
+		}
+		return s.waitFor(5*time.Second, fmt.Sprintf("waiting for %s to list node %s schedulable with its GPUs: %s", to, op.Node, why))
 
 	case stepGiveBack:
-		from, ok := data.From.Side()
-		if ok && r.actions[from] != nil {
-			if err := r.actions[from].Admit(ctx, op.Node); err != nil {
-				return retry(err)
-			}
-		}
-		return r.fail(save(op), now, "transfer abandoned and node given back: "+op.LastError), false
+		return r.giveBack(ctx, s)
 
 	case stepEvict:
-		for len(data.Victims) > 0 {
-			w := data.Victims[0]
+		for len(s.data.Victims) > 0 {
+			w := s.data.Victims[0]
 			act := r.actions[w.Source]
 			if act == nil {
-				return r.fail(save(op), now, fmt.Sprintf("no actions configured for %s", w.Source)), false
+				return s.fail(fmt.Sprintf("no actions configured for %s", w.Source))
 			}
 			if err := act.Evict(ctx, op.Node, w); err != nil {
-				return retry(err)
+				return s.retry(err)
 			}
 			r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
-			data.Victims = data.Victims[1:]
+			s.data.Victims = s.data.Victims[1:]
 		}
-		return done()
+		return s.done()
 	}
-	return r.fail(save(op), now, fmt.Sprintf("unknown step %q", op.Step)), false
+	return s.fail(fmt.Sprintf("unknown step %q", op.Step))
 }
 
-func (r *Runtime) afterRelease(op Op, data opData, save func(Op) Op, moveTo func(string) (Op, bool), done func() (Op, bool)) (Op, bool) {
+// setDesired sets a scale-up's absolute target. The target was planned as
+// if the pool's pending removals had already terminated; each of those
+// will still lower the desired capacity by one, so the value set now adds
+// them back. Only when that would pass the pool's max does the scale-up
+// wait for them, so a drain in progress does not hold the pool's
+// scale-ups back.
+func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []PoolState, open []Op) (Op, bool) {
+	op := s.op
+	ps, found := findPool(pools, op.Pool)
+	if found && ps.Stale != "" {
+		return s.waitFor(5*time.Second, "pool is stale at the cloud provider: "+ps.Stale)
+	}
+	pending := 0
+	var first *Op
+	for i := range open {
+		o := &open[i]
+		if o.Pool != op.Pool || o.ID == op.ID || o.State.Terminal() {
+			continue
+		}
+		d := opDataOf(o)
+		switch {
+		case o.Kind == ActScaleDown && (o.Step == stepRelease || o.Step == stepTerminate) && !d.Cancel:
+		case o.Kind == ActReplace && d.SurgeTo > 0 && (o.Step == stepSurge || o.Step == stepTerminate):
+		default:
+			continue
+		}
+		pending++
+		if first == nil {
+			first = o
+		}
+	}
+	target := op.Target + pending
+	if found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {
+		return s.waitFor(2*time.Second, fmt.Sprintf("waiting for the removal of node %s (op %d) before resizing: %d would pass the pool's max of %d",
+			first.Node, first.ID, target, ps.Pool.MaxNodes))
+	}
+	err := r.cfg.Pools.SetDesired(ctx, op.Pool, target)
+	var be *BackoffError
+	if errors.As(err, &be) {
+		if berr := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, be.Until, be.Reason); berr != nil {
+			return s.retry(berr)
+		}
+		return s.fail("pool backs off: " + be.Reason)
+	}
+	if err != nil {
+		return s.retry(err)
+	}
+	s.data.SetAt, s.data.SetTo = s.now, target
+	return s.moveTo(stepAwaitInstances)
+}
+
+// release takes the node away from every side that holds it (From first).
+func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, bool) {
+	op := s.op
+	if s.data.Deadline.IsZero() {
+		s.data.Deadline = s.now.Add(policy.DrainTimeout.D())
+	}
+	if !s.data.Prepared {
+		// IMPORTANT: decide and persist which sides hold the node and its
+		// instance before the first Release. A cordoned node reports no
+		// owner, so after a crash the owner could no longer be found and
+		// the drain skipped.
+		if s.data.From == "" {
+			s.data.From = r.ownerOf(op.Node)
+		}
+		if op.Kind == ActScaleDown || op.Kind == ActReplace {
+			s.data.Sides = r.sidesOf(op.Node, s.data.From)
+		}
+		if s.data.InstanceID == "" {
+			s.data.InstanceID = r.instanceOf(op.Node)
+		}
+		if op.Kind == ActReplace {
+			s.data.Down = r.nodeDown(op.Node) != ""
+		}
+		s.data.Prepared = true
+		return s.moveTo(stepRelease)
+	}
+	sides := s.data.Sides
+	if len(sides) == 0 && s.data.From != OwnerNone {
+		sides = []Owner{s.data.From}
+	}
+	for _, o := range sides {
+		if slices.Contains(s.data.Released, o) {
+			continue
+		}
+		side, ok := o.Side()
+		if !ok {
+			continue
+		}
+		act := r.actions[side]
+		if act == nil {
+			return s.fail(fmt.Sprintf("no actions configured for %s, which holds node %s", side, op.Node))
+		}
+		if s.data.CordonOnly || (s.data.Down && r.nodeDown(op.Node) != "") {
+			// A manual cordon; or a replace of a node that is down, whose
+			// work is already lost: nothing can drain from a dead machine.
+			if err := act.Cordon(ctx, op.Node); err != nil {
+				return s.retry(err)
+			}
+			if s.data.CordonOnly {
+				return s.done()
+			}
+			s.data.Released = append(s.data.Released, o)
+			continue
+		}
+		st, err := act.Release(ctx, op.Node, s.data.Deadline)
+		if err != nil {
+			return s.retry(err)
+		}
+		s.data.Remaining, s.data.BlockedBy = st.Remaining, st.BlockedBy
+		if st.Unknown != "" {
+			// IMPORTANT: unknown is never drained, and never forced: wait
+			// for the side to tell, until the op's deadline.
+			return s.waitFor(5*time.Second, fmt.Sprintf("%s cannot tell whether node %s is released: %s", side, op.Node, st.Unknown))
+		}
+		if st.Drained {
+			r.log.Info("node released", "op", op.ID, "node", op.Node, "side", side)
+			s.data.Released = append(s.data.Released, o)
+			continue
+		}
+		if s.now.After(s.data.Deadline) {
+			why := fmt.Sprintf("drain of %s from %s timed out after %s with %d workloads left", op.Node, side, policy.DrainTimeout, len(st.Remaining))
+			if st.BlockedBy != "" {
+				why += ", blocked by " + st.BlockedBy
+			}
+			if op.Kind == ActTransfer {
+				// IMPORTANT: a transfer that cannot drain gives the node
+				// back to its side, so no node stays half-drained.
+				s.op.LastError = why
+				return s.moveTo(stepGiveBack)
+			}
+			if policy.ForceAfterDrainTimeout {
+				r.log.Warn("drain timed out, terminating as the policy allows", "node", op.Node, "remaining", st.Remaining)
+				s.data.Released = append(s.data.Released, o)
+				continue
+			}
+			return s.fail(why + "; node left cordoned for an operator")
+		}
+		return s.waitFor(2*time.Second, "")
+	}
 	switch op.Kind {
 	case ActTransfer:
-		return moveTo(stepAdmit)
-	case ActScaleDown, ActReplace:
-		return moveTo(stepTerminate)
+		return s.moveTo(stepAdmit)
+	case ActReplace:
+		return s.moveTo(stepSurge)
+	case ActScaleDown:
+		return s.moveTo(stepTerminate)
 	}
-	return done()
+	return s.done()
+}
+
+// surge buys a replace's replacement first: the desired capacity goes up
+// by one, and the terminate's decrement takes it back, so a pool at its
+// minimum never refuses the terminate and never waits for a scale-up that
+// waits for it. Providers that terminate without a decrement skip it.
+func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []PoolState) (Op, bool) {
+	op := s.op
+	if _, ok := r.cfg.Pools.(KeepDesiredTerminator); ok {
+		return s.moveTo(stepTerminate)
+	}
+	if s.data.SurgeTo == 0 {
+		fresh, err := r.cfg.Pools.Pools(ctx)
+		if err != nil {
+			return s.waitFor(5*time.Second, "observe pools: "+err.Error())
+		}
+		ps, ok := findPool(fresh, op.Pool)
+		switch {
+		case !ok || ps.Stale != "":
+			return s.waitFor(5*time.Second, fmt.Sprintf("pool %s is not observed at the cloud provider", op.Pool))
+		case ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes:
+			// IMPORTANT: persist the surge before setting it, so a resumed
+			// step sets the same absolute value and the planner and the
+			// pool's scale-ups count the decrement still to come.
+			s.data.SurgeTo = ps.Desired + 1
+			return s.save(), true
+		case ps.Desired-1 >= ps.Pool.MinNodes:
+			// At max: the terminate's decrement keeps the pool within min.
+			return s.moveTo(stepTerminate)
+		default:
+			return s.giveUp(fmt.Sprintf("pool %s is at its min and max of %d nodes and the provider cannot terminate without lowering the desired capacity", op.Pool, ps.Desired))
+		}
+	}
+	if ps, ok := findPool(pools, op.Pool); ok && ps.Stale != "" {
+		return s.waitFor(5*time.Second, "pool is stale at the cloud provider: "+ps.Stale)
+	}
+	if err := r.cfg.Pools.SetDesired(ctx, op.Pool, s.data.SurgeTo); err != nil {
+		return s.retry(err)
+	}
+	return s.moveTo(stepTerminate)
+}
+
+// terminate removes the node's instance, by the id from the provider's
+// instance map, once every side has released it.
+func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []PoolState) (Op, bool) {
+	op := s.op
+	if s.data.InstanceID == "" {
+		// IMPORTANT: never guess an instance from a host name. A node
+		// whose instance is unknown is given back, not left cordoned.
+		return s.giveUp(fmt.Sprintf("node %s has no cloud instance in the provider's instance map to terminate", op.Node))
+	}
+	if ps, ok := findPool(pools, op.Pool); ok && ps.Stale != "" {
+		return s.waitFor(5*time.Second, "pool is stale at the cloud provider: "+ps.Stale)
+	}
+	// IMPORTANT: only reached after release reported the node drained on
+	// every side that held it (or the policy forces it after the drain
+	// timeout, never for a release the side could not confirm).
+	var err error
+	if kd, ok := r.cfg.Pools.(KeepDesiredTerminator); ok && op.Kind == ActReplace {
+		err = kd.TerminateKeepDesired(ctx, op.Pool, s.data.InstanceID)
+	} else {
+		err = r.cfg.Pools.Terminate(ctx, op.Pool, s.data.InstanceID)
+	}
+	if err != nil {
+		return s.retry(err)
+	}
+	if slices.Contains(s.data.Released, OwnerYARN) || s.data.From == OwnerYARN {
+		if r.actions[SourceYARN] != nil {
+			return s.moveTo(stepForget)
+		}
+	}
+	return s.done()
+}
+
+// giveBack returns the node to the side it came from (taking it from the
+// side it was handed to first) and ends the op: failed with the reason
+// that stopped it, or cancelled for a cancelled scale-down.
+func (r *Runtime) giveBack(ctx context.Context, s *stepCtx) (Op, bool) {
+	op := s.op
+	if s.data.Admitted {
+		if to, ok := op.To.Side(); ok && r.actions[to] != nil {
+			if err := r.actions[to].Cordon(ctx, op.Node); err != nil {
+				return r.giveBackRetry(s, err)
+			}
+		}
+	}
+	from, ok := s.data.From.Side()
+	if ok && r.actions[from] != nil {
+		if err := r.actions[from].Admit(ctx, op.Node); err != nil {
+			return r.giveBackRetry(s, err)
+		}
+	}
+	if s.data.Cancel {
+		s.op.State, s.op.NextAttempt = OpCancelled, time.Time{}
+		r.log.Info("scale-down cancelled, node given back", "op", op.ID, "node", op.Node, "side", s.data.From, "reason", op.LastError)
+		return s.save(), false
+	}
+	why := op.LastError
+	if why == "" {
+		why = "op abandoned"
+	}
+	return s.fail(fmt.Sprintf("node given back to %s: %s", s.data.From, why))
+}
+
+func (r *Runtime) giveBackRetry(s *stepCtx, err error) (Op, bool) {
+	s.op.Attempts++
+	if s.op.Attempts >= maxStepAttempts {
+		return s.fail(fmt.Sprintf("giving node %s back to %s failed %d times (%s), after: %s", s.op.Node, s.data.From, s.op.Attempts, err, s.op.LastError))
+	}
+	s.op.NextAttempt = s.now.Add(backoff(s.op.Attempts))
+	r.log.Warn("give back failed, will retry", "op", s.op.ID, "node", s.op.Node, "attempt", s.op.Attempts, "err", err)
+	return s.save(), false
 }
 
 func (r *Runtime) fail(op Op, now time.Time, why string) Op {
@@ -472,24 +903,71 @@ func (r *Runtime) ownerOf(node string) Owner {
 	return listed
 }
 
+// sidesOf lists every side whose last good observation lists node, from
+// first: a removal releases all of them before the terminate.
+func (r *Runtime) sidesOf(node string, from Owner) []Owner {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Owner
+	if _, ok := from.Side(); ok {
+		out = append(out, from)
+	}
+	for _, src := range Sources {
+		if slices.Contains(out, Owner(src)) {
+			continue
+		}
+		if slices.ContainsFunc(r.lastGood[src].Nodes, func(n Node) bool { return n.Name == node }) {
+			out = append(out, Owner(src))
+		}
+	}
+	return out
+}
+
+// instanceOf returns node's cloud instance from the latest merged nodes,
+// whose instance ids come from the provider's instance map.
+func (r *Runtime) instanceOf(node string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.lastNodes {
+		if n.Name == node {
+			return n.InstanceID
+		}
+	}
+	return ""
+}
+
+// nodeDown says why node is down in the latest merged nodes, or "".
+func (r *Runtime) nodeDown(node string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.lastNodes {
+		if n.Name == node {
+			return n.Down
+		}
+	}
+	return ""
+}
+
+// poolInFlight counts the pool's nodes on their way (not yet gpu-ready,
+// and not down) in the latest merged nodes.
+func (r *Runtime) poolInFlight(pool string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := 0
+	for _, n := range r.lastNodes {
+		if n.Pool == pool && n.Phase.InFlight() && n.Down == "" {
+			k++
+		}
+	}
+	return k
+}
+
 func findPool(pools []PoolState, name string) (PoolState, bool) {
 	i := slices.IndexFunc(pools, func(p PoolState) bool { return p.Pool.Name == name })
 	if i < 0 {
 		return PoolState{}, false
 	}
 	return pools[i], true
-}
-
-// findNode returns the instance id of op's node in its pool.
-func findNode(pools []PoolState, op Op) (string, bool) {
-	for _, p := range pools {
-		for _, in := range p.Instances {
-			if in.Hostname == op.Node || in.ID == op.Node {
-				return in.ID, true
-			}
-		}
-	}
-	return "", false
 }
 
 // backoff is the retry delay after n failed attempts: 1s doubling to 1m.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"sort"
 	"time"
 )
@@ -18,9 +19,51 @@ type mergeInput struct {
 	reportMaxAge time.Duration
 }
 
+// claimConflict is a node that both sides list as schedulable for
+// themselves (a misconfigured bootstrap): Keep stays its owner, Release is
+// cordoned.
+type claimConflict struct {
+	Node          string
+	Keep, Release Owner
+	Reason        string
+}
+
+// gpuWork sums the GPUs and counts the non-system workloads on a node.
+func gpuWork(n *Node) (gpus, items int) {
+	for _, w := range n.Work {
+		if !w.System {
+			gpus += w.GPUs
+			items++
+		}
+	}
+	return gpus, items
+}
+
+// resolveClaim decides which side keeps a node both claim: the side with
+// running GPU work, then with more running work, then Kubernetes (whose
+// device plugin reports allocation per pod).
+func resolveClaim(y, k *Node) claimConflict {
+	yg, yi := gpuWork(y)
+	kg, ki := gpuWork(k)
+	c := claimConflict{Node: y.Name, Keep: OwnerK8s, Release: OwnerYARN}
+	if yg > kg || (yg == kg && yi > ki) {
+		c.Keep, c.Release = OwnerYARN, OwnerK8s
+	}
+	c.Reason = fmt.Sprintf("both sides claim node %s (YARN runs %d workloads on %d GPUs, Kubernetes %d on %d): keep it with %s and cordon it on %s",
+		y.Name, yi, yg, ki, kg, c.Keep, c.Release)
+	return c
+}
+
 // mergeNodes joins the sides' nodes, the pools' instances, what the store
 // remembers and the agents' reports into one list of nodes, by name.
 func mergeNodes(in mergeInput) []Node {
+	nodes, _ := mergeNodesClaims(in)
+	return nodes
+}
+
+// mergeNodesClaims is mergeNodes that also reports nodes both sides claim.
+func mergeNodesClaims(in mergeInput) ([]Node, []claimConflict) {
+	var conflicts []claimConflict
 	byName := map[string]*Node{}
 	var order []string
 	get := func(name string) (*Node, bool) {
@@ -49,6 +92,21 @@ func mergeNodes(in mergeInput) []Node {
 				}
 				n.Healthy = true
 				continue
+			}
+			if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {
+				// IMPORTANT: both sides may schedule on it. Keep one owner
+				// by policy (the runtime cordons the other) and every
+				// side's work, so nothing is terminated under either.
+				c := resolveClaim(n, &sn)
+				conflicts = append(conflicts, c)
+				if c.Keep == sn.Owner {
+					other := *n
+					*n = sn
+					n.Healthy = other.Healthy
+					n.Work = append(append([]Workload(nil), sn.Work...), other.Work...)
+					n.GPUsAllocated = max(other.GPUsAllocated, sn.GPUsAllocated)
+					continue
+				}
 			}
 			// The other side also knows the machine: keep the owner's view
 			// and add the work still running on this side (a drain in
@@ -135,5 +193,5 @@ func mergeNodes(in mergeInput) []Node {
 		}
 		out = append(out, *n)
 	}
-	return out
+	return out, conflicts
 }

@@ -184,7 +184,7 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 	pl.undo, pl.rec = pl.undo[:0], d.d.Gang
 	mark := 0
 	saved := *d
-	var noFree, noOrdered, noXfer, noSlot, noNew bool
+	var noFree, noOrdered, noCancel, noXfer, noSlot, noNew bool
 	for need > 0 {
 		ok := false
 		if !noFree {
@@ -199,6 +199,13 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 				d.inflight++
 			} else {
 				noOrdered = true
+			}
+		}
+		if !ok && st == stageAll && !noCancel {
+			if ok = pl.takeCancel(d, g); ok {
+				d.acted++
+			} else {
+				noCancel = true
 			}
 		}
 		if !ok && st == stageAll && !noXfer {
@@ -652,6 +659,9 @@ func (pl *planner) diagnoseNow(d *wdemand, g int) (WaitReason, string) {
 	if pl.p.Preemption && (reason == WaitPoolMax || reason == WaitClusterMax) {
 		detail += fmt.Sprintf("; no lower-priority preemptible work on matching %s nodes frees %d GPUs", d.d.Source, g)
 		reason = WaitNoPreemptible
+	}
+	if pl.xferOff != "" {
+		detail += "; " + pl.xferOff
 	}
 	return reason, detail
 }

@@ -85,6 +85,16 @@ type planner struct {
 	rec  bool
 	// staleYARN and staleK8s repeat the snapshot's Stale map.
 	staleYARN, staleK8s bool
+
+	// overdue are in-flight nodes past the max provision time (lifecycle.go).
+	overdue []int32
+	// cancelable are nodes whose scale-down has not reached the cloud yet,
+	// with the side they are being drained from (lifecycle.go).
+	cancelable []cancelable
+	cancels    []*cancelScaleDown
+	// xferOff says why ownership transfer is off beyond the policy (a side
+	// without actions), for wait details; empty otherwise.
+	xferOff string
 }
 
 // wnode is a node in the working copy.
@@ -122,6 +132,8 @@ type wpool struct {
 	inflightSides []Source
 	newFree       []int // free GPUs of each node this plan adds
 	backoff       string
+	// stale repeats PoolState.Stale: nothing destructive, no growth.
+	stale string
 	// inflightNodes counts the pool's machines on their way (not overdue).
 	inflightNodes int
 	serves        []string
@@ -184,6 +196,18 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	if pl.p.Expander == "" {
 		pl.p.Expander = ExpanderLeastWaste
 	}
+	if len(s.NoActions) > 0 && pl.p.OwnershipTransfer {
+		// IMPORTANT: a node cordoned for a side that cannot admit it (or
+		// taken from one that cannot release it) would be stranded.
+		pl.p.OwnershipTransfer = false
+		var why []string
+		for _, src := range Sources {
+			if r, ok := s.NoActions[src]; ok {
+				why = append(why, fmt.Sprintf("%s: %s", src, r))
+			}
+		}
+		pl.xferOff = "ownership transfer is off because a side has no actions configured (" + strings.Join(why, "; ") + ")"
+	}
 
 	// Pools, sorted and de-duplicated by name.
 	pidx := make([]int, len(s.Pools))
@@ -199,7 +223,7 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			continue
 		}
 		pl.poolIdx[st.Pool.Name] = len(pl.pools)
-		pl.pools = append(pl.pools, wpool{st: st, size: st.Desired})
+		pl.pools = append(pl.pools, wpool{st: st, size: st.Desired, stale: st.Stale})
 	}
 
 	// In-flight ops, in ID order.
@@ -249,13 +273,25 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			(n.Phase == PhaseActive || n.Phase == PhaseGPUReady) && n.GPUsTotal > 0
 		if w.pool >= 0 {
 			wp := &pl.pools[w.pool]
+			if wp.stale != "" {
+				// IMPORTANT: nothing destructive on a pool the cloud did not
+				// show this time: marking its nodes as used keeps scale-down
+				// and hand-overs off them (the replace loop checks too).
+				w.touched = true
+			}
 			switch {
+			case n.Down != "" && n.Phase != PhaseTerminating && n.Phase != PhaseGone:
+				// Dead is not in flight: a node that was ready and went
+				// down holds its place in the pool but is no capacity, nor
+				// capacity on its way, and never pushes the pool into backoff.
+				ready[w.pool]++
 			case n.Phase.InFlight():
 				if !n.PhaseSince.IsZero() && pl.now.Sub(n.PhaseSince) > pl.maxProv {
 					if wp.backoff == "" {
 						wp.backoff = fmt.Sprintf("node %s has been %s for %s, longer than the max provision time of %s",
 							n.Name, n.Phase, pl.now.Sub(n.PhaseSince).Round(time.Second), pl.maxProv)
 					}
+					pl.overdue = append(pl.overdue, int32(len(pl.nodes)))
 					ready[w.pool]++ // an overdue node is not capacity on its way
 				} else {
 					wp.inflightNodes++
@@ -281,8 +317,20 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			continue
 		}
 		n := pl.nodes[ni]
-		if n.pool >= 0 && n.n.Phase != PhaseTerminating && n.n.Phase != PhaseGone {
+		if n.pool < 0 || n.n.Phase == PhaseTerminating || n.n.Phase == PhaseGone {
+			continue
+		}
+		data := opDataOf(op)
+		// A replacement keeps the desired capacity: it either terminates
+		// without a decrement or first raised the desired capacity by one
+		// (SurgeTo), which its terminate then takes back.
+		if op.Kind == ActScaleDown || data.SurgeTo > 0 {
 			pl.pools[n.pool].pendingDown++
+		}
+		if op.Kind == ActScaleDown && op.Step == stepRelease && data.From != OwnerNone {
+			if side, ok := data.From.Side(); ok {
+				pl.cancelable = append(pl.cancelable, cancelable{node: int32(ni), side: side, op: op})
+			}
 		}
 	}
 
@@ -296,6 +344,9 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 				r = "the provider asked to back off"
 			}
 			wp.backoff = fmt.Sprintf("%s, until %s", r, until.UTC().Format(time.RFC3339))
+		}
+		if wp.stale != "" {
+			wp.backoff = "its cloud observation is stale (" + wp.stale + "); it is not resized until it is seen again"
 		}
 		if pool.GPUsPerNode > 0 {
 			// Nodes on their way that registered with a side serve that
@@ -390,9 +441,10 @@ func hasWork(n *Node) bool {
 }
 
 // healthy reports whether the node may take work. A node counts as
-// unhealthy only when an agent reported why (Healthy false with a
-// HealthReason); a node nobody reported on is not replaced.
-func healthy(n *Node) bool { return n.Healthy || n.HealthReason == "" }
+// unhealthy when an agent reported why (Healthy false with a HealthReason;
+// a node nobody reported on is not replaced) or when its side reports it
+// down (Down set: kubelet NotReady, NodeManager LOST).
+func healthy(n *Node) bool { return n.Down == "" && (n.Healthy || n.HealthReason == "") }
 
 // place runs admission and placement for all pending demand.
 func (pl *planner) place() {
@@ -406,6 +458,8 @@ func (pl *planner) place() {
 				d.d.Source, pl.s.Stale[d.d.Source])
 		case d.d.GPUsPerUnit > d.cls.maxUnit:
 			d.done, d.reason, d.detail = true, WaitUnsatisfiable, d.cls.unsatisfiable(d.d.GPUsPerUnit)
+		case pl.notScheduling(d):
+			d.done = true
 		case len(d.ops) > 0 && pl.servedByOp(d):
 			d.done = true
 			inflight = append(inflight, d)
@@ -498,7 +552,21 @@ func (pl *planner) result() Plan {
 			served[id] = true
 		}
 	}
+	for _, c := range pl.cancels {
+		out.Actions = append(out.Actions, c.action(pl))
+		for _, id := range c.serves {
+			served[id] = true
+		}
+	}
 	out.Actions = append(out.Actions, pl.removals...)
+	// IMPORTANT: every action on a node carries the node's cloud instance
+	// from the provider's instance map, so a terminate never guesses it.
+	for i := range out.Actions {
+		a := &out.Actions[i]
+		if ni, ok := pl.nodeIdx[a.Node]; ok && a.Node != "" && a.InstanceID == "" {
+			a.InstanceID = pl.nodes[ni].n.InstanceID
+		}
+	}
 
 	for _, d := range pl.byID {
 		if served[d.id] {

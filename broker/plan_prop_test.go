@@ -304,6 +304,11 @@ func (v *view) pendingDown(pool string) int {
 		if op.State.Terminal() || (op.Kind != ActScaleDown && op.Kind != ActReplace) {
 			continue
 		}
+		// A replacement keeps the desired capacity unless it raised it
+		// by one first (surge), which its terminate takes back.
+		if op.Kind == ActReplace && opDataOf(&op).SurgeTo == 0 {
+			continue
+		}
 		if n := v.nodes[op.Node]; n != nil && n.Pool == pool && n.Phase != PhaseTerminating && n.Phase != PhaseGone {
 			k++
 		}
@@ -476,6 +481,14 @@ func checkScaleDown(t fataler, v *view, p Policy, plan Plan) {
 			continue
 		}
 		n := v.nodes[a.Node]
+		if n != nil && n.Phase.InFlight() && !n.PhaseSince.IsZero() && t0.Sub(n.PhaseSince) > p.MaxProvisionTime.D() {
+			// An instance that never became gpu-ready in time is removed
+			// (the cluster autoscaler's rule); it runs no work.
+			if hasWork(n) {
+				t.Fatalf("scale-down of overdue node %s that runs work", n.Name)
+			}
+			continue
+		}
 		switch {
 		case n == nil:
 			t.Fatalf("scale-down of unknown node %s", a.Node)
@@ -569,7 +582,12 @@ func checkStale(t fataler, v *view, p Policy, plan Plan) {
 		}
 		side, ok := n.Owner.Side()
 		if !ok {
-			t.Fatalf("%s of node %s that no side owns", a.Kind, n.Name)
+			// Only an instance that registered nowhere may be removed
+			// without an owner, and only while both sides are fresh.
+			if !n.Phase.InFlight() || len(v.s.Stale) > 0 {
+				t.Fatalf("%s of node %s that no side owns", a.Kind, n.Name)
+			}
+			continue
 		}
 		if v.s.IsStale(side) {
 			t.Fatalf("%s of node %s on stale side %s", a.Kind, n.Name, side)

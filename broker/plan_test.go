@@ -64,7 +64,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 			before := cloneSnapshot(tc.snap)
 			got := MakePlan(tc.snap, tc.policy)
 			opts := cmp.Options{
-				cmpopts.IgnoreFields(Action{}, "Reason"),
+				cmpopts.IgnoreFields(Action{}, "Reason", "InstanceID"),
 				cmpopts.IgnoreFields(Wait{}, "Detail"),
 				cmpopts.EquateEmpty(),
 			}
@@ -77,6 +77,14 @@ func runPlanCases(t *testing.T, cases []planCase) {
 			for _, a := range got.Actions {
 				if a.Reason == "" || strings.Contains(a.Reason, "%!") {
 					t.Errorf("action %s on %s%s has a bad reason %q", a.Kind, a.Pool, a.Node, a.Reason)
+				}
+			}
+			// Every action on a node names the node's cloud instance.
+			for _, a := range got.Actions {
+				for _, n := range tc.snap.Nodes {
+					if a.Node != "" && n.Name == a.Node && a.InstanceID != n.InstanceID {
+						t.Errorf("%s of node %s carries instance %q, want %q", a.Kind, a.Node, a.InstanceID, n.InstanceID)
+					}
 				}
 			}
 			for _, w := range got.Waits {
@@ -342,11 +350,12 @@ func TestPlanPlacement(t *testing.T) {
 			waits:  []Wait{wait("k8s/p", WaitInFlight)},
 		},
 		{
-			name: "a node overdue past the max provision time backs its pool off",
+			name: "a node overdue past the max provision time backs its pool off and is terminated",
 			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseBooting, 20*time.Minute))},
 				[]Demand{pod("p")}),
-			policy: refPolicy(),
-			waits:  []Wait{wait("k8s/p", WaitBackoff)},
+			policy:  refPolicy(),
+			actions: []Action{down(gtg, "n1", OwnerNone)},
+			waits:   []Wait{wait("k8s/p", WaitBackoff)},
 		},
 		{
 			name:   "pool in backoff",

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,6 +87,20 @@ type Runtime struct {
 	firstSeen map[string]time.Time
 	waitSeen  map[string]WaitReason
 	loaded    bool
+	// lastNodes are the latest merged nodes, for the executor.
+	lastNodes []Node
+	// lastPools is the latest fresh provider state per pool: a pool the
+	// cloud cannot show this time keeps counting with it, marked stale.
+	lastPools map[string]PoolState
+	// capSince remembers, per demand ID, since when plans have said that
+	// ready capacity fits it (Snapshot.CapacityPresentSince).
+	capSince map[string]time.Time
+	// conflicts are the nodes both sides claimed in the last observation.
+	conflicts []claimConflict
+	// stalePools are the pools stale in the last tick, with why.
+	stalePools map[string]string
+	// Counters for the status (and /metrics).
+	claimConflicts, opsFailed, opsCancelled int64
 }
 
 // NewRuntime checks the configuration and returns a runtime.
@@ -96,12 +111,32 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger, actions: map[Source]SideActions{},
 		lastGood: map[Source]SideObservation{}, stale: map[Source]string{},
-		waitSeen: map[string]WaitReason{},
+		waitSeen: map[string]WaitReason{}, lastPools: map[string]PoolState{}, capSince: map[string]time.Time{},
 	}
 	for _, a := range cfg.Actions {
 		r.actions[a.Source()] = a
 	}
+	for _, o := range cfg.Observers {
+		if r.actions[o.Source()] == nil {
+			r.log.Warn("side has no actions configured: nodes are never released from or admitted to it, and ownership transfer is off",
+				"source", o.Source())
+		}
+	}
 	return r, nil
+}
+
+// noActions lists the sides without SideActions, for the snapshot.
+func (r *Runtime) noActions() map[Source]string {
+	var out map[Source]string
+	for _, src := range Sources {
+		if r.actions[src] == nil {
+			if out == nil {
+				out = map[Source]string{}
+			}
+			out[src] = "no actions configured for " + string(src)
+		}
+	}
+	return out
 }
 
 // RuntimeStatus is what /readyz and the dashboard show of the loop.
@@ -109,15 +144,29 @@ type RuntimeStatus struct {
 	Tick     int64             `json:"tick"`
 	LastTick time.Time         `json:"last_tick,omitzero"`
 	Stale    map[Source]string `json:"stale,omitempty"`
+	// StalePools names pools the cloud could not show in the last tick.
+	StalePools map[string]string `json:"stale_pools,omitempty"`
+	// ClaimConflicts counts ticks' detections of a node both sides claim.
+	ClaimConflicts int64 `json:"claim_conflicts"`
+	// OpsFailed and OpsCancelled count ops this runtime ended so.
+	OpsFailed    int64 `json:"ops_failed"`
+	OpsCancelled int64 `json:"ops_cancelled"`
 }
 
 // Status returns the loop's latest state.
 func (r *Runtime) Status() RuntimeStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := RuntimeStatus{Tick: r.tick, LastTick: r.lastTick, Stale: map[Source]string{}}
+	st := RuntimeStatus{Tick: r.tick, LastTick: r.lastTick, Stale: map[Source]string{},
+		ClaimConflicts: r.claimConflicts, OpsFailed: r.opsFailed, OpsCancelled: r.opsCancelled}
 	for k, v := range r.stale {
 		st.Stale[k] = v
+	}
+	for name, p := range r.stalePools {
+		if st.StalePools == nil {
+			st.StalePools = map[string]string{}
+		}
+		st.StalePools[name] = p
 	}
 	return st
 }
@@ -131,6 +180,8 @@ type TickReport struct {
 	Journaled []Op
 	// Rejected are planned destructive actions that fresh state did not confirm.
 	Rejected []Action
+	// Conflicts are nodes both sides claimed in this tick's observation.
+	Conflicts []claimConflict
 	// Advanced counts executor steps taken.
 	Advanced int
 }
@@ -186,16 +237,18 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 		return rep, err
 	}
 	rep.Snapshot = snap
+	extra := r.resolveClaims(ctx, snap, rep)
 	plan := MakePlan(snap, policy)
 	rep.Plan = plan
+	r.rememberCapacity(snap, plan)
 
 	accepted, rejected, err := r.validate(ctx, plan)
 	if err != nil {
 		return rep, err
 	}
 	rep.Rejected = rejected
-	rep.Journaled = r.journal(ctx, snap.Now, accepted)
-	if err := r.record(ctx, snap, plan, rejected); err != nil {
+	rep.Journaled = append(rep.Journaled, r.journal(ctx, snap.Now, policy, accepted)...)
+	if err := r.record(ctx, snap, plan, rejected, extra); err != nil {
 		r.log.Warn("record decisions", "err", err)
 	}
 	n, err := r.advance(ctx, policy)
@@ -284,11 +337,14 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	if ctx.Err() != nil {
 		return nil, Policy{}, ctx.Err()
 	}
-	if poolErr != nil {
-		// Without the pools nothing can be sized or removed safely.
-		return nil, Policy{}, fmt.Errorf("observe pools: %w", poolErr)
-	}
 	now := r.cfg.Now()
+	if poolErr != nil {
+		// IMPORTANT: one failing describe does not stop the tick: every
+		// pool is stale (nothing destructive, no growth) with its last
+		// known state, and the sides are still observed and served.
+		r.log.Warn("observe pools", "err", poolErr)
+		pools = nil
+	}
 	sides := map[Source]SideObservation{}
 	stale := map[Source]string{}
 	for _, src := range Sources {
@@ -335,7 +391,19 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	if err != nil {
 		return nil, Policy{}, fmt.Errorf("read pools: %w", err)
 	}
-	pools = mergePools(settings, pools, now)
+	r.mu.Lock()
+	pools = mergePools(settings, pools, now, r.lastPools, poolErr)
+	if persist {
+		r.stalePools = map[string]string{}
+		for _, p := range pools {
+			if p.Stale != "" {
+				r.stalePools[p.Pool.Name] = p.Stale
+			} else {
+				r.lastPools[p.Pool.Name] = p
+			}
+		}
+	}
+	r.mu.Unlock()
 	storedNodes, err := l.StoredNodes(ctx)
 	if err != nil {
 		return nil, Policy{}, fmt.Errorf("read nodes: %w", err)
@@ -352,7 +420,7 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	if err != nil {
 		return nil, Policy{}, fmt.Errorf("read journal: %w", err)
 	}
-	nodes := mergeNodes(mergeInput{now: now, policy: policy, sides: sides, pools: pools,
+	nodes, conflicts := mergeNodesClaims(mergeInput{now: now, policy: policy, sides: sides, pools: pools,
 		stored: stored, reports: reports, ops: ops, reportMaxAge: r.cfg.ReportMaxAge})
 	if r.cfg.Checkpoints != nil {
 		// A slow or unreachable store must not hold the tick: lookups past
@@ -377,11 +445,21 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 		}
 	}
 
-	snap := &Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops}
+	snap := &Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops,
+		NoActions: r.noActions()}
 	if len(stale) > 0 {
 		snap.Stale = stale
 	}
 	r.mu.Lock()
+	if persist {
+		r.lastNodes, r.conflicts = nodes, conflicts
+	}
+	for id, t := range r.capSince {
+		if snap.CapacityPresentSince == nil {
+			snap.CapacityPresentSince = map[string]time.Time{}
+		}
+		snap.CapacityPresentSince[id] = t
+	}
 	for _, src := range Sources {
 		obs, ok := sides[src]
 		if !ok {
@@ -420,6 +498,7 @@ func (r *Runtime) pruneFirstSeen(sides map[Source]SideObservation, stale map[Sou
 		if stale[src] == "" && !live[id] {
 			delete(r.firstSeen, id)
 			delete(r.waitSeen, id)
+			delete(r.capSince, id)
 		}
 	}
 }
@@ -435,8 +514,12 @@ func cutID(id string) (Source, string, bool) {
 
 // mergePools overlays the provider's view on the configured pools: the
 // configuration owns min/max and placement attributes, the provider owns
-// desired and instances; a recorded backoff that has not expired stays.
-func mergePools(settings, observed []PoolState, now time.Time) []PoolState {
+// desired and instances; a recorded backoff that has not expired stays. A
+// pool the provider marks stale, does not return, or could not be asked
+// about at all (describeErr) keeps its last-known desired capacity and
+// instances from last, so its GPUs still count against the cluster and
+// per-model max, and is marked stale.
+func mergePools(settings, observed []PoolState, now time.Time, last map[string]PoolState, describeErr error) []PoolState {
 	obs := map[string]PoolState{}
 	for _, p := range observed {
 		obs[p.Pool.Name] = p
@@ -444,7 +527,28 @@ func mergePools(settings, observed []PoolState, now time.Time) []PoolState {
 	out := make([]PoolState, 0, len(settings))
 	for _, s := range settings {
 		ps := s
-		if o, ok := obs[s.Pool.Name]; ok {
+		o, ok := obs[s.Pool.Name]
+		stale := ""
+		switch {
+		case describeErr != nil:
+			stale = "describe pools: " + describeErr.Error()
+		case !ok:
+			stale = "group not found at the cloud provider"
+		case o.Stale != "":
+			stale = o.Stale
+		}
+		if stale != "" {
+			ps.Stale = stale
+			if prev, known := last[s.Pool.Name]; known {
+				ps.Desired, ps.Instances = prev.Desired, prev.Instances
+			}
+			if !ps.BackoffUntil.After(now) {
+				ps.BackoffUntil, ps.BackoffReason = time.Time{}, ""
+			}
+			out = append(out, ps)
+			continue
+		}
+		if ok {
 			ps.Desired, ps.Instances = o.Desired, o.Instances
 			if o.BackoffUntil.After(ps.BackoffUntil) {
 				ps.BackoffUntil, ps.BackoffReason = o.BackoffUntil, o.BackoffReason
@@ -455,9 +559,6 @@ func mergePools(settings, observed []PoolState, now time.Time) []PoolState {
 			if ps.Pool.GPUModel == "" {
 				ps.Pool.GPUModel = o.Pool.GPUModel
 			}
-		} else {
-			// Configured but not found at the provider: never scale it.
-			ps.BackoffUntil, ps.BackoffReason = now.Add(time.Minute), "group not found at the cloud provider"
 		}
 		if !ps.BackoffUntil.After(now) {
 			ps.BackoffUntil, ps.BackoffReason = time.Time{}, ""
@@ -465,4 +566,74 @@ func mergePools(settings, observed []PoolState, now time.Time) []PoolState {
 		out = append(out, ps)
 	}
 	return out
+}
+
+// lastPoolStates returns the last-known state of every pool, marked stale
+// with why, for the executor when the cloud cannot be read.
+func (r *Runtime) lastPoolStates(why string) []PoolState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PoolState, 0, len(r.lastPools))
+	for _, p := range r.lastPools {
+		p.Stale = why
+		out = append(out, p)
+	}
+	return out
+}
+
+// rememberCapacity updates, from this tick's plan, since when each demand
+// has had ready capacity that fits it without being placed: set when its
+// wait first says its scheduler should place it, kept while it says so or
+// "not scheduling", dropped otherwise.
+func (r *Runtime) rememberCapacity(snap *Snapshot, plan Plan) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	waiting := map[string]bool{}
+	for _, w := range plan.Waits {
+		if w.Reason != WaitScheduler && w.Reason != WaitNotScheduling {
+			continue
+		}
+		waiting[w.Demand] = true
+		if _, ok := r.capSince[w.Demand]; !ok {
+			r.capSince[w.Demand] = snap.Now
+		}
+	}
+	for id := range r.capSince {
+		if !waiting[id] {
+			delete(r.capSince, id)
+		}
+	}
+}
+
+// resolveClaims raises every node both sides claim (a log line, a
+// decision, the status counter) and journals a cordon of the side that
+// does not keep it. The cordon op is added to the snapshot's in-flight
+// ops, so this tick's plan leaves the node alone.
+func (r *Runtime) resolveClaims(ctx context.Context, snap *Snapshot, rep *TickReport) []Decision {
+	var ds []Decision
+	r.mu.Lock()
+	conflicts := r.conflicts
+	r.mu.Unlock()
+	for _, c := range conflicts {
+		r.log.Warn("both sides claim node", "node", c.Node, "keep", c.Keep, "cordon", c.Release, "reason", c.Reason)
+		r.mu.Lock()
+		r.claimConflicts++
+		tick := r.tick
+		r.mu.Unlock()
+		rep.Conflicts = append(rep.Conflicts, c)
+		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "conflict", Node: c.Node, Reason: c.Reason})
+		raw, _ := json.Marshal(opData{From: c.Release, CordonOnly: true})
+		op, err := r.cfg.Ledger.InsertOp(ctx, Op{Kind: ActTransfer, Node: c.Node, To: c.Keep, Reason: c.Reason,
+			State: OpPending, Step: stepRelease, Data: raw})
+		if errors.Is(err, ErrConflict) {
+			continue // an open op on the node (a removal releases every side)
+		}
+		if err != nil {
+			r.log.Error("journal cordon of a claimed node", "node", c.Node, "err", err)
+			continue
+		}
+		snap.InFlight = append(snap.InFlight, op)
+		rep.Journaled = append(rep.Journaled, op)
+	}
+	return ds
 }

@@ -164,8 +164,12 @@ func (l *rtLedger) AdvanceOp(_ context.Context, op Op) (Op, error) {
 	if l.ops[i].State.Terminal() {
 		return Op{}, ErrConflict
 	}
-	l.ops[i] = op
-	return op, nil
+	// As the store: only the progress fields change; the intent (kind,
+	// pool, node, target, serves) stays what was journaled.
+	cur := &l.ops[i]
+	cur.State, cur.Step, cur.Data, cur.Attempts = op.State, op.Step, op.Data, op.Attempts
+	cur.NextAttempt, cur.LastError, cur.UpdatedAt = op.NextAttempt, op.LastError, op.UpdatedAt
+	return *cur, nil
 }
 func (l *rtLedger) RecordDecisions(_ context.Context, ds []Decision) error {
 	l.mu.Lock()

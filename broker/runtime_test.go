@@ -180,7 +180,10 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 	// the executor runs it: simulate by journaling through a tick whose
 	// SetDesired fails, so the op stays open.
 	w.cloud.failSet = errors.New("connection reset")
-	w.k8s.submit(trainingPod("train", 4, 1000000))
+	// YARN demand: Kubernetes demand would cancel the pending scale-down
+	// and take its node back instead of buying one.
+	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0002/1", Tenant: "training", Queue: "root.training",
+		Priority: 1000000, GPUsPerUnit: 4, Units: 1})
 	w.clock.Add(5 * time.Second)
 	w.tick(r1)
 	ups := w.ledger.opsOf(ActScaleUp)

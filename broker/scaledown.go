@@ -98,25 +98,7 @@ func (pl *planner) restoreMin() {
 // drained and terminated. Nodes this plan already uses are left alone, and
 // a pool that grows in this plan does not shrink in it.
 func (pl *planner) reclaim() {
-	for i := range pl.nodes {
-		w := &pl.nodes[i]
-		n := w.n
-		if healthy(n) || w.pool < 0 || w.busy || w.removed || !w.owned || pl.stale(w.side) {
-			continue
-		}
-		if n.Phase != PhaseActive && n.Phase != PhaseGPUReady && n.Phase != PhaseRegistered {
-			continue
-		}
-		w.removed = true
-		pl.removals = append(pl.removals, Action{
-			Kind: ActReplace,
-			Pool: n.Pool,
-			Node: n.Name,
-			From: n.Owner,
-			Reason: fmt.Sprintf("replace unhealthy node %s of pool %s (%s): drain its %d allocated GPUs and terminate it",
-				n.Name, n.Pool, n.HealthReason, n.GPUsAllocated),
-		})
-	}
+	pl.replaceUnhealthy() // lifecycle.go
 
 	unneeded := pl.p.ScaleDownUnneeded.D()
 	var cands []int32

@@ -21,6 +21,17 @@ type Snapshot struct {
 	// Stale lists sources whose observation failed or is too old; no
 	// destructive action may touch their side.
 	Stale map[Source]string `json:"stale,omitempty"`
+	// CapacityPresentSince gives, per demand ID, since when ready capacity
+	// that fits the demand has been there for it (the previous plans said
+	// its scheduler should place it) without the demand being placed. The
+	// runtime keeps this memory across ticks; past Policy.PlacementGrace
+	// the planner records "capacity present but not scheduling" and stops
+	// reserving capacity for the demand.
+	CapacityPresentSince map[string]time.Time `json:"capacity_present_since,omitempty"`
+	// NoActions lists sides that have no SideActions configured, with why:
+	// nothing can be released from or admitted to them, so ownership
+	// transfer to or from them is off.
+	NoActions map[Source]string `json:"no_actions,omitempty"`
 }
 
 // IsStale reports whether side s must not be acted on destructively.
@@ -51,8 +62,13 @@ const (
 	ActTransfer ActionKind = "transfer"
 	// ActPreempt evicts the Victims to make room for demand.
 	ActPreempt ActionKind = "preempt"
-	// ActReplace drains an unhealthy Node and terminates it.
+	// ActReplace drains an unhealthy or down Node and terminates it,
+	// keeping the pool's desired capacity (the replacement is bought first
+	// or the provider terminates without a decrement).
 	ActReplace ActionKind = "replace"
+	// ActCancelScaleDown gives a node whose scale-down has not reached the
+	// cloud yet back to its side, because pending demand fits it.
+	ActCancelScaleDown ActionKind = "cancel-scale-down"
 )
 
 // Destructive reports whether the action removes work or capacity; those are
@@ -68,6 +84,9 @@ type Action struct {
 	Target int `json:"target,omitempty"`
 	// Node is the node to drain, transfer, replace or terminate.
 	Node string `json:"node,omitempty"`
+	// InstanceID is the cloud instance of Node, from the provider's
+	// instance map; terminate steps use it and never guess from names.
+	InstanceID string `json:"instance_id,omitempty"`
 	// From and To are the sides of an ownership transfer.
 	From Owner `json:"from,omitempty"`
 	To   Owner `json:"to,omitempty"`
@@ -95,6 +114,11 @@ const (
 	WaitScheduler     WaitReason = "scheduler"       // free GPUs exist; its scheduler should place it
 	WaitNoPreemptible WaitReason = "no-preemptible"  // nothing lower-priority to preempt
 	WaitGang          WaitReason = "gang-incomplete" // not all units of the gang fit
+	// WaitNotScheduling is demand whose capacity has been ready for the
+	// placement grace without its scheduler placing it (CPU or memory, a
+	// volume's zone, anti-affinity, queue limits): more capacity would
+	// not help, so none is reserved or bought for it.
+	WaitNotScheduling WaitReason = "not-scheduling"
 )
 
 // Wait is a non-decision: pending demand that no action serves, and why.

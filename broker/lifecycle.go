@@ -1,0 +1,215 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Node lifecycle rules of the planner: dead is not in flight, instances that
+// never register are removed, demand that its scheduler will not place stops
+// holding capacity, and a scale-down that has not reached the cloud yet is
+// cancelled when pending demand fits its node.
+
+// replaceUnhealthy replaces nodes an agent reported unhealthy and nodes that
+// have been down for longer than the unhealthy node timeout, and removes
+// instances that never became gpu-ready within the max provision time. A
+// replacement keeps the pool's size (the executor buys the replacement
+// first or terminates without a decrement), so a pool at its minimum never
+// deadlocks on it.
+func (pl *planner) replaceUnhealthy() {
+	timeout := pl.p.UnhealthyNodeTimeout.D()
+	if timeout <= 0 {
+		timeout = DefaultPolicy().UnhealthyNodeTimeout.D()
+	}
+	for i := range pl.nodes {
+		w := &pl.nodes[i]
+		n := w.n
+		if w.pool < 0 || w.busy || w.removed || pl.pools[w.pool].stale != "" ||
+			n.Phase == PhaseTerminating || n.Phase == PhaseGone {
+			continue
+		}
+		var why string
+		switch {
+		case n.Down != "":
+			if (w.owned && pl.stale(w.side)) || (!w.owned && (pl.staleYARN || pl.staleK8s)) {
+				continue
+			}
+			// A node whose side did not say since when it is down is
+			// not replaced: the timeout could not be honoured.
+			if n.DownSince.IsZero() || pl.now.Sub(n.DownSince) < timeout {
+				continue
+			}
+			why = fmt.Sprintf("replace node %s of pool %s: down for %s (%s), longer than the unhealthy node timeout of %s; terminate it and keep the pool's size so a fresh node takes its place",
+				n.Name, n.Pool, pl.now.Sub(n.DownSince).Round(time.Second), n.Down, timeout)
+		case !healthy(n):
+			if !w.owned || pl.stale(w.side) {
+				continue
+			}
+			if n.Phase != PhaseActive && n.Phase != PhaseGPUReady && n.Phase != PhaseRegistered {
+				continue
+			}
+			why = fmt.Sprintf("replace unhealthy node %s of pool %s (%s): drain its %d allocated GPUs and terminate it",
+				n.Name, n.Pool, n.HealthReason, n.GPUsAllocated)
+		default:
+			continue
+		}
+		w.removed = true
+		pl.removals = append(pl.removals, Action{Kind: ActReplace, Pool: n.Pool, Node: n.Name, From: n.Owner, Reason: why})
+	}
+
+	pendingDownGPUs := 0
+	for i := range pl.pools {
+		pendingDownGPUs += pl.pools[i].pendingDown * pl.pools[i].st.Pool.GPUsPerNode
+	}
+	for _, ni := range pl.overdue {
+		w := &pl.nodes[ni]
+		n := w.n
+		// A machine that registered nowhere may still be listed by a side
+		// whose observation is stale: such a side must be fresh first.
+		if w.busy || w.removed || w.pool < 0 || n.Down != "" || pl.pools[w.pool].stale != "" || hasWork(n) ||
+			(w.owned && pl.stale(w.side)) || (!w.owned && (pl.staleYARN || pl.staleK8s)) {
+			continue
+		}
+		wp := &pl.pools[w.pool]
+		pool := &wp.st.Pool
+		w.removed = true
+		late := fmt.Sprintf("instance %s (node %s) of pool %s has been %s for %s, longer than the max provision time of %s, and never became gpu-ready",
+			n.InstanceID, n.Name, pool.Name, n.Phase, pl.now.Sub(n.PhaseSince).Round(time.Second), pl.maxProv)
+		size := wp.size - wp.pendingDown - wp.downs
+		if size-1 >= pool.MinNodes && pl.clusterGPUs-pendingDownGPUs-pool.GPUsPerNode >= pl.p.ClusterMinGPUs {
+			// The cluster autoscaler's rule: a node that does not register
+			// in time is removed and the group's target lowered.
+			wp.downs++
+			pl.clusterGPUs -= pool.GPUsPerNode
+			pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
+			pl.removals = append(pl.removals, Action{Kind: ActScaleDown, Pool: pool.Name, Node: n.Name, From: n.Owner,
+				Reason: fmt.Sprintf("terminate %s; pool goes from %d to %d nodes (min %d)", late, size, size-1, pool.MinNodes)})
+			continue
+		}
+		pl.removals = append(pl.removals, Action{Kind: ActReplace, Pool: pool.Name, Node: n.Name, From: n.Owner,
+			Reason: fmt.Sprintf("replace %s; the pool keeps its %d nodes (min %d)", late, size, pool.MinNodes)})
+	}
+}
+
+// notScheduling reports whether d has had ready capacity that fits it for
+// longer than the placement grace without its scheduler placing it. Such
+// demand waits with "capacity present but not scheduling" and reserves
+// nothing: more capacity would not help it, and its node may be reclaimed.
+func (pl *planner) notScheduling(d *wdemand) bool {
+	since, ok := pl.s.CapacityPresentSince[d.id]
+	if !ok {
+		return false
+	}
+	grace := pl.p.PlacementGrace.D()
+	if grace <= 0 {
+		grace = DefaultPolicy().PlacementGrace.D()
+	}
+	if pl.now.Sub(since) < grace {
+		return false
+	}
+	why := d.d.SchedulerReason
+	if why == "" {
+		why = "its scheduler gives no reason"
+	}
+	d.reason = WaitNotScheduling
+	d.detail = fmt.Sprintf("capacity present but not scheduling: %s (capacity that fits it has been ready for %s, past the placement grace of %s; no capacity is reserved or bought for it)",
+		why, pl.now.Sub(since).Round(time.Second), grace)
+	return true
+}
+
+// cancelable is a node whose in-flight scale-down is still draining it from
+// side: it may be given back instead of buying a node.
+type cancelable struct {
+	node int32
+	side Source
+	op   *Op
+	used bool
+}
+
+// cancelScaleDown is a node this plan gives back to its side.
+type cancelScaleDown struct {
+	node   int32
+	side   Source
+	op     *Op
+	free   int
+	serves []string
+	gpus   int
+}
+
+// takeCancel reserves g GPUs of d on a node of d's side whose scale-down
+// has not reached the cloud yet, cancelling that scale-down.
+func (pl *planner) takeCancel(d *wdemand, g int) bool {
+	for _, c := range pl.cancels {
+		if c.side == d.d.Source && c.free >= g && d.cls.c.matches(d.d.Source, pl.nodeTarget(c.node)) {
+			pl.useCancel(c, d, g)
+			return true
+		}
+	}
+	for i := range pl.cancelable {
+		c := &pl.cancelable[i]
+		if c.used || c.side != d.d.Source {
+			continue
+		}
+		w := &pl.nodes[c.node]
+		if !healthy(w.n) || w.n.FreeGPUs() < g || !d.cls.c.matches(d.d.Source, pl.nodeTarget(c.node)) {
+			continue
+		}
+		cs := &cancelScaleDown{node: c.node, side: c.side, op: c.op, free: w.n.FreeGPUs()}
+		c.used = true
+		pl.cancels = append(pl.cancels, cs)
+		// The cancelled removal no longer lowers the pool's desired capacity.
+		wp := &pl.pools[w.pool]
+		wp.pendingDown--
+		if pl.rec {
+			pl.undo = append(pl.undo, func() {
+				c.used = false
+				pl.cancels = pl.cancels[:len(pl.cancels)-1]
+				wp.pendingDown++
+			})
+		}
+		pl.useCancel(cs, d, g)
+		return true
+	}
+	return false
+}
+
+func (pl *planner) useCancel(c *cancelScaleDown, d *wdemand, g int) {
+	k := len(c.serves)
+	if k == 0 || c.serves[k-1] != d.id {
+		c.serves = append(c.serves, d.id)
+	}
+	c.free -= g
+	c.gpus += g
+	if pl.rec {
+		pl.undo = append(pl.undo, func() {
+			c.serves = c.serves[:k]
+			c.free += g
+			c.gpus -= g
+		})
+	}
+}
+
+func (c *cancelScaleDown) action(pl *planner) Action {
+	n := pl.nodes[c.node].n
+	return Action{
+		Kind:   ActCancelScaleDown,
+		Pool:   n.Pool,
+		Node:   n.Name,
+		To:     ownerOf(c.side),
+		Serves: slices.Clone(c.serves),
+		Reason: fmt.Sprintf("cancel the scale-down of node %s (op %d, not terminated yet) and give it back to %s for %d pending demand needing %d GPUs",
+			n.Name, c.op.ID, c.side, len(c.serves), c.gpus),
+	}
+}
+
+// opDataOf decodes an op's step data; undecodable data reads as empty (the
+// executor fails such an op on its next step).
+func opDataOf(op *Op) opData {
+	var d opData
+	if len(op.Data) > 0 {
+		_ = json.Unmarshal(op.Data, &d)
+	}
+	return d
+}
