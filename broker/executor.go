@@ -536,7 +536,12 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		// pool's machines are gpu-ready (DESIGN rule 4): the planner keeps
 		// the ordered capacity for that demand, so it does not take another
 		// node meanwhile while the new one idles.
-		if n := r.poolInFlight(op.Pool); n > 0 {
+		fresh, err := r.cfg.Pools.Pools(ctx)
+		if err != nil {
+			return s.waitFor(5*time.Second, "observe pools: "+err.Error())
+		}
+		ps, _ := findPool(fresh, op.Pool)
+		if n := r.poolInFlight(ps); n > 0 {
 			return s.waitFor(2*time.Second, fmt.Sprintf("waiting for %d nodes of pool %s to become gpu-ready", n, op.Pool))
 		}
 		return s.done()
@@ -948,14 +953,25 @@ func (r *Runtime) nodeDown(node string) string {
 	return ""
 }
 
-// poolInFlight counts the pool's nodes on their way (not yet gpu-ready,
-// and not down) in the latest merged nodes.
-func (r *Runtime) poolInFlight(pool string) int {
+// poolInFlight counts the pool's machines on their way: instances the
+// latest merged nodes do not know yet, or know in an in-flight phase (not
+// yet gpu-ready, and not down).
+func (r *Runtime) poolInFlight(ps PoolState) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	byID := make(map[string]*Node, len(r.lastNodes))
+	for i := range r.lastNodes {
+		if id := r.lastNodes[i].InstanceID; id != "" {
+			byID[id] = &r.lastNodes[i]
+		}
+	}
 	k := 0
-	for _, n := range r.lastNodes {
-		if n.Pool == pool && n.Phase.InFlight() && n.Down == "" {
+	for _, in := range ps.Instances {
+		if in.Phase == PhaseTerminating || in.Phase == PhaseGone {
+			continue
+		}
+		n, ok := byID[in.ID]
+		if !ok || (n.Phase.InFlight() && n.Down == "") {
 			k++
 		}
 	}

@@ -153,6 +153,9 @@ func (pl *planner) takeCancel(d *wdemand, g int) bool {
 			continue
 		}
 		w := &pl.nodes[c.node]
+		if w.owned && w.side != c.side || pl.stale(c.side) || w.pool < 0 {
+			continue
+		}
 		if !healthy(w.n) || w.n.FreeGPUs() < g || !d.cls.c.matches(d.d.Source, pl.nodeTarget(c.node)) {
 			continue
 		}
@@ -161,12 +164,13 @@ func (pl *planner) takeCancel(d *wdemand, g int) bool {
 		pl.cancels = append(pl.cancels, cs)
 		// The cancelled removal no longer lowers the pool's desired capacity.
 		wp := &pl.pools[w.pool]
-		wp.pendingDown--
+		dec := min(wp.pendingDown, 1)
+		wp.pendingDown -= dec
 		if pl.rec {
 			pl.undo = append(pl.undo, func() {
 				c.used = false
 				pl.cancels = pl.cancels[:len(pl.cancels)-1]
-				wp.pendingDown++
+				wp.pendingDown += dec
 			})
 		}
 		pl.useCancel(cs, d, g)

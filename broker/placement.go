@@ -259,6 +259,9 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 		return
 	}
 	reason, detail := pl.diagnose(d, g)
+	if d.d.NoPreempt && pl.p.Preemption {
+		detail += "; it never preempts other work (preemptionPolicy: Never)"
+	}
 	if !d.d.Gang {
 		d.reason, d.detail = reason, detail
 		return

@@ -235,11 +235,16 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	}
 	slices.SortStableFunc(ops, compareOps)
 	busy := make(map[string]bool)
+	opsOn := make(map[string]int)
 	for _, op := range ops {
 		if op.Node != "" {
 			busy[op.Node] = true
+			opsOn[op.Node]++
 		}
-		if op.Kind == ActScaleUp {
+		// A scale-up that awaits gpu-ready nodes has seen its target
+		// reached: the desired capacity says the rest (a node removed since
+		// is not on its way).
+		if op.Kind == ActScaleUp && op.Step != stepAwaitReady {
 			if pi, ok := pl.poolIdx[op.Pool]; ok && op.Target > pl.pools[pi].size {
 				pl.pools[pi].size = op.Target
 			}
@@ -327,7 +332,7 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		if op.Kind == ActScaleDown || data.SurgeTo > 0 {
 			pl.pools[n.pool].pendingDown++
 		}
-		if op.Kind == ActScaleDown && op.Step == stepRelease && data.From != OwnerNone {
+		if op.Kind == ActScaleDown && op.Step == stepRelease && data.From != OwnerNone && !data.Cancel && opsOn[op.Node] == 1 {
 			if side, ok := data.From.Side(); ok {
 				pl.cancelable = append(pl.cancelable, cancelable{node: int32(ni), side: side, op: op})
 			}
@@ -338,6 +343,9 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	for i := range pl.pools {
 		wp := &pl.pools[i]
 		pool := &wp.st.Pool
+		// Removals beyond the pool's size (an inconsistent observation)
+		// cannot take it below zero.
+		wp.pendingDown = min(wp.pendingDown, wp.size)
 		if until := wp.st.BackoffUntil; until.After(pl.now) {
 			r := wp.st.BackoffReason
 			if r == "" {

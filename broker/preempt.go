@@ -197,7 +197,7 @@ func (pl *planner) pheapFor(c *dclass, k pkey) *pheap {
 // victims lose the fewest GPU-hours (then the first node by name). It
 // reports whether a unit was placed.
 func (pl *planner) preempt(d *wdemand, g int) bool {
-	if !pl.p.Preemption || pl.stale(d.d.Source) {
+	if !pl.p.Preemption || pl.stale(d.d.Source) || d.d.NoPreempt {
 		return false
 	}
 	c := d.cls

@@ -220,6 +220,10 @@ type rtCloud struct {
 	terminated []string
 	next       int
 	failSet    error
+	// failAll fails every Pools call; stale marks single pools stale as
+	// the adapter does when one group's describe fails.
+	failAll error
+	stale   map[string]string
 }
 
 func newRTCloud(pools ...PoolState) *rtCloud {
@@ -233,8 +237,15 @@ func newRTCloud(pools ...PoolState) *rtCloud {
 func (c *rtCloud) Pools(context.Context) ([]PoolState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.failAll != nil {
+		return nil, c.failAll
+	}
 	var out []PoolState
 	for _, p := range c.pools {
+		if why, ok := c.stale[p.Pool.Name]; ok {
+			out = append(out, PoolState{Pool: p.Pool, Stale: why})
+			continue
+		}
 		cp := *p
 		cp.Instances = slices.Clone(p.Instances)
 		out = append(out, cp)
@@ -271,9 +282,33 @@ func (c *rtCloud) Terminate(_ context.Context, pool, id string) error {
 	if i < 0 {
 		return nil // already gone: idempotent
 	}
+	if p.Desired-1 < p.Pool.MinNodes {
+		// As AWS: a decrement below the group's minimum is refused.
+		return fmt.Errorf("terminate %s: ValidationError: group %s is at its minimum size %d", id, pool, p.Pool.MinNodes)
+	}
 	p.Instances = slices.Delete(p.Instances, i, i+1)
 	p.Desired--
 	c.terminated = append(c.terminated, id)
+	return nil
+}
+
+// rtKeepCloud is a cloud that can terminate without a decrement: the group
+// launches a replacement itself.
+type rtKeepCloud struct{ *rtCloud }
+
+func (c rtKeepCloud) TerminateKeepDesired(_ context.Context, pool, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pools[pool]
+	i := slices.IndexFunc(p.Instances, func(in Instance) bool { return in.ID == id })
+	if i < 0 {
+		return nil
+	}
+	p.Instances = slices.Delete(p.Instances, i, i+1)
+	c.terminated = append(c.terminated, id)
+	c.next++
+	nid := fmt.Sprintf("i-%04d", c.next)
+	p.Instances = append(p.Instances, Instance{ID: nid, Hostname: "node-" + nid, Phase: PhaseBooting})
 	return nil
 }
 
@@ -291,10 +326,19 @@ type rtSide struct {
 	evicted  []string
 	// drainBlocked keeps work on released nodes (a PDB that never allows).
 	drainBlocked bool
+	// unknown makes Release report that the side cannot tell (the RM does
+	// not list the host).
+	unknown string
+	// refuse keeps demand (by key) pending with the scheduler's reason,
+	// whatever capacity there is (CPU, memory, a volume's zone).
+	refuse map[string]string
+	// releases counts Release calls per node.
+	releases map[string]int
 }
 
 func newRTSide(src Source) *rtSide {
-	return &rtSide{src: src, nodes: map[string]*Node{}, released: map[string]bool{}, closed: map[string]string{}}
+	return &rtSide{src: src, nodes: map[string]*Node{}, released: map[string]bool{}, closed: map[string]string{},
+		refuse: map[string]string{}, releases: map[string]int{}}
 }
 
 func (s *rtSide) Source() Source { return s.src }
@@ -331,10 +375,15 @@ func (s *rtSide) join(name, pool string, gpus int, labels map[string]string, tai
 func (s *rtSide) schedule() {
 	var left []Demand
 	for _, d := range s.pending {
+		if why, ok := s.refuse[d.Key]; ok {
+			d.SchedulerReason = why
+			left = append(left, d)
+			continue
+		}
 		placed := false
 		for _, name := range sortedNodeNames(s.nodes) {
 			n := s.nodes[name]
-			if s.released[name] || n.FreeGPUs() < d.GPUs() || !d.Constraints.Matches(s.src, n.Labels, n.Taints, n.GPUModel) {
+			if s.released[name] || n.Down != "" || n.FreeGPUs() < d.GPUs() || !d.Constraints.Matches(s.src, n.Labels, n.Taints, n.GPUModel) {
 				continue
 			}
 			n.GPUsAllocated += d.GPUs()
@@ -383,6 +432,11 @@ func (s *rtSide) submit(d Demand) {
 func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (ReleaseStatus, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.releases[node]++
+	if s.unknown != "" {
+		s.released[node] = true
+		return ReleaseStatus{Unknown: s.unknown}, nil
+	}
 	n, ok := s.nodes[node]
 	if !ok {
 		return ReleaseStatus{Drained: true}, nil

@@ -112,7 +112,8 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 	if fmt.Sprint(w.cloud.setCalls) != "[1]" {
 		t.Fatalf("SetDesired calls while booting %v, want only [1]", w.cloud.setCalls)
 	}
-	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 1 || ups[0].State != OpDone {
+	// The op stays open, linked to its demand, until the node is gpu-ready.
+	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 1 || ups[0].State.Terminal() || ups[0].Step != stepAwaitReady {
 		t.Fatalf("scale-up op: %+v", ups)
 	}
 	// The node joins; the scheduler places the pod; the demand closes.
@@ -201,7 +202,7 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 	if fmt.Sprint(w.cloud.setCalls) != fmt.Sprint([]int{ups[0].Target}) {
 		t.Fatalf("SetDesired calls after restart %v, want exactly one to %d", w.cloud.setCalls, ups[0].Target)
 	}
-	if got := w.ledger.opsOf(ActScaleUp); len(got) != 1 || got[0].State != OpDone {
+	if got := w.ledger.opsOf(ActScaleUp); len(got) != 1 || (got[0].State != OpDone && got[0].Step != stepAwaitReady) {
 		t.Fatalf("scale-up after restart: %+v", got)
 	}
 	if got := w.ledger.opsOf(ActScaleDown); len(got) != 1 || got[0].State != OpDone || fmt.Sprint(w.cloud.terminated) != "[i-busy]" {

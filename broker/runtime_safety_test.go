@@ -1,0 +1,567 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Runtime scenarios for the lifecycle and executor safety rules (issue 13,
+// and the executor side of issue 12).
+
+// machine adds a running instance of the pool and joins it to side.
+func (w *rtWorld) machine(side *rtSide, name string) {
+	side.join(name, rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	p := w.cloud.pools[rtPool]
+	p.Instances = append(p.Instances, Instance{ID: "i-" + name, Hostname: name, Phase: PhaseActive})
+	p.Desired++
+}
+
+// ticks runs n ticks, d apart.
+func (w *rtWorld) ticks(r *Runtime, n int, d time.Duration) {
+	w.t.Helper()
+	for range n {
+		w.clock.Add(d)
+		w.tick(r)
+	}
+}
+
+func (w *rtWorld) setMin(min int) {
+	w.cloud.pools[rtPool].Pool.MinNodes = min
+	w.ledger.pools[0].Pool.MinNodes = min
+}
+
+func (w *rtWorld) openOps() []Op {
+	ops, _ := w.ledger.OpenOps(context.Background())
+	return ops
+}
+
+func (w *rtWorld) decisionsOf(kind string) []Decision {
+	var out []Decision
+	for _, d := range w.ledger.decisions {
+		if d.Kind == kind {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestRuntimeDeadNodeIsReplacedAfterTimeout: a Kubernetes node whose
+// kubelet stops absorbs no demand (the pool buys for it) and is replaced
+// after the unhealthy node timeout: cordoned, not drained (its work is
+// lost with the machine), its replacement bought first, then terminated.
+func TestRuntimeDeadNodeIsReplacedAfterTimeout(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.machine(w.k8s, "n1")
+	r := w.runtime()
+	w.tick(r)
+	w.k8s.nodes["n1"].Down, w.k8s.nodes["n1"].DownSince = "kubelet stopped posting node status", w.clock.Now()
+	w.k8s.submit(trainingPod("p", 2, 0))
+	rep := w.tick(r)
+	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != ActScaleUp || rep.Journaled[0].Target != 2 {
+		t.Fatalf("demand must buy a node instead of waiting for the dead one: journaled %+v, waits %+v", rep.Journaled, rep.Plan.Waits)
+	}
+	w.ticks(r, 12, time.Minute)
+	reps := w.ledger.opsOf(ActReplace)
+	if len(reps) != 1 || reps[0].State != OpDone {
+		t.Fatalf("replace ops %+v, want one done", reps)
+	}
+	if !slices.Contains(w.cloud.terminated, "i-n1") || !w.k8s.released["n1"] {
+		t.Fatalf("terminated %v, cordoned %v: the dead node must be cordoned and terminated", w.cloud.terminated, w.k8s.released)
+	}
+	if w.k8s.releases["n1"] != 0 {
+		t.Fatalf("a dead node was drained %d times; its work cannot leave a dead machine", w.k8s.releases["n1"])
+	}
+}
+
+// TestRuntimeReplaceAtPoolMinBuysTheReplacementFirst: the cloud refuses a
+// terminate that would take the pool below its min (as AWS does). Today's
+// executor retried that terminate forever while the planner's scale-up to
+// restore the min waited behind it; now the replacement is bought first.
+func TestRuntimeReplaceAtPoolMinBuysTheReplacementFirst(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.setMin(1)
+	w.machine(w.k8s, "n1")
+	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{79}}}}
+	r := w.runtime()
+	w.ticks(r, 6, 5*time.Second)
+	for _, o := range w.ledger.ops {
+		if !o.State.Terminal() {
+			t.Fatalf("op %d (%s, step %s) still open: %s", o.ID, o.Kind, o.Step, o.LastError)
+		}
+	}
+	reps := w.ledger.opsOf(ActReplace)
+	if len(reps) != 1 || reps[0].State != OpDone {
+		t.Fatalf("replace ops %+v", reps)
+	}
+	if fmt.Sprint(w.cloud.setCalls) != "[2]" || fmt.Sprint(w.cloud.terminated) != "[i-n1]" || w.cloud.pools[rtPool].Desired != 1 {
+		t.Fatalf("SetDesired %v, terminated %v, desired %d: want the surge to 2, then i-n1 terminated back to 1",
+			w.cloud.setCalls, w.cloud.terminated, w.cloud.pools[rtPool].Desired)
+	}
+	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 0 {
+		t.Fatalf("no scale-up may be planned to restore the min behind a replacement: %+v", ups)
+	}
+}
+
+// TestRuntimeReplaceWithKeepDesiredTerminator: a provider that terminates
+// without a decrement replaces the instance itself; no surge.
+func TestRuntimeReplaceWithKeepDesiredTerminator(t *testing.T) {
+	w := newRTWorld(t, 1)
+	w.setMin(1)
+	w.machine(w.k8s, "n1")
+	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-0", ECCUncorrected: 3}}}
+	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.yarn, w.k8s},
+		Pools: rtKeepCloud{w.cloud}, Ledger: w.ledger, Now: w.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ticks(r, 3, 5*time.Second)
+	if reps := w.ledger.opsOf(ActReplace); len(reps) != 1 || reps[0].State != OpDone {
+		t.Fatalf("replace ops %+v", reps)
+	}
+	if len(w.cloud.setCalls) != 0 || fmt.Sprint(w.cloud.terminated) != "[i-n1]" || w.cloud.pools[rtPool].Desired != 1 {
+		t.Fatalf("SetDesired %v, terminated %v, desired %d", w.cloud.setCalls, w.cloud.terminated, w.cloud.pools[rtPool].Desired)
+	}
+}
+
+// TestRuntimeReplaceAtMinAndMaxEnds: with min = max and no way to
+// terminate without a decrement, the replacement cannot proceed: the op
+// ends failed with the reason and the node goes back to its side.
+func TestRuntimeReplaceAtMinAndMaxEnds(t *testing.T) {
+	w := newRTWorld(t, 1)
+	w.setMin(1)
+	w.machine(w.k8s, "n1")
+	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{48}}}}
+	r := w.runtime()
+	w.ticks(r, 2, 5*time.Second)
+	reps := w.ledger.opsOf(ActReplace)
+	if len(reps) == 0 || reps[0].State != OpFailed || !strings.Contains(reps[0].LastError, "min and max") {
+		t.Fatalf("replace ops %+v, want failed for min = max", reps)
+	}
+	if !slices.Contains(w.k8s.admitted, "n1") || len(w.cloud.terminated) != 0 {
+		t.Fatalf("admitted %v, terminated %v: the node must be given back, not terminated", w.k8s.admitted, w.cloud.terminated)
+	}
+}
+
+// TestRuntimeInstanceThatNeverRegistersIsTerminated: one instance that
+// never joins is terminated after the max provision time instead of
+// keeping its pool in backoff for as long as it exists.
+func TestRuntimeInstanceThatNeverRegistersIsTerminated(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.k8s.submit(trainingPod("p", 2, 0))
+	r := w.runtime()
+	w.tick(r) // buys i-0001, which never boots
+	w.ticks(r, 17, time.Minute)
+	if !slices.Contains(w.cloud.terminated, "i-0001") {
+		t.Fatalf("terminated %v: the instance that never registered must go", w.cloud.terminated)
+	}
+	w.ticks(r, 2, time.Minute)
+	if calls := w.cloud.setCalls; len(calls) < 2 {
+		t.Fatalf("SetDesired calls %v: the pool must buy again once the bad instance is gone", calls)
+	}
+}
+
+// TestRuntimeCapacityPresentButNotScheduling: a pod its scheduler refuses
+// for a reason capacity does not fix gets one node, then is recorded as
+// "capacity present but not scheduling" and the node is reclaimed.
+func TestRuntimeCapacityPresentButNotScheduling(t *testing.T) {
+	w := newRTWorld(t, 5)
+	why := "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint"
+	w.k8s.refuse["p"] = why
+	w.k8s.submit(trainingPod("p", 2, 0))
+	r := w.runtime()
+	w.tick(r)
+	w.boot(w.k8s)
+	w.ticks(r, 12, time.Minute)
+	var recorded bool
+	for _, d := range w.decisionsOf("wait") {
+		if strings.Contains(d.Reason, "capacity present but not scheduling: "+why) {
+			recorded = true
+		}
+	}
+	if !recorded {
+		t.Fatalf("no wait says capacity present but not scheduling; waits %+v", w.ledger.waits)
+	}
+	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 1 {
+		t.Fatalf("scale-ups %+v, want exactly one", ups)
+	}
+	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 1 || downs[0].State != OpDone {
+		t.Fatalf("scale-downs %+v: the node bought for demand that cannot use it must be reclaimed", downs)
+	}
+}
+
+// TestRuntimeTerminatesByInstanceID: the Kubernetes node name differs from
+// the instance's host name (the node was matched by its providerID). The
+// terminate uses the instance id from the provider's instance map.
+func TestRuntimeTerminatesByInstanceID(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.k8s.join("ip-10-0-0-7.ec2.internal", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.k8s.nodes["ip-10-0-0-7.ec2.internal"].InstanceID = "i-0abc"
+	p := w.cloud.pools[rtPool]
+	p.Instances, p.Desired = []Instance{{ID: "i-0abc", Hostname: "ip-10-0-0-7", Phase: PhaseActive}}, 1
+	r := w.runtime()
+	w.tick(r)
+	w.ticks(r, 2, 6*time.Minute)
+	downs := w.ledger.opsOf(ActScaleDown)
+	if len(downs) != 1 || downs[0].State != OpDone || fmt.Sprint(w.cloud.terminated) != "[i-0abc]" {
+		t.Fatalf("scale-down %+v, terminated %v; want i-0abc terminated", downs, w.cloud.terminated)
+	}
+}
+
+// TestRuntimeUnresolvableInstanceIsGivenBack: a drained node whose
+// instance cannot be resolved is reported and given back, not stranded.
+func TestRuntimeUnresolvableInstanceIsGivenBack(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil) // no instance in any pool
+	r := w.runtime()
+	w.tick(r)
+	if _, err := w.ledger.InsertOp(context.Background(), Op{Kind: ActScaleDown, Pool: rtPool, Node: "n1", Reason: "test",
+		State: OpPending, Step: stepRelease, Data: []byte(`{"from":"k8s"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	w.ticks(r, 2, 5*time.Second)
+	downs := w.ledger.opsOf(ActScaleDown)
+	if downs[0].State != OpFailed || !strings.Contains(downs[0].LastError, "no cloud instance") || !strings.Contains(downs[0].LastError, "given back") {
+		t.Fatalf("scale-down %+v: want failed, reported and given back", downs[0])
+	}
+	if !slices.Contains(w.k8s.admitted, "n1") || w.k8s.released["n1"] {
+		t.Fatalf("admitted %v, released %v: the node must be uncordoned", w.k8s.admitted, w.k8s.released)
+	}
+}
+
+// twoPools adds a second, H100 pool to the world.
+func (w *rtWorld) twoPools() {
+	second := PoolState{Pool: Pool{Name: "h100-group", Provider: "aws", Group: "h100-group", GPUModel: "H100", GPUsPerNode: 4,
+		MaxNodes: 5, Sides: PoolShared, Labels: map[string]string{"infra-type": "gpu"}}}
+	w.ledger.pools = append(w.ledger.pools, second)
+	w.cloud.pools[second.Pool.Name] = &second
+}
+
+// TestRuntimeStalePoolOthersAct: one group's describe fails. That pool is
+// stale: its idle node is not reclaimed and it does not grow, its GPUs
+// still count; the other pool grows for demand; the tick does not fail.
+// When the whole describe fails, the tick still runs.
+func TestRuntimeStalePoolOthersAct(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.twoPools()
+	w.ledger.policy.ClusterMaxGPUs = 8
+	w.machine(w.k8s, "a1")
+	r := w.runtime()
+	w.tick(r)
+	w.cloud.stale = map[string]string{rtPool: "describe group gpu-training-group: Throttling"}
+	h100 := trainingPod("h", 4, 0)
+	h100.Constraints.GPUModels = []string{"H100"}
+	h100b := trainingPod("h2", 4, 0)
+	h100b.Constraints.GPUModels = []string{"H100"}
+	w.k8s.submit(h100)
+	w.k8s.submit(h100b)
+	w.ticks(r, 3, 3*time.Minute)
+	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 0 {
+		t.Fatalf("scaled down a node of a stale pool: %+v", downs)
+	}
+	ups := w.ledger.opsOf(ActScaleUp)
+	if len(ups) != 1 || ups[0].Pool != "h100-group" || ups[0].Target != 1 {
+		t.Fatalf("scale-ups %+v: want h100-group to 1 only (the stale pool's 4 GPUs count against the max of 8)", ups)
+	}
+	if st := r.Status(); st.StalePools[rtPool] == "" {
+		t.Fatalf("status must name the stale pool: %+v", st)
+	}
+	w.cloud.stale = nil
+	w.cloud.failAll = errors.New("RequestExpired")
+	if _, err := r.Tick(context.Background()); err != nil {
+		t.Fatalf("a failing describe must not fail the tick: %v", err)
+	}
+}
+
+// TestRuntimeFailingStepEnds: a scale-up whose SetDesired keeps failing
+// ends failed with its last error and frees the pool's slot.
+func TestRuntimeFailingStepEnds(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.cloud.failSet = errors.New("connection reset by peer")
+	w.k8s.submit(trainingPod("p", 2, 0))
+	r := w.runtime()
+	w.ticks(r, 60, 30*time.Second)
+	ups := w.ledger.opsOf(ActScaleUp)
+	if len(ups) == 0 || ups[0].State != OpFailed || !strings.Contains(ups[0].LastError, "connection reset by peer") {
+		t.Fatalf("scale-up ops %+v, want the first failed with the last error", ups)
+	}
+	w.cloud.failSet = nil
+	w.ticks(r, 2, 30*time.Second)
+	ups = w.ledger.opsOf(ActScaleUp)
+	if last := ups[len(ups)-1]; last.State.Terminal() && last.State != OpDone || len(w.cloud.setCalls) == 0 {
+		t.Fatalf("after recovery: %+v, SetDesired %v", ups, w.cloud.setCalls)
+	}
+}
+
+// TestRuntimeUnknownReleaseIsNeverTerminated: YARN cannot tell whether a
+// node is decommissioned (the RM does not list the host). Even with
+// ForceAfterDrainTimeout the node is never terminated; the op waits until
+// its deadline, then ends failed and gives the node back.
+func TestRuntimeUnknownReleaseIsNeverTerminated(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.ledger.policy.ForceAfterDrainTimeout = true
+	w.machine(w.yarn, "y1")
+	r := w.runtime()
+	w.tick(r)
+	w.yarn.unknown = "the ResourceManager does not list host y1"
+	w.ticks(r, 40, time.Minute)
+	downs := w.ledger.opsOf(ActScaleDown)
+	if len(downs) == 0 {
+		t.Fatal("no scale-down was journaled")
+	}
+	if len(w.cloud.terminated) != 0 {
+		t.Fatalf("terminated %v while the release was unknown", w.cloud.terminated)
+	}
+	if downs[0].State != OpFailed || !strings.Contains(downs[0].LastError, "does not list host y1") {
+		t.Fatalf("scale-down %+v: want failed at its deadline with the reason", downs[0])
+	}
+	if !slices.Contains(w.yarn.admitted, "y1") {
+		t.Fatalf("YARN admitted %v: the node must be given back", w.yarn.admitted)
+	}
+}
+
+// blockedDrain makes a reclaimable Kubernetes node whose drain a PDB holds.
+func blockedDrain(t *testing.T) (*rtWorld, *Runtime) {
+	w := newRTWorld(t, 5)
+	w.machine(w.k8s, "busy")
+	w.k8s.nodes["busy"].Work = []Workload{{Source: SourceK8s, Key: "cpu-only", Name: "default/cpu-only", CheckpointAge: -1}}
+	w.k8s.drainBlocked = true
+	r := w.runtime()
+	w.tick(r)
+	w.ticks(r, 1, 6*time.Minute)
+	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 1 || downs[0].Step != stepRelease {
+		t.Fatalf("want a scale-down in its drain, got %+v", downs)
+	}
+	return w, r
+}
+
+// TestRuntimeScaleDownDoesNotHoldBackScaleUps: a drain in progress does not
+// delay a scale-up of its pool; the capacity set accounts for the removal
+// to come, so the pool ends where the plan wanted it.
+func TestRuntimeScaleDownDoesNotHoldBackScaleUps(t *testing.T) {
+	w, r := blockedDrain(t)
+	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+		GPUsPerUnit: 4, Units: 1})
+	w.ticks(r, 1, 5*time.Second)
+	if fmt.Sprint(w.cloud.setCalls) != "[2]" {
+		t.Fatalf("SetDesired %v while the drain runs, want [2] (target 1 plus the removal to come)", w.cloud.setCalls)
+	}
+	w.k8s.drainBlocked = false
+	w.ticks(r, 2, 5*time.Second)
+	if fmt.Sprint(w.cloud.terminated) != "[i-busy]" || w.cloud.pools[rtPool].Desired != 1 {
+		t.Fatalf("terminated %v, desired %d; want i-busy gone and the new node kept", w.cloud.terminated, w.cloud.pools[rtPool].Desired)
+	}
+}
+
+// TestRuntimePendingScaleDownCancelledForNewDemand: demand that fits a node
+// still draining for a scale-down takes it back: the scale-down ends
+// cancelled, the node is uncordoned, nothing is bought.
+func TestRuntimePendingScaleDownCancelledForNewDemand(t *testing.T) {
+	w, r := blockedDrain(t)
+	w.k8s.submit(trainingPod("p", 4, 0))
+	w.ticks(r, 2, 5*time.Second)
+	downs := w.ledger.opsOf(ActScaleDown)
+	if downs[0].State != OpCancelled || !slices.Contains(w.k8s.admitted, "busy") {
+		t.Fatalf("scale-down %+v, admitted %v: want cancelled and the node given back", downs[0], w.k8s.admitted)
+	}
+	if len(w.cloud.setCalls) != 0 || len(w.cloud.terminated) != 0 {
+		t.Fatalf("SetDesired %v, terminated %v: nothing may be bought or terminated", w.cloud.setCalls, w.cloud.terminated)
+	}
+	if w.ledger.closed["k8s/p"] != "scheduled" {
+		t.Fatalf("the pod must run on the node given back; closed %v", w.ledger.closed)
+	}
+	if st := r.Status(); st.OpsCancelled != 1 {
+		t.Fatalf("status %+v, want one cancelled op", st)
+	}
+}
+
+// TestRuntimeScaleUpStaysLinkedUntilGPUReady: while the node bought for a
+// pod boots, an idle YARN node appears. The pod waits for its node (the
+// scale-up op stays open and linked) instead of taking the YARN node.
+func TestRuntimeScaleUpStaysLinkedUntilGPUReady(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.machine(w.yarn, "y1")
+	w.yarn.nodes["y1"].Work = []Workload{{Source: SourceYARN, Key: "c1", GPUs: 4, CheckpointAge: -1}}
+	w.yarn.nodes["y1"].GPUsAllocated = 4
+	w.k8s.submit(trainingPod("p", 4, 0))
+	r := w.runtime()
+	w.tick(r)
+	w.yarn.finish("c1")
+	w.ticks(r, 3, 10*time.Second)
+	if ops := w.ledger.opsOf(ActTransfer); len(ops) != 0 {
+		t.Fatalf("the pod took the YARN node while its own boots: %+v", ops)
+	}
+	ups := w.ledger.opsOf(ActScaleUp)
+	if len(ups) != 1 || ups[0].State.Terminal() || ups[0].Step != stepAwaitReady {
+		t.Fatalf("scale-up %+v: want one open, awaiting gpu-ready", ups)
+	}
+	w.boot(w.k8s)
+	w.ticks(r, 1, 10*time.Second)
+	if ups := w.ledger.opsOf(ActScaleUp); ups[0].State != OpDone || w.ledger.closed["k8s/p"] != "scheduled" {
+		t.Fatalf("scale-up %+v, closed %v: want done once the node is ready, and the pod on it", ups, w.ledger.closed)
+	}
+}
+
+// TestRuntimeBothSidesClaimANode: a node both sides list as theirs is
+// raised (decision, status counter) and cordoned on the side without work.
+func TestRuntimeBothSidesClaimANode(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.machine(w.yarn, "n1")
+	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.yarn.nodes["n1"].Work = []Workload{{Source: SourceYARN, Key: "c1", GPUs: 1, CheckpointAge: -1}}
+	w.yarn.nodes["n1"].GPUsAllocated = 1
+	r := w.runtime()
+	rep := w.tick(r)
+	if len(rep.Conflicts) != 1 || rep.Conflicts[0].Keep != OwnerYARN || rep.Conflicts[0].Release != OwnerK8s {
+		t.Fatalf("conflicts %+v, want n1 kept by YARN (its work) and released by Kubernetes", rep.Conflicts)
+	}
+	if len(w.decisionsOf("conflict")) != 1 || r.Status().ClaimConflicts != 1 {
+		t.Fatalf("decisions %+v, status %+v: the conflict must be recorded and counted", w.decisionsOf("conflict"), r.Status())
+	}
+	if !w.k8s.released["n1"] || w.yarn.released["n1"] {
+		t.Fatalf("k8s released %v, yarn released %v: cordon Kubernetes only", w.k8s.released, w.yarn.released)
+	}
+	w.ticks(r, 1, 5*time.Second)
+	if r.Status().ClaimConflicts != 1 {
+		t.Fatal("the conflict must be resolved after the cordon")
+	}
+}
+
+// TestRuntimeScaleDownReleasesEverySide: both sides hold the node; the
+// scale-down drains both before terminating.
+func TestRuntimeScaleDownReleasesEverySide(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.machine(w.yarn, "n1")
+	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.k8s.released["n1"] = true // cordoned on Kubernetes, but a pod still runs
+	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "late", Name: "default/late", CheckpointAge: -1}}
+	w.k8s.drainBlocked = true
+	r := w.runtime()
+	w.tick(r)
+	if _, err := w.ledger.InsertOp(context.Background(), Op{Kind: ActScaleDown, Pool: rtPool, Node: "n1", Reason: "test",
+		State: OpPending, Step: stepRelease, Data: []byte(`{"from":"yarn"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	w.ticks(r, 3, 5*time.Second)
+	if len(w.cloud.terminated) != 0 {
+		t.Fatalf("terminated %v while a Kubernetes pod still runs on the node", w.cloud.terminated)
+	}
+	w.k8s.drainBlocked = false
+	w.ticks(r, 2, 5*time.Second)
+	if w.k8s.releases["n1"] == 0 || w.yarn.releases["n1"] == 0 || fmt.Sprint(w.cloud.terminated) != "[i-n1]" {
+		t.Fatalf("releases k8s %d yarn %d, terminated %v: want both released, then terminated",
+			w.k8s.releases["n1"], w.yarn.releases["n1"], w.cloud.terminated)
+	}
+}
+
+// rtAdmitSide is a side whose Admit takes effect only when ready says so
+// (a NodeManager that must restart and re-register).
+type rtAdmitSide struct {
+	*rtSide
+	ready bool
+}
+
+func (s *rtAdmitSide) Admitted(_ context.Context, node string) (bool, string, error) {
+	if s.ready {
+		return true, "", nil
+	}
+	return false, "host " + node + " is not RUNNING in the ResourceManager", nil
+}
+
+func admitWorld(t *testing.T) (*rtWorld, *rtAdmitSide, *Runtime) {
+	w := newRTWorld(t, 1)
+	w.machine(w.k8s, "n1")
+	ys := &rtAdmitSide{rtSide: w.yarn}
+	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{ys, w.k8s},
+		Pools: w.cloud, Ledger: w.ledger, Now: w.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.tick(r)
+	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+		GPUsPerUnit: 4, Units: 1})
+	w.ticks(r, 1, time.Second)
+	return w, ys, r
+}
+
+// TestRuntimeHandOverWaitsUntilAdmitted: the hand-over to YARN stays open
+// (and its demand linked) until YARN lists the node schedulable.
+func TestRuntimeHandOverWaitsUntilAdmitted(t *testing.T) {
+	w, ys, r := admitWorld(t)
+	w.ticks(r, 3, 10*time.Second)
+	ops := w.ledger.opsOf(ActTransfer)
+	if len(ops) != 1 || ops[0].State.Terminal() || ops[0].Step != stepAwaitAdmitted {
+		t.Fatalf("transfer %+v: want open in %s", ops, stepAwaitAdmitted)
+	}
+	ys.ready = true
+	w.ticks(r, 1, 10*time.Second)
+	if ops := w.ledger.opsOf(ActTransfer); ops[0].State != OpDone {
+		t.Fatalf("transfer %+v: want done once admitted", ops[0])
+	}
+}
+
+// TestRuntimeHandOverNotAdmittedIsGivenBack: past the op's deadline the
+// node goes back to Kubernetes and the op fails with the reason.
+func TestRuntimeHandOverNotAdmittedIsGivenBack(t *testing.T) {
+	w, _, r := admitWorld(t)
+	for i := 0; i < 40 && !w.ledger.opsOf(ActTransfer)[0].State.Terminal(); i++ {
+		if n := len(w.ledger.opsOf(ActTransfer)); n != 1 {
+			t.Fatalf("%d hand-overs while the first is open", n)
+		}
+		w.ticks(r, 1, time.Minute)
+	}
+	ops := w.ledger.opsOf(ActTransfer)
+	if ops[0].State != OpFailed || !strings.Contains(ops[0].LastError, "not RUNNING") {
+		t.Fatalf("transfer %+v: want failed with YARN's word", ops[0])
+	}
+	if !slices.Contains(w.k8s.admitted, "n1") || !w.yarn.released["n1"] {
+		t.Fatalf("k8s admitted %v, yarn released %v: want the node back on Kubernetes and cordoned on YARN", w.k8s.admitted, w.yarn.released)
+	}
+}
+
+// TestRuntimeNoActionsNoTransfer: YARN has no actions configured (no admin
+// address or exclude file): its demand does not take a Kubernetes node,
+// which would be cordoned for a side that can never admit it.
+func TestRuntimeNoActionsNoTransfer(t *testing.T) {
+	w := newRTWorld(t, 1)
+	w.machine(w.k8s, "n1")
+	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.k8s},
+		Pools: w.cloud, Ledger: w.ledger, Now: w.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.tick(r)
+	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+		GPUsPerUnit: 4, Units: 1})
+	rep := w.tick(r)
+	if ops := w.ledger.opsOf(ActTransfer); len(ops) != 0 || w.k8s.released["n1"] {
+		t.Fatalf("transfer %+v to a side without actions", ops)
+	}
+	if len(rep.Plan.Waits) != 1 || !strings.Contains(rep.Plan.Waits[0].Detail, "ownership transfer is off") {
+		t.Fatalf("waits %+v: want the reason", rep.Plan.Waits)
+	}
+}
+
+// TestRuntimeEveryOpHasADeadline: every journaled op carries its deadline
+// in its step data.
+func TestRuntimeEveryOpHasADeadline(t *testing.T) {
+	w, _ := blockedDrain(t)
+	r := w.runtime()
+	w.k8s.submit(trainingPod("big", 8, 0)) // unsatisfiable: no op
+	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+		GPUsPerUnit: 4, Units: 1})
+	w.ticks(r, 1, time.Second)
+	if len(w.ledger.ops) < 2 {
+		t.Fatalf("ops %+v", w.ledger.ops)
+	}
+	for _, o := range w.ledger.ops {
+		d := opDataOf(&o)
+		if d.Expires.IsZero() || !d.Expires.After(o.CreatedAt) {
+			t.Errorf("op %d (%s) has no deadline: %s", o.ID, o.Kind, o.Data)
+		}
+	}
+}
