@@ -43,6 +43,13 @@ func (r *Runtime) manual(ctx context.Context, node string, to Owner, cordonOnly 
 	if to != OwnerNone && from == to {
 		return fmt.Errorf("node %q already belongs to %s: %w", node, to, ErrConflict)
 	}
+	// A node must not be cordoned for a side that can never admit it, nor
+	// taken from one that cannot release it.
+	for _, o := range []Owner{from, to} {
+		if src, ok := o.Side(); ok && r.actions[src] == nil {
+			return Invalid("node", "no actions are configured for %s, which node %q would move from or to", src, node)
+		}
+	}
 	raw, _ := json.Marshal(opData{From: from, CordonOnly: cordonOnly})
 	op, err := r.cfg.Ledger.InsertOp(ctx, Op{Kind: ActTransfer, Node: node, To: to, Reason: reason,
 		State: OpPending, Step: stepRelease, Data: raw})

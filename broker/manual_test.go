@@ -58,3 +58,23 @@ func TestRuntimeManualOperations(t *testing.T) {
 		t.Fatalf("transfer: YARN admitted %v", w.yarn.admitted)
 	}
 }
+
+// TestRuntimeManualTransferNeedsActions: a manual hand-over to a side
+// without actions is refused instead of stranding the node.
+func TestRuntimeManualTransferNeedsActions(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.k8s},
+		Pools: w.cloud, Ledger: w.ledger, Now: w.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.tick(r)
+	var ve *ValidationError
+	if err := r.Transfer(context.Background(), "n1", OwnerYARN); !errors.As(err, &ve) {
+		t.Fatalf("transfer to a side without actions: %v", err)
+	}
+	if len(w.ledger.ops) != 0 {
+		t.Fatalf("ops %+v", w.ledger.ops)
+	}
+}

@@ -334,6 +334,9 @@ type rtSide struct {
 	refuse map[string]string
 	// releases counts Release calls per node.
 	releases map[string]int
+	// afterObserve, when set, runs after each observation (under the
+	// side's lock): the world changing between a plan and its validation.
+	afterObserve func(*rtSide)
 }
 
 func newRTSide(src Source) *rtSide {
@@ -361,6 +364,9 @@ func (s *rtSide) Observe(context.Context, TenantIndex) (SideObservation, error) 
 		obs.Nodes = append(obs.Nodes, cp)
 	}
 	slices.SortFunc(obs.Nodes, func(a, b Node) int { return compareNodes(&a, &b) })
+	if s.afterObserve != nil {
+		s.afterObserve(s)
+	}
 	return obs, nil
 }
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Mutation check for the safety rules of the planner and executor (run on
+# demand, not in CI): disable each check in turn, run the broker tests, and
+# print which tests fail. A check whose row says NONE is not proven needed
+# by any test.
+#
+#   scripts/mutate.sh            all mutations
+#   scripts/mutate.sh validate   only those whose name contains "validate"
+#
+# Each mutation replaces one exact snippet of a source file (it must occur
+# exactly once); the file is restored afterwards, also on interrupt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+filter="${1:-}"
+backup_dir="$(mktemp -d)"
+current=""
+restore() {
+	if [ -n "$current" ] && [ -f "$backup_dir/current" ]; then
+		cp "$backup_dir/current" "$current"
+	fi
+	rm -rf "$backup_dir"
+}
+trap restore EXIT INT TERM
+
+# name~file~snippet~replacement (\n and \t are expanded in snippet and replacement)
+mutations=$(cat <<'EOF'
+validate: fresh plan must confirm destructive actions~broker/executor.go~if confirmed[actionKey(a)] {~if true || confirmed[actionKey(a)] {
+validate: compares the victim list~broker/executor.go~a.From, a.To, victims})~a.From, a.To})
+validate: compares transfer sides~broker/executor.go~a.InstanceID, a.From, a.To, victims}~a.InstanceID, victims}
+validate: compares the instance id~broker/executor.go~[]any{a.Kind, a.Pool, a.Node, a.InstanceID,~[]any{a.Kind, a.Pool, a.Node,
+validate: rejects preemption for NoPreempt demand~broker/executor.go~if d.NoPreempt {~if false && d.NoPreempt {
+plan: NoPreempt demand never preempts (preempt.go)~broker/preempt.go~pl.stale(d.d.Source) || d.d.NoPreempt {~pl.stale(d.d.Source) {
+plan: a down node absorbs no demand~broker/plan.go~return n.Down == "" && (n.Healthy~return (n.Healthy
+plan: a down node is not in flight and causes no backoff~broker/plan.go~case n.Down != "" && n.Phase != PhaseTerminating && n.Phase != PhaseGone:~case false:
+plan: a node down past the timeout is replaced~broker/lifecycle.go~\t\tcase n.Down != "":\n~\t\tcase false && n.Down != "":\n
+plan: an instance that never registers is removed~broker/lifecycle.go~for _, ni := range pl.overdue {~for _, ni := range pl.overdue[:0] {
+plan: a replacement keeps the pool size (no min restore behind it)~broker/plan.go~if op.Kind == ActScaleDown || data.SurgeTo > 0 {~if true {
+plan: capacity present but not scheduling~broker/plan.go~case pl.notScheduling(d):~case false && pl.notScheduling(d):
+runtime: remembers capacity present across ticks~broker/runtime.go~\tr.rememberCapacity(snap, plan)\n~\n
+plan: actions carry the instance id~broker/plan.go~a.InstanceID = pl.nodes[ni].n.InstanceID~a.InstanceID = pl.nodes[ni].n.InstanceID[:0]
+plan: a stale pool gets nothing destructive~broker/plan.go~if wp.stale != "" {\n\t\t\t\t// IMPORTANT: nothing destructive~if false {\n\t\t\t\t// IMPORTANT: nothing destructive
+plan: a stale pool does not grow~broker/plan.go~if wp.stale != "" {\n\t\t\twp.backoff~if false {\n\t\t\twp.backoff
+plan: a side without actions turns transfer off~broker/plan.go~if len(s.NoActions) > 0 && pl.p.OwnershipTransfer {~if false {
+plan: a pending scale-down is cancelled for new demand~broker/placement.go~if !ok && st == stageAll && !noCancel {~if false && !noCancel {
+plan: nothing destructive on a stale side (YARN)~broker/plan.go~staleYARN: s.IsStale(SourceYARN),~staleYARN: false,
+plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s:  s.IsStale(SourceK8s),~staleK8s:  false,
+runtime: one failing pool describe does not stop the tick~broker/runtime.go~r.log.Warn("observe pools", "err", poolErr)~return nil, Policy{}, poolErr
+runtime: a stale pool keeps its last-known GPUs~broker/runtime.go~ps.Desired, ps.Instances = prev.Desired, prev.Instances~_ = prev
+runtime: claimed nodes are detected~broker/merge.go~if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {~if false {
+executor: every op has a deadline~broker/executor.go~if s.now.After(s.data.Expires) && op.Step != stepGiveBack {~if false {
+executor: retries are bounded~broker/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
+executor: an unknown release is never drained nor forced~broker/executor.go~if st.Unknown != "" {~if false && st.Unknown != "" {
+executor: terminate only after every side drained~broker/executor.go~if st.Drained {~if true {
+executor: a removal releases every side that holds the node~broker/executor.go~s.data.Sides = r.sidesOf(op.Node, s.data.From)~s.data.Sides = nil
+executor: a replacement is bought first at pool min~broker/executor.go~case ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes:~case false:
+executor: a node without instance is given back~broker/executor.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
+executor: a scale-up stays linked until gpu-ready~broker/executor.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {
+executor: a hand-over waits until admitted~broker/executor.go~if _, ok := r.actions[to].(AdmitChecker); ok {~if _, ok := r.actions[to].(AdmitChecker); ok && false {
+executor: a drain in progress does not hold back scale-ups~broker/executor.go~if found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
+executor: a scale-up counts the removals still to come~broker/executor.go~target := op.Target + pending~target := op.Target + 0*pending
+executor: a transfer that cannot drain gives the node back~broker/executor.go~if op.Kind == ActTransfer {\n\t\t\t\t// IMPORTANT: a transfer that cannot drain~if false {\n\t\t\t\t// IMPORTANT: a transfer that cannot drain
+EOF
+)
+
+printf '%-70s | %s\n' "check disabled" "failing tests"
+printf '%-70s-+-%s\n' "$(printf -- '-%.0s' $(seq 70))" "-------------"
+while IFS='~' read -r name file snippet replacement; do
+	[ -z "$name" ] && continue
+	case "$name" in *"$filter"*) ;; *) continue ;; esac
+	current="$file"
+	cp "$file" "$backup_dir/current"
+	if ! SNIP="$snippet" REPL="$replacement" python3 - "$file" <<'PY'
+import os, sys
+path = sys.argv[1]
+unesc = lambda s: s.replace('\\n', '\n').replace('\\t', '\t')
+snip, repl = unesc(os.environ['SNIP']), unesc(os.environ['REPL'])
+src = open(path).read()
+n = src.count(snip)
+if n != 1:
+    print(f"snippet found {n} times in {path}: {snip!r}", file=sys.stderr)
+    sys.exit(1)
+open(path, 'w').write(src.replace(snip, repl))
+PY
+	then
+		printf '%-70s | %s\n' "$name" "MUTATION DOES NOT APPLY (source changed?)"
+		cp "$backup_dir/current" "$file"
+		current=""
+		continue
+	fi
+	out="$(go test -count=1 ./broker/ 2>&1 || true)"
+	cp "$backup_dir/current" "$file"
+	current=""
+	if grep -q '^FAIL.*\[build failed\]\|^# ' <<<"$out"; then
+		result="BUILD FAILED"
+	else
+		result="$(grep -E '^--- FAIL: ' <<<"$out" | sed -E 's/^--- FAIL: ([^ ]+).*/\1/' | sort -u | paste -sd, - | sed 's/,/, /g')"
+		[ -z "$result" ] && result="NONE"
+	fi
+	printf '%-70s | %s\n' "$name" "$result"
+done <<<"$mutations"
