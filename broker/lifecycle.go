@@ -55,6 +55,9 @@ func (pl *planner) replaceUnhealthy() {
 		default:
 			continue
 		}
+		if !pl.canReplace(w.pool) {
+			continue
+		}
 		w.removed = true
 		pl.removals = append(pl.removals, Action{Kind: ActReplace, Pool: n.Pool, Node: n.Name, From: n.Owner, Reason: why})
 	}
@@ -88,9 +91,27 @@ func (pl *planner) replaceUnhealthy() {
 				Reason: fmt.Sprintf("terminate %s; pool goes from %d to %d nodes (min %d)", late, size, size-1, pool.MinNodes)})
 			continue
 		}
+		if !pl.canReplace(w.pool) {
+			w.removed = false
+			continue
+		}
 		pl.removals = append(pl.removals, Action{Kind: ActReplace, Pool: pool.Name, Node: n.Name, From: n.Owner,
 			Reason: fmt.Sprintf("replace %s; the pool keeps its %d nodes (min %d)", late, size, pool.MinNodes)})
 	}
+}
+
+// canReplace reports whether a node of pool pi can be replaced: the
+// provider terminates without a decrement, or the pool has room to buy the
+// replacement first, or to lose a node within its min. A pool whose min
+// and max both equal its size cannot, and planning the replacement would
+// only start an op that fails every tick.
+func (pl *planner) canReplace(pi int) bool {
+	if pl.s.TerminateKeepsDesired {
+		return true
+	}
+	wp := &pl.pools[pi]
+	pool := &wp.st.Pool
+	return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes
 }
 
 // notScheduling reports whether d has had ready capacity that fits it for

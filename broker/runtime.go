@@ -447,6 +447,7 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 
 	snap := &Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops,
 		NoActions: r.noActions()}
+	_, snap.TerminateKeepsDesired = r.cfg.Pools.(KeepDesiredTerminator)
 	if len(stale) > 0 {
 		snap.Stale = stale
 	}

@@ -130,13 +130,22 @@ func TestRuntimeReplaceWithKeepDesiredTerminator(t *testing.T) {
 
 // TestRuntimeReplaceAtMinAndMaxEnds: with min = max and no way to
 // terminate without a decrement, the replacement cannot proceed: the op
-// ends failed with the reason and the node goes back to its side.
+// ends failed with the reason and the node goes back to its side. (The
+// planner does not propose such a replacement; the op here is one the
+// journal held from before the pool's bounds changed.)
 func TestRuntimeReplaceAtMinAndMaxEnds(t *testing.T) {
 	w := newRTWorld(t, 1)
 	w.setMin(1)
 	w.machine(w.k8s, "n1")
 	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{48}}}}
 	r := w.runtime()
+	if rep := w.tick(r); len(rep.Plan.Actions) != 0 {
+		t.Fatalf("plan %+v: a replacement that cannot proceed must not be planned", rep.Plan.Actions)
+	}
+	if _, err := w.ledger.InsertOp(context.Background(), Op{Kind: ActReplace, Pool: rtPool, Node: "n1", Reason: "test",
+		State: OpPending, Step: stepRelease, Data: []byte(`{"from":"k8s","instance_id":"i-n1"}`)}); err != nil {
+		t.Fatal(err)
+	}
 	w.ticks(r, 2, 5*time.Second)
 	reps := w.ledger.opsOf(ActReplace)
 	if len(reps) == 0 || reps[0].State != OpFailed || !strings.Contains(reps[0].LastError, "min and max") {
@@ -563,5 +572,43 @@ func TestRuntimeEveryOpHasADeadline(t *testing.T) {
 		if d.Expires.IsZero() || !d.Expires.After(o.CreatedAt) {
 			t.Errorf("op %d (%s) has no deadline: %s", o.ID, o.Kind, o.Data)
 		}
+	}
+}
+
+// TestRuntimeScaleUpSupersedesOneAwaitingGPUReady: a scale-up that only
+// waits for its machines to become gpu-ready does not hold the pool's
+// scale-up slot: new demand's scale-up takes over, and keeps the first
+// demand linked.
+func TestRuntimeScaleUpSupersedesOneAwaitingGPUReady(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.k8s.submit(trainingPod("p1", 4, 0))
+	r := w.runtime()
+	w.tick(r)
+	w.k8s.submit(trainingPod("p2", 4, 0))
+	w.ticks(r, 1, 5*time.Second)
+	ups := w.ledger.opsOf(ActScaleUp)
+	if len(ups) != 2 || ups[0].State != OpDone || ups[1].Target != 2 || ups[1].State.Terminal() {
+		t.Fatalf("scale-ups %+v: want the first superseded by one to 2", ups)
+	}
+	if fmt.Sprint(ups[1].Serves) != "[k8s/p1 k8s/p2]" {
+		t.Fatalf("the new scale-up serves %v, want both pods", ups[1].Serves)
+	}
+	if fmt.Sprint(w.cloud.setCalls) != "[1 2]" {
+		t.Fatalf("SetDesired %v", w.cloud.setCalls)
+	}
+}
+
+// TestRuntimeMissingGroupIsStale: a configured group the cloud does not
+// return is stale with its last-known size, not dropped from the count.
+func TestRuntimeMissingGroupIsStale(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.machine(w.k8s, "n1")
+	r := w.runtime()
+	w.tick(r)
+	delete(w.cloud.pools, rtPool)
+	rep := w.tick(r)
+	ps, ok := findPool(rep.Snapshot.Pools, rtPool)
+	if !ok || ps.Stale != "group not found at the cloud provider" || ps.Desired != 1 || len(ps.Instances) != 1 {
+		t.Fatalf("pool %+v: want stale with its last-known desired capacity and instance", ps)
 	}
 }

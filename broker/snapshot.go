@@ -32,6 +32,10 @@ type Snapshot struct {
 	// nothing can be released from or admitted to them, so ownership
 	// transfer to or from them is off.
 	NoActions map[Source]string `json:"no_actions,omitempty"`
+	// TerminateKeepsDesired says the node pool can terminate an instance
+	// without lowering the desired capacity (KeepDesiredTerminator); without
+	// it a replacement needs room for one more node or one less.
+	TerminateKeepsDesired bool `json:"terminate_keeps_desired,omitempty"`
 }
 
 // IsStale reports whether side s must not be acted on destructively.
