@@ -60,7 +60,7 @@ executor: a hand-over waits until admitted~broker/executor.go~if _, ok := r.acti
 executor: a drain in progress does not hold back scale-ups~broker/executor.go~if found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
 executor: a scale-up counts the removals still to come~broker/executor.go~target := op.Target + pending~target := op.Target + 0*pending
 journal: a scale-up supersedes one awaiting gpu-ready~broker/executor.go~if o.Kind != ActScaleUp || o.Pool != next.Pool || o.Step != stepAwaitReady ||~if true ||
-plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return true
+plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/runtime.go~stale = "group not found at the cloud provider"~stale = ""
 executor: a transfer that cannot drain gives the node back~broker/executor.go~if op.Kind == ActTransfer {\n\t\t\t\t// IMPORTANT: a transfer that cannot drain~if false {\n\t\t\t\t// IMPORTANT: a transfer that cannot drain
 EOF
