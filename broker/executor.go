@@ -934,7 +934,9 @@ func (r *Runtime) instanceOf(node string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, n := range r.lastNodes {
-		if n.Name == node {
+		// Pool membership comes from the provider's instance list alone:
+		// an instance id a side reports for a node in no pool is not one.
+		if n.Name == node && n.Pool != "" {
 			return n.InstanceID
 		}
 	}

@@ -623,6 +623,10 @@ func (r *Runtime) resolveClaims(ctx context.Context, snap *Snapshot, rep *TickRe
 		r.mu.Unlock()
 		rep.Conflicts = append(rep.Conflicts, c)
 		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "conflict", Node: c.Node, Reason: c.Reason})
+		if src, _ := c.Release.Side(); r.actions[src] == nil {
+			r.log.Warn("cannot cordon a claimed node: no actions configured", "node", c.Node, "side", c.Release)
+			continue
+		}
 		raw, _ := json.Marshal(opData{From: c.Release, CordonOnly: true})
 		op, err := r.cfg.Ledger.InsertOp(ctx, Op{Kind: ActTransfer, Node: c.Node, To: c.Keep, Reason: c.Reason,
 			State: OpPending, Step: stepRelease, Data: raw})
