@@ -648,7 +648,7 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []PoolState,
 		}
 	}
 	target := op.Target + pending
-	if found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {
+	if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {
 		return s.waitFor(2*time.Second, fmt.Sprintf("waiting for the removal of node %s (op %d) before resizing: %d would pass the pool's max of %d",
 			first.Node, first.ID, target, ps.Pool.MaxNodes))
 	}

@@ -57,7 +57,7 @@ executor: a replacement is bought first at pool min~broker/executor.go~case ps.P
 executor: a node without instance is given back~broker/executor.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
 executor: a scale-up stays linked until gpu-ready~broker/executor.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {
 executor: a hand-over waits until admitted~broker/executor.go~if _, ok := r.actions[to].(AdmitChecker); ok {~if _, ok := r.actions[to].(AdmitChecker); ok && false {
-executor: a drain in progress does not hold back scale-ups~broker/executor.go~if found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
+executor: a drain in progress does not hold back scale-ups~broker/executor.go~if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
 executor: a scale-up counts the removals still to come~broker/executor.go~target := op.Target + pending~target := op.Target + 0*pending
 journal: a scale-up supersedes one awaiting gpu-ready~broker/executor.go~if o.Kind != ActScaleUp || o.Pool != next.Pool || o.Step != stepAwaitReady ||~if true ||
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
