@@ -19,10 +19,10 @@ type mergeInput struct {
 	reportMaxAge time.Duration
 }
 
-// claimConflict is a node that both sides list as schedulable for
+// ClaimConflict is a node that both sides list as schedulable for
 // themselves (a misconfigured bootstrap): Keep stays its owner, Release is
-// cordoned.
-type claimConflict struct {
+// cordoned, and Reason says why in a sentence.
+type ClaimConflict struct {
 	Node          string
 	Keep, Release Owner
 	Reason        string
@@ -42,10 +42,10 @@ func gpuWork(n *Node) (gpus, items int) {
 // resolveClaim decides which side keeps a node both claim: the side with
 // running GPU work, then with more running work, then Kubernetes (whose
 // device plugin reports allocation per pod).
-func resolveClaim(y, k *Node) claimConflict {
+func resolveClaim(y, k *Node) ClaimConflict {
 	yg, yi := gpuWork(y)
 	kg, ki := gpuWork(k)
-	c := claimConflict{Node: y.Name, Keep: OwnerK8s, Release: OwnerYARN}
+	c := ClaimConflict{Node: y.Name, Keep: OwnerK8s, Release: OwnerYARN}
 	if yg > kg || (yg == kg && yi > ki) {
 		c.Keep, c.Release = OwnerYARN, OwnerK8s
 	}
@@ -62,8 +62,8 @@ func mergeNodes(in mergeInput) []Node {
 }
 
 // mergeNodesClaims is mergeNodes that also reports nodes both sides claim.
-func mergeNodesClaims(in mergeInput) ([]Node, []claimConflict) {
-	var conflicts []claimConflict
+func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
+	var conflicts []ClaimConflict
 	byName := map[string]*Node{}
 	var order []string
 	get := func(name string) (*Node, bool) {

@@ -96,7 +96,7 @@ type Runtime struct {
 	// ready capacity fits it (Snapshot.CapacityPresentSince).
 	capSince map[string]time.Time
 	// conflicts are the nodes both sides claimed in the last observation.
-	conflicts []claimConflict
+	conflicts []ClaimConflict
 	// stalePools are the pools stale in the last tick, with why.
 	stalePools map[string]string
 	// Counters for the status (and /metrics).
@@ -181,7 +181,7 @@ type TickReport struct {
 	// Rejected are planned destructive actions that fresh state did not confirm.
 	Rejected []Action
 	// Conflicts are nodes both sides claimed in this tick's observation.
-	Conflicts []claimConflict
+	Conflicts []ClaimConflict
 	// Advanced counts executor steps taken.
 	Advanced int
 }
