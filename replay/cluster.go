@@ -42,6 +42,7 @@ type task struct {
 	gen         int   // bumps on every start and eviction, invalidating old events
 	nominated   *node // kube-scheduler preempted for it on this node
 	restarts    int
+	models      string // Models joined, for blockKey
 }
 
 func (t *task) key() string { return t.Name }
@@ -72,7 +73,8 @@ func (n *node) free() int { return n.gpus - n.used }
 
 // schedulable reports whether its side's scheduler may place work on it.
 func (n *node) schedulable() bool {
-	return n.phase == broker.PhaseActive && n.op == nil && n.owner != broker.OwnerNone
+	return n.phase == broker.PhaseActive && n.owner != broker.OwnerNone &&
+		(n.op == nil || n.op.kind == broker.ActPreempt)
 }
 
 func (n *node) fits(t *task, models []string) bool {
@@ -185,7 +187,8 @@ func newSim(w World, p broker.Policy, pools []broker.Pool, poolFor []broker.Sour
 		t := &tasks[i]
 		prio, pre := t.QoS.Priority()
 		s.tasks[i] = &task{Task: t, idx: i, side: sides[i], prio: prio, preemptible: pre,
-			arrival: time.Duration(float64(t.Arrival) / load).Round(time.Second), left: t.Run, firstStart: -1}
+			arrival: time.Duration(float64(t.Arrival) / load).Round(time.Second), left: t.Run, firstStart: -1,
+			models: strings.Join(t.Models, "|")}
 		end = max(end, s.tasks[i].arrival+t.Run)
 	}
 	// IMPORTANT: the replay stops at the horizon even if work is left
@@ -541,13 +544,42 @@ func (s *sim) scheduleSide(i int) {
 			t.nominated = nil
 		}
 	}
+	maxFree := 0
+	minVictim := int64(math.MaxInt64)
+	for _, n := range cands {
+		maxFree = max(maxFree, n.free())
+		if side == broker.SourceK8s {
+			for _, v := range n.tasks {
+				if v.state == taskRunning && v.preemptible {
+					minVictim = min(minVictim, v.prio)
+				}
+			}
+		}
+	}
+	if maxFree == 0 {
+		top := int64(math.MinInt64)
+		for _, t := range q {
+			top = max(top, t.prio)
+		}
+		if side != broker.SourceK8s || top <= minVictim {
+			return // nothing fits and nothing can be preempted
+		}
+	}
 	slices.SortFunc(q, comparePending)
-	blocked := map[string]bool{}
-	noVictims := map[string]bool{}
+	blocked := map[blockKey]bool{}
+	noVictims := map[blockKey]bool{}
 	placed := false
 	for _, t := range q {
-		bk := blockKey(t, 0)
-		if !blocked[bk] {
+		// The queue is by priority: once nothing is free and this task
+		// outranks no preemptible work, neither does any after it.
+		if maxFree == 0 && (side != broker.SourceK8s || t.prio <= minVictim) {
+			break
+		}
+		if t.state != taskPending {
+			continue
+		}
+		bk := keyOf(t, 0)
+		if maxFree > 0 && !blocked[bk] {
 			var best *node
 			for _, n := range cands {
 				if n.free() >= t.GPUs && n.fits(t, s.models) && (best == nil || n.free() < best.free()) {
@@ -555,14 +587,21 @@ func (s *sim) scheduleSide(i int) {
 				}
 			}
 			if best != nil {
+				wasMax := best.free() == maxFree
 				s.start(t, best)
 				placed = true
+				if wasMax {
+					maxFree = 0
+					for _, n := range cands {
+						maxFree = max(maxFree, n.free())
+					}
+				}
 				continue
 			}
 			blocked[bk] = true
 		}
-		if side == broker.SourceK8s && t.nominated == nil {
-			pk := blockKey(t, t.prio)
+		if side == broker.SourceK8s && t.nominated == nil && t.prio > minVictim {
+			pk := keyOf(t, t.prio)
 			if !noVictims[pk] && !s.kubePreempt(t, cands) {
 				noVictims[pk] = true
 			}
@@ -584,8 +623,16 @@ func comparePending(a, b *task) int {
 	return cmp.Or(cmp.Compare(b.prio, a.prio), cmp.Compare(a.since, b.since), cmp.Compare(a.idx, b.idx))
 }
 
-func blockKey(t *task, prio int64) string {
-	return fmt.Sprintf("%d/%s/%d", t.GPUs, strings.Join(t.Models, "|"), prio)
+// blockKey groups pending tasks that fit the same nodes: when one fails
+// to fit (or to find victims, with its priority), the rest fail alike.
+type blockKey struct {
+	gpus   int
+	models string
+	prio   int64
+}
+
+func keyOf(t *task, prio int64) blockKey {
+	return blockKey{gpus: t.GPUs, models: t.models, prio: prio}
 }
 
 // kubePreempt is kube-scheduler's preemption: on the node where evicting

@@ -22,10 +22,11 @@ func runReplay(_ context.Context, e env, args []string) error {
 	cfgPath := fs.String("config", "", "YAML configuration `file`: its policy, and its pools if it has any")
 	policies := fs.String("policies", strings.Join(replay.Policies, ","), "comma-separated `policies` to compare")
 	yarnShare := fs.Float64("yarn-share", 0.5, "share of tasks assigned to YARN (by a hash of the name)")
-	loads := fs.String("load", "1,10,100", "comma-separated arrival-rate `factors`; the last is the headline")
+	loads := fs.String("load", "1,10,100,1000", "comma-separated arrival-rate `factors`; the last is the headline")
 	seed := fs.Int64("seed", 0, "salt of the task-to-side hash")
 	outDir := fs.String("out", "", "write report.md and SVG plots into this `directory`")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	ckpt := fs.Duration("checkpoint-interval", 0, "model running work as checkpointing this often (0: unknown, an eviction loses all work since the start)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,6 +60,7 @@ func runReplay(_ context.Context, e env, args []string) error {
 		cfg.Policy, cfg.Pools = c.policy, c.pools
 	}
 	cfg.World = replay.DefaultWorld(cfg.Policy)
+	cfg.World.CheckpointInterval = *ckpt
 
 	f, err := os.Open(*tracePath)
 	if err != nil {
