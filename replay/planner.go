@@ -19,6 +19,9 @@ const tenant = "openb"
 // of the replayed world and lets broker.MakePlan (the planner serve runs)
 // decide; the actions go through the executor's step model.
 type brokerCtl struct {
+	// every, when set, ticks on a fixed period as serve does, besides the
+	// events: the test that event ticking loses nothing uses it.
+	every    time.Duration
 	acted    bool // the last plan changed something
 	snap     broker.Snapshot
 	nodeByID map[string]*node
@@ -36,6 +39,9 @@ func (c *brokerCtl) wake(s *sim) time.Duration {
 	}
 	if c.acted && s.pendingCount() > 0 {
 		w = min(w, s.now+s.w.TickPeriod)
+	}
+	if c.every > 0 && (s.live() || len(s.nodes) > 0) {
+		w = min(w, (s.now/c.every+1)*c.every)
 	}
 	return w
 }

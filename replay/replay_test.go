@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -319,5 +320,38 @@ func BenchmarkReplayOpenB(b *testing.B) {
 				b.ReportMetric(float64(rep.Policies[0].Plans), "plans")
 			}
 		})
+	}
+}
+
+// Ticking only at events and planner deadlines decides exactly what ticking
+// every 5 seconds (as serve does) decides: the planner reads the clock only
+// through those deadlines. A slice of the real trace, compressed so that
+// demand presses on the pools.
+func TestEventTickingMatchesPeriodicTicking(t *testing.T) {
+	tasks, _, nt := readOpenB(t)
+	tasks = tasks[3000:3400]
+	p := broker.DefaultPolicy()
+	peak, _ := demandCurve(tasks, 200)
+	pools := poolsFor(Config{NodeTypes: nt, Headroom: 1}, peak)
+	sides := make([]broker.Source, len(tasks))
+	for i, tk := range tasks {
+		sides[i] = sideOf(tk.Name, 0, 0.5)
+	}
+	shared := make([]broker.Source, len(pools))
+	run := func(every time.Duration) Result {
+		s := newSim(DefaultWorld(p), p, pools, shared, tasks, sides, 200)
+		s.run(&brokerCtl{every: every})
+		r := s.result(PolicyBroker)
+		r.Ticks, r.Plans, r.series = 0, 0, nil
+		return r
+	}
+	ev, per := run(0), run(5*time.Second)
+	if ev.Launches == 0 || ev.Handovers+ev.Preemptions == 0 {
+		t.Fatalf("the slice exercises too little: %+v", ev)
+	}
+	a, _ := json.Marshal(ev)
+	b, _ := json.Marshal(per)
+	if string(a) != string(b) {
+		t.Errorf("event ticking:\n%s\nevery 5s:\n%s", a, b)
 	}
 }
