@@ -353,11 +353,15 @@ func (s *sim) handle(e event) {
 }
 
 // joinSide picks the side a new node of a shared pool registers with: the
-// side with more pending GPU demand not yet placed, else the side that
-// ordered it (the demo's joiner does the same).
+// side whose demand it was bought for (a purchase stays linked to the
+// demand it serves), else the side with more pending GPU demand not yet
+// placed.
 func (s *sim) joinSide(n *node) broker.Source {
 	if f := s.poolFor[n.pool]; f != "" {
 		return f
+	}
+	if n.ordered != "" {
+		return n.ordered
 	}
 	var g [2]int
 	for i := range s.pending {
@@ -367,13 +371,8 @@ func (s *sim) joinSide(n *node) broker.Source {
 			}
 		}
 	}
-	switch {
-	case g[0] > g[1]:
+	if g[0] > g[1] {
 		return broker.SourceYARN
-	case g[1] > g[0]:
-		return broker.SourceK8s
-	case n.ordered != "":
-		return n.ordered
 	}
 	return broker.SourceK8s
 }

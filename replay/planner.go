@@ -211,23 +211,37 @@ func (s *sim) startScaleUps() {
 				desired++
 			}
 		}
-		ordered := broker.Source("")
-		var g [2]int
+		// Each new node is for the side whose served demand still needs
+		// GPUs most; nodes beyond that (a pool's minimum) join at
+		// registration the side with more pending demand.
+		var need [2]int
 		for _, id := range o.serves {
-			if strings.HasPrefix(id, "yarn/") {
-				g[0]++
-			} else {
-				g[1]++
+			src, key, _ := strings.Cut(id, "/")
+			if t := s.pendingByKey(broker.Source(src), key); t != nil {
+				need[sideIdx(t.side)] += t.GPUs
 			}
 		}
-		if g[0] > g[1] {
-			ordered = broker.SourceYARN
-		} else if g[1] > 0 {
-			ordered = broker.SourceK8s
-		}
+		g := s.pools[o.pool].GPUsPerNode
 		for range min(o.target, s.pools[o.pool].MaxNodes) - desired {
+			ordered := broker.Source("")
+			switch {
+			case need[0] > 0 && need[0] >= need[1]:
+				ordered, need[0] = broker.SourceYARN, need[0]-g
+			case need[1] > 0:
+				ordered, need[1] = broker.SourceK8s, need[1]-g
+			}
 			s.launch(o.pool, "", ordered)
 		}
 		s.closeOp(o)
 	}
+}
+
+// pendingByKey finds a pending task of side src by its demand key.
+func (s *sim) pendingByKey(src broker.Source, key string) *task {
+	for _, t := range s.pending[sideIdx(src)] {
+		if t.state == taskPending && t.key() == key {
+			return t
+		}
+	}
+	return nil
 }

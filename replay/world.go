@@ -100,6 +100,7 @@ func (w World) Validate() error {
 func (w World) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "- a new node registers with its side %s after the cloud request; its GPUs are schedulable %s later (device-plugin lag)\n", w.LaunchToReady, w.DevicePluginLag)
+	fmt.Fprintf(&b, "- a node of a shared pool joins the side whose pending demand it was bought for (else the side with more pending GPUs); a per-side pool's nodes join its side\n")
 	fmt.Fprintf(&b, "- an evicted pod or preempted container holds its GPUs for %s (grace), then is pending again and redoes the work since its last checkpoint\n", w.PreemptionGrace)
 	ck := "unknown (the trace has none): an eviction loses all work since the task started"
 	if w.CheckpointInterval > 0 {
