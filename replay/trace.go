@@ -189,12 +189,12 @@ func ReadTrace(name string, r io.Reader) ([]Task, TraceStats, error) {
 			st.CPUOnly++
 			continue
 		}
-		if gpus == 1 && milli > 0 && milli < 1000 {
-			st.Fractional++
-		}
 		if !hasSched || !hasDel || deleted < sched {
 			st.NeverRan++
 			continue
+		}
+		if gpus == 1 && milli > 0 && milli < 1000 {
+			st.Fractional++
 		}
 		if hasSched && sched < created {
 			return nil, st, bad("scheduled_time", fmt.Sprintf("%d is before creation_time %d", sched, created))
