@@ -20,6 +20,11 @@ type metrics struct {
 	peakNodes, peakGPUs               int
 	ticks, plans                      int
 	series                            []sample
+	// Idle GPU-seconds by cause: booting (not yet schedulable), empty
+	// (ready with nothing allocated), leaving (released, handed over or
+	// terminating); the rest of idle is the free GPUs of partly used
+	// nodes.
+	bootSec, emptySec, leavingSec float64
 }
 
 // sample is the world at one time, for the capacity plot.
@@ -41,6 +46,17 @@ func (m *metrics) integrate(s *sim, to time.Duration) {
 		m.gpuSec += g * dt
 		m.poolGPUSec[n.pool] += g * dt
 		m.allocSec += float64(n.used) * dt
+		switch {
+		case n.phase == broker.PhaseBooting || n.phase == broker.PhaseRegistered:
+			m.bootSec += g * dt
+		case n.phase == broker.PhaseActive && n.used == 0:
+			m.emptySec += g * dt
+		case n.phase != broker.PhaseActive:
+			m.leavingSec += float64(n.gpus-n.used) * dt
+			if n.gpus == 0 {
+				m.leavingSec += g * dt
+			}
+		}
 	}
 	m.lastAt = to
 }
@@ -77,6 +93,19 @@ func (m *metrics) sample(s *sim) {
 	m.series = append(m.series, sample{at: s.now, prov: prov, demand: demand, alloc: alloc})
 }
 
+// IdleHours splits the GPU-hours provisioned but not allocated.
+type IdleHours struct {
+	// Booting is nodes launched but not yet offering GPUs.
+	Booting float64 `json:"booting"`
+	// Empty is ready nodes with nothing allocated (waiting for work or
+	// for their scale-down timer).
+	Empty float64 `json:"empty"`
+	// Leaving is nodes being released, handed over or terminated.
+	Leaving float64 `json:"leaving"`
+	// PartlyUsed is the free GPUs of ready nodes that run some work.
+	PartlyUsed float64 `json:"partly_used"`
+}
+
 // Percentiles are wait times in seconds, by class or side.
 type Percentiles map[string]float64
 
@@ -88,6 +117,8 @@ type Result struct {
 	GPUHours float64 `json:"gpu_hours"`
 	// AllocatedGPUHours is the GPU-hours held by tasks.
 	AllocatedGPUHours float64 `json:"allocated_gpu_hours"`
+	// Idle is GPUHours - AllocatedGPUHours by cause.
+	Idle IdleHours `json:"idle_gpu_hours"`
 	// AllocationRatio is AllocatedGPUHours / GPUHours.
 	AllocationRatio float64 `json:"allocation_ratio"`
 	// Waits are from arrival to first placement, per QoS class and side.
@@ -133,6 +164,8 @@ func (s *sim) result(name string) Result {
 		WaitP50: Percentiles{}, WaitP95: Percentiles{}, WaitP99: Percentiles{},
 		waits: map[string][]float64{},
 	}
+	r.Idle = IdleHours{Booting: m.bootSec / 3600, Empty: m.emptySec / 3600, Leaving: m.leavingSec / 3600}
+	r.Idle.PartlyUsed = r.GPUHours - r.AllocatedGPUHours - r.Idle.Booting - r.Idle.Empty - r.Idle.Leaving
 	if r.GPUHours > 0 {
 		r.AllocationRatio = r.AllocatedGPUHours / r.GPUHours
 	}
