@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"container/heap"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -360,5 +361,163 @@ func TestEventTickingMatchesPeriodicTicking(t *testing.T) {
 	b, _ := json.Marshal(per)
 	if string(a) != string(b) {
 		t.Errorf("event ticking:\n%s\nevery 5s:\n%s", a, b)
+	}
+}
+
+func runWith(t *testing.T, tasks []Task, pools []broker.Pool, p broker.Policy, policies ...string) map[string]Result {
+	t.Helper()
+	rep, err := Run(Config{Tasks: tasks, Pools: pools, Policy: p, World: DefaultWorld(p), Policies: policies,
+		YARNShare: 0.5, Loads: []float64{1}, Headroom: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]Result{}
+	for _, r := range rep.Policies {
+		out[r.Name] = r
+	}
+	return out
+}
+
+// The planner's policy decides, not the replay: with ownership transfer
+// off, the Kubernetes task of TestIdleNodeOnTheOtherSideServesSooner gets
+// a new node (210s) instead of the idle YARN one.
+func TestPlannerPolicyDecides(t *testing.T) {
+	y := nameOn(t, broker.SourceYARN, "y")
+	k := nameOn(t, broker.SourceK8s, "k")
+	tasks := []Task{
+		{Name: y, Arrival: 0, Run: 10 * time.Minute, GPUs: 1, QoS: QoSLS},
+		{Name: k, Arrival: 14 * time.Minute, Run: 10 * time.Minute, GPUs: 1, QoS: QoSLS},
+	}
+	p := broker.DefaultPolicy()
+	p.OwnershipTransfer = false
+	gb := runWith(t, tasks, onePool(2), p, PolicyBroker)[PolicyBroker]
+	if gb.WaitP50["k8s"] != 210 || gb.Handovers != 0 || gb.Launches != 2 {
+		t.Errorf("transfer off: Kubernetes wait %gs, %d hand-overs, %d launches; want 210s, 0, 2", gb.WaitP50["k8s"], gb.Handovers, gb.Launches)
+	}
+}
+
+// On a full cluster at its max, an LS container on YARN gets room only by
+// preemption. gpubroker's planner preempts the BE container (30s grace);
+// under the per-side autoscaler YARN does not preempt and the LS container
+// waits for the BE one to finish: it started at 240s (hold, launch, lag)
+// and ends at 3840s, 2640s after the LS arrival at 1200s.
+func TestPlannerPreemptsOnYARN(t *testing.T) {
+	be := nameOn(t, broker.SourceYARN, "be")
+	ls := nameOn(t, broker.SourceYARN, "ls")
+	tasks := []Task{
+		{Name: be, Arrival: 0, Run: time.Hour, GPUs: 1, QoS: QoSBE},
+		{Name: ls, Arrival: 20 * time.Minute, Run: time.Hour, GPUs: 1, QoS: QoSLS},
+	}
+	r := runWith(t, tasks, onePool(1), broker.DefaultPolicy(), PolicyBroker, PolicyPerSide)
+	gb, ca := r[PolicyBroker], r[PolicyPerSide]
+	if gb.Preemptions != 1 || gb.WaitP50["LS"] != 30 {
+		t.Errorf("gpubroker: %d preemptions, LS wait %gs; want 1, 30s", gb.Preemptions, gb.WaitP50["LS"])
+	}
+	// The BE container ran from 210s to 1200s: 990s of one GPU lost.
+	if want := 990.0 / 3600; gb.WorkLostGPUHours != want {
+		t.Errorf("gpubroker: %.4f GPU-hours lost, want %.4f", gb.WorkLostGPUHours, want)
+	}
+	if ca.Preemptions != 0 || ca.WaitP50["LS"] != 2640 {
+		t.Errorf("per-side: %d preemptions, LS wait %gs; want 0, 2640s", ca.Preemptions, ca.WaitP50["LS"])
+	}
+}
+
+// A YARN graceful decommission lets containers finish and kills what still
+// runs at the drain timeout; a Kubernetes release evicts at once.
+func TestReleaseStepModel(t *testing.T) {
+	p := broker.DefaultPolicy()
+	w := DefaultWorld(p)
+	for _, c := range []struct {
+		side    broker.Source
+		evicted int
+		goneAt  time.Duration
+	}{
+		// YARN: the container is killed at the 10m timeout, gone after the
+		// 30s grace; confirmed 10s later; billed 1m more.
+		{broker.SourceYARN, 1, 10*time.Minute + 30*time.Second + 10*time.Second + time.Minute},
+		// Kubernetes: evicted at once, gone after 30s, confirmed, billed.
+		{broker.SourceK8s, 1, 30*time.Second + 10*time.Second + time.Minute},
+	} {
+		tasks := []Task{{Name: "long", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}}
+		s := newSim(w, p, onePool(1), []broker.Source{""}, tasks, []broker.Source{c.side}, 1)
+		n := s.place(0, c.side)
+		s.advance(0)
+		s.next = 1
+		tk := s.tasks[0]
+		tk.state = taskPending
+		s.pending[sideIdx(c.side)] = []*task{tk}
+		s.schedule()
+		if tk.state != taskRunning {
+			t.Fatalf("%s: task not placed", c.side)
+		}
+		s.release(n, broker.ActScaleDown, broker.OwnerNone, nil)
+		for len(s.events) > 0 && n.phase != broker.PhaseGone {
+			e := heap.Pop(&s.events).(event)
+			s.advance(e.at)
+			s.handle(e)
+		}
+		if n.phase != broker.PhaseGone || s.now != c.goneAt || s.m.drainEvictions != c.evicted || s.m.terminations != 1 {
+			t.Errorf("%s: node %s at %s, %d evictions, %d terminations; want gone at %s, %d, 1",
+				c.side, n.phase, s.now, s.m.drainEvictions, s.m.terminations, c.goneAt, c.evicted)
+		}
+	}
+}
+
+// The snapshot the planner reads carries the running work honestly: batch
+// class, start time, and the checkpoint age (-1 when unknown, else the
+// time since the last modelled checkpoint).
+func TestSnapshotWorkloads(t *testing.T) {
+	p := broker.DefaultPolicy()
+	for _, c := range []struct {
+		interval time.Duration
+		age      time.Duration
+	}{{0, -1}, {30 * time.Minute, 10 * time.Minute}} {
+		w := DefaultWorld(p)
+		w.CheckpointInterval = c.interval
+		tasks := []Task{{Name: "job", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}}
+		s := newSim(w, p, onePool(1), []broker.Source{""}, tasks, []broker.Source{broker.SourceK8s}, 1)
+		s.place(0, broker.SourceK8s)
+		tk := s.tasks[0]
+		tk.state = taskPending
+		s.next = 1
+		s.pending[1] = []*task{tk}
+		s.schedule()
+		s.advance(70 * time.Minute)
+		snap := (&brokerCtl{}).snapshot(s)
+		if len(snap.Nodes) != 1 || len(snap.Nodes[0].Work) != 1 {
+			t.Fatalf("snapshot nodes %+v", snap.Nodes)
+		}
+		wl := snap.Nodes[0].Work[0]
+		if wl.Class != broker.WorkBatch || !wl.StartedAt.Equal(epoch) || wl.CheckpointAge != c.age || !wl.Preemptible || wl.Source != broker.SourceK8s {
+			t.Errorf("interval %s: workload %+v; want batch, started at the epoch, checkpoint age %s, preemptible", c.interval, wl, c.age)
+		}
+		if got := snap.Nodes[0].GPUsAllocated; got != 1 {
+			t.Errorf("allocated %d, want 1", got)
+		}
+	}
+}
+
+// As in the executor, a scale-up's absolute target is set only once the
+// pool's pending removals have terminated: it was planned as if they had.
+func TestScaleUpWaitsForPendingRemovals(t *testing.T) {
+	p := broker.DefaultPolicy()
+	s := newSim(DefaultWorld(p), p, onePool(3), []broker.Source{""}, nil, nil, 1)
+	a := s.place(0, broker.SourceYARN)
+	s.place(0, broker.SourceYARN)
+	s.release(a, broker.ActScaleDown, broker.OwnerNone, nil) // YARN, empty: confirmed after 10s
+	up := s.newOp(broker.ActScaleUp, nil, nil)
+	up.pool, up.target = 0, 2 // one kept node plus one new
+	s.startScaleUps()
+	if s.m.launches != 0 {
+		t.Fatalf("launched %d nodes while a removal was pending", s.m.launches)
+	}
+	for len(s.events) > 0 && a.op != nil {
+		e := heap.Pop(&s.events).(event)
+		s.advance(e.at)
+		s.handle(e)
+	}
+	s.startScaleUps()
+	if s.m.launches != 1 || len(s.ops) != 0 {
+		t.Errorf("after the removal: %d launches, %d open ops; want 1, 0", s.m.launches, len(s.ops))
 	}
 }
