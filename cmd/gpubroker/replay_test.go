@@ -80,3 +80,29 @@ func TestReplayJSONAndReport(t *testing.T) {
 		}
 	}
 }
+
+// --config's policy is what the planner gets, so the consolidation rule
+// (max work lost) can be replayed on and off.
+func TestReplayConfigPolicy(t *testing.T) {
+	trace, nodes := replayFiles(t, "a,1000,1024,1,1000,,LS,Running,0,600,0\n")
+	cfg := writeFile(t, "policy:\n  ownership_transfer: false\n  consolidation:\n    max_work_lost: 0s\n")
+	code, stdout, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--config", cfg, "--policies", "gpubroker", "--load", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		World struct {
+			Policy map[string]any `json:"policy"`
+		} `json:"world"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.World.Policy["ownership_transfer"] != false || rep.World.Policy["consolidation_max_work_lost"] != "0s" {
+		t.Errorf("policy replayed: %v", rep.World.Policy)
+	}
+	bad := writeFile(t, "policy:\n  expander: biggest\n")
+	if code, _, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--config", bad); code != 2 || !strings.Contains(errOut, "expander") {
+		t.Errorf("bad config: exit %d, %q", code, errOut)
+	}
+}
