@@ -125,9 +125,9 @@ func (lr LoadResult) goal() goalCols {
 		g.gpuH = fmt.Sprintf("%+.1f%%", -100*d)
 		g.gpuHOK = d >= 0.20
 		if ca.WaitP95["LS"] > 0 {
-			ratio := gb.WaitP95["LS"] / ca.WaitP95["LS"]
-			g.lsCA = fmt.Sprintf("%.2fx", ratio)
-			g.lsCAOK = ratio <= 0.8
+			r := gb.WaitP95["LS"] / ca.WaitP95["LS"]
+			g.lsCA = fmt.Sprintf("%.2fx", r)
+			g.lsCAOK = r <= 0.8
 		} else {
 			g.lsCA = "n/a (0)"
 			g.lsCAOK = gb.WaitP95["LS"] == 0
@@ -136,7 +136,7 @@ func (lr LoadResult) goal() goalCols {
 	if st, ok := lr.find(PolicyStaticSplt); ok {
 		g.haveStatic = true
 		if st.WaitP95["LS"] > 0 {
-			g.lsStatic = fmt.Sprintf("%.2fx", gb.WaitP95["LS"]/st.WaitP95["LS"])
+			g.lsStatic = ratio(gb.WaitP95["LS"] / st.WaitP95["LS"])
 		} else {
 			g.lsStatic = "n/a (0)"
 		}
@@ -218,6 +218,14 @@ func mdTable(header string, rows int, row func(int) string) string {
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(strings.Split(row(i), "|"), " | "))
 	}
 	return b.String()
+}
+
+// ratio prints a ratio of waits; tiny ones as "<0.01x".
+func ratio(r float64) string {
+	if r < 0.01 {
+		return "<0.01x"
+	}
+	return fmt.Sprintf("%.2fx", r)
 }
 
 func f0(x float64) string { return fmt.Sprintf("%.0f", x) }
