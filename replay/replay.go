@@ -276,12 +276,18 @@ func sanitize(s string) string {
 	return b.String()
 }
 
-// perSide splits every pool into a YARN and a Kubernetes pool, the max
-// (and min) split by the side's share of the work.
-func perSide(pools []broker.Pool, yarnShare float64) ([]broker.Pool, []broker.Source) {
-	var out []broker.Pool
-	var owner []broker.Source
-	for _, p := range pools {
+// perSide splits every shared pool into a YARN and a Kubernetes pool, the
+// max (and min) split by the side's share of the work; a pool that serves
+// one side only stays whole on that side. origin is each copy's pool.
+func perSide(pools []broker.Pool, yarnShare float64) (out []broker.Pool, owner []broker.Source, origin []int) {
+	for i, p := range pools {
+		switch p.Sides {
+		case broker.PoolYARN, broker.PoolK8s:
+			out = append(out, p)
+			owner = append(owner, broker.Source(p.Sides))
+			origin = append(origin, i)
+			continue
+		}
 		ymax := int(math.Round(float64(p.MaxNodes) * yarnShare))
 		ymin := int(math.Round(float64(p.MinNodes) * yarnShare))
 		y, k := p, p
@@ -289,8 +295,9 @@ func perSide(pools []broker.Pool, yarnShare float64) ([]broker.Pool, []broker.So
 		k.Name, k.Sides, k.MaxNodes, k.MinNodes = p.Name+"-k8s", broker.PoolK8s, p.MaxNodes-ymax, p.MinNodes-ymin
 		out = append(out, y, k)
 		owner = append(owner, broker.SourceYARN, broker.SourceK8s)
+		origin = append(origin, i, i)
 	}
-	return out, owner
+	return out, owner, origin
 }
 
 func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (LoadResult, error) {
@@ -325,7 +332,7 @@ func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (Loa
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sp, owner := perSide(pools, yshare)
+			sp, owner, _ := perSide(pools, yshare)
 			s := newSim(c.World, c.Policy, sp, owner, c.Tasks, sides, load)
 			s.run(&autoscalerCtl{})
 			ca = s.result(PolicyPerSide)
@@ -363,7 +370,7 @@ func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (Loa
 // rounding by largest remainder so the total stays as close as whole nodes
 // allow.
 func staticSplit(pools []broker.Pool, gb Result, yshare float64) ([]broker.Pool, []broker.Source, []StaticNodes) {
-	sp, owner := perSide(pools, yshare)
+	sp, owner, origin := perSide(pools, yshare)
 	type want struct {
 		i    int
 		x    float64
@@ -371,16 +378,22 @@ func staticSplit(pools []broker.Pool, gb Result, yshare float64) ([]broker.Pool,
 	}
 	var ws []want
 	target := 0.0
-	for pi, p := range pools {
-		avg := 0.0
+	for i, p := range sp {
+		pi := origin[i]
+		avg := 0.0 // nodes of the shared pool, on average
 		if gb.EndS > 0 && p.GPUsPerNode > 0 {
-			avg = gb.poolGS[pi] / gb.EndS / float64(p.GPUsPerNode) // nodes
+			avg = gb.poolGS[pi] / gb.EndS / float64(p.GPUsPerNode)
 		}
-		for k, share := range []float64{yshare, 1 - yshare} {
-			x := avg * share
-			ws = append(ws, want{i: 2*pi + k, x: x, gpus: p.GPUsPerNode})
-			target += x * float64(p.GPUsPerNode)
+		share := 1.0
+		if pools[pi].Sides == broker.PoolShared {
+			share = yshare
+			if owner[i] == broker.SourceK8s {
+				share = 1 - yshare
+			}
 		}
+		x := avg * share
+		ws = append(ws, want{i: i, x: x, gpus: p.GPUsPerNode})
+		target += x * float64(p.GPUsPerNode)
 	}
 	nodes := make([]StaticNodes, len(sp))
 	got := 0.0

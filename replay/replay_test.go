@@ -521,3 +521,17 @@ func TestScaleUpWaitsForPendingRemovals(t *testing.T) {
 		t.Errorf("after the removal: %d launches, %d open ops; want 1, 0", s.m.launches, len(s.ops))
 	}
 }
+
+// The per-side baseline splits a shared pool's max by the work shares and
+// keeps a one-side pool whole on its side.
+func TestPerSidePools(t *testing.T) {
+	pools := []broker.Pool{
+		{Name: "shared", GPUsPerNode: 8, MinNodes: 2, MaxNodes: 10, Sides: broker.PoolShared},
+		{Name: "kube", GPUsPerNode: 4, MaxNodes: 3, Sides: broker.PoolK8s},
+	}
+	sp, owner, origin := perSide(pools, 0.7)
+	got := strings.TrimSpace(fmt.Sprintln(len(sp), sp[0].Name, sp[0].MaxNodes, sp[0].MinNodes, owner[0], sp[1].Name, sp[1].MaxNodes, sp[1].MinNodes, owner[1], sp[2].Name, sp[2].MaxNodes, owner[2], origin))
+	if want := "3 shared-yarn 7 1 yarn shared-k8s 3 1 k8s kube 3 k8s [0 0 1]"; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+}
