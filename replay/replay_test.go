@@ -535,3 +535,16 @@ func TestPerSidePools(t *testing.T) {
 		t.Errorf("got %s, want %s", got, want)
 	}
 }
+
+func TestMalformedCSVShapes(t *testing.T) {
+	head := "name,num_gpu,gpu_milli,qos,creation_time,deletion_time,scheduled_time\n"
+	var te *TraceError
+	_, _, err := ReadTrace("t.csv", strings.NewReader(head+"a,1,1000,LS,0,10,0\nb,1,1000,LS,0,10\n"))
+	if !errors.As(err, &te) || te.Line != 3 || !strings.Contains(te.Problem, "has 6 fields, the header has 7") {
+		t.Errorf("short row: %v", err)
+	}
+	_, _, err = ReadTrace("t.csv", strings.NewReader(head+"a,1,1000,\"LS,0,10,0\n"))
+	if !errors.As(err, &te) || te.Line != 2 || !strings.Contains(te.Problem, "at character") {
+		t.Errorf("bad quote: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -109,6 +110,7 @@ func ReadTrace(name string, r io.Reader) ([]Task, TraceStats, error) {
 	if err != nil {
 		return nil, st, &TraceError{File: name, Line: 1, Problem: "cannot read the header: " + err.Error()}
 	}
+	header = slices.Clone(header) // the reader reuses its record
 	col := map[string]int{}
 	for i, h := range header {
 		col[strings.TrimSpace(h)] = i
@@ -132,12 +134,12 @@ func ReadTrace(name string, r io.Reader) ([]Task, TraceStats, error) {
 		}
 		if err != nil {
 			var pe *csv.ParseError
+			if errors.As(err, &pe) && errors.Is(pe.Err, csv.ErrFieldCount) {
+				return nil, st, &TraceError{File: name, Line: pe.Line, Problem: fmt.Sprintf("has %d fields, the header has %d", len(rec), len(header))}
+			}
 			if errors.As(err, &pe) {
-				c := ""
-				if pe.Column > 0 && pe.Column <= len(header) {
-					c = header[pe.Column-1]
-				}
-				return nil, st, &TraceError{File: name, Line: pe.Line, Column: c, Problem: pe.Err.Error()}
+				// A quoting error has a position in the line, not a field.
+				return nil, st, &TraceError{File: name, Line: pe.Line, Problem: fmt.Sprintf("%s at character %d", pe.Err, pe.Column)}
 			}
 			return nil, st, &TraceError{File: name, Line: line, Problem: err.Error()}
 		}
@@ -229,7 +231,7 @@ func ReadTrace(name string, r io.Reader) ([]Task, TraceStats, error) {
 		st.GPUHours += float64(r.t.GPUs) * r.t.Run.Hours()
 		tasks = append(tasks, r.t)
 	}
-	slices.SortStableFunc(tasks, func(a, b Task) int { return int((a.Arrival - b.Arrival) / time.Second) })
+	slices.SortStableFunc(tasks, func(a, b Task) int { return cmp.Compare(a.Arrival, b.Arrival) })
 	st.Tasks = len(tasks)
 	if len(tasks) > 0 {
 		st.SpanS = (tasks[len(tasks)-1].Arrival - tasks[0].Arrival).Seconds()
