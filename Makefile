@@ -3,6 +3,7 @@
 #   make test    everything CI runs: formatting, vet, and all tests
 #   make build   the gpubroker binary in bin/
 #   make bench   benchmarks (they print figures; they never fail on time)
+#   make replay  replay the openb GPU trace against gpubroker and two baselines
 
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -12,7 +13,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # $(GPUBROKER_CACHE) (default ~/.cache/gpubroker).
 export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
-.PHONY: test lint vet fmt-check build bench test-deps demo
+.PHONY: test lint vet fmt-check build bench test-deps demo replay
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
@@ -42,3 +43,12 @@ demo:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Replay the openb trace (../shared/data/openb, or $(GPUBROKER_OPENB)) at
+# several loads under gpubroker, a per-side autoscaler and a static split;
+# the report and plots go to $(REPLAY_OUT).
+GPUBROKER_OPENB ?= $(abspath ../shared/data/openb/openb_pod_list_default.csv)
+REPLAY_OUT      ?= bin/replay
+REPLAY_LOADS    ?= 1,10,100,1000
+replay:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --trace $(GPUBROKER_OPENB) --load $(REPLAY_LOADS) --out $(REPLAY_OUT)

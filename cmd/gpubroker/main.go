@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"version": {"print the version", runVersion},
 		"inspect": {"print what the broker sees of a source (yarn | k8s | cloud)", runInspect},
 		"token":   {"create an API bearer token (create --role R [--tenant T] [--name N])", runToken},
+		"replay":  {"replay a GPU job trace against gpubroker's planner, a per-side autoscaler and a static split", runReplay},
 		"yarn":    {"take a NodeManager from YARN or give it back (decommission HOST --timeout 10m | recommission HOST)", runYARN},
 	}
 }

@@ -1,0 +1,205 @@
+package replay
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// metrics accumulates one policy's replay.
+type metrics struct {
+	lastAt                            time.Duration
+	gpuSec                            float64   // provisioned GPU-seconds (launch to gone)
+	allocSec                          float64   // GPU-seconds held by tasks
+	poolGPUSec                        []float64 // provisioned GPU-seconds per pool
+	launches, terminations, handovers int
+	preemptions, drainEvictions       int
+	workLost                          float64 // GPU-hours
+	peakNodes, peakGPUs               int
+	ticks, plans                      int
+	series                            []sample
+	// Idle GPU-seconds by cause: booting (not yet schedulable), empty
+	// (ready with nothing allocated), leaving (released, handed over or
+	// terminating); the rest of idle is the free GPUs of partly used
+	// nodes.
+	bootSec, emptySec, leavingSec float64
+}
+
+// sample is the world at one time, for the capacity plot.
+type sample struct {
+	at                  time.Duration
+	prov, demand, alloc int
+}
+
+func (m *metrics) init(pools int) { m.poolGPUSec = make([]float64, pools) }
+
+// integrate adds the capacity and allocation held from s.now until to.
+func (m *metrics) integrate(s *sim, to time.Duration) {
+	dt := (to - s.now).Seconds()
+	if dt <= 0 {
+		return
+	}
+	for _, n := range s.nodes {
+		g := float64(s.pools[n.pool].GPUsPerNode)
+		m.gpuSec += g * dt
+		m.poolGPUSec[n.pool] += g * dt
+		m.allocSec += float64(n.used) * dt
+		switch {
+		case n.phase == broker.PhaseBooting || n.phase == broker.PhaseRegistered:
+			m.bootSec += g * dt
+		case n.phase == broker.PhaseActive && n.used == 0:
+			m.emptySec += g * dt
+		case n.phase != broker.PhaseActive:
+			m.leavingSec += float64(n.gpus-n.used) * dt
+			if n.gpus == 0 {
+				m.leavingSec += g * dt
+			}
+		}
+	}
+	m.lastAt = to
+}
+
+// sample records the world after a step, when it changed.
+func (m *metrics) sample(s *sim) {
+	var prov, alloc, demand int
+	for _, n := range s.nodes {
+		if n.phase != broker.PhaseGone {
+			prov += s.pools[n.pool].GPUsPerNode
+		}
+		alloc += n.used
+	}
+	for i := range s.pending {
+		for _, t := range s.pending[i] {
+			if t.state == taskPending {
+				demand += t.GPUs
+			}
+		}
+	}
+	demand += alloc
+	m.peakNodes = max(m.peakNodes, len(s.nodes))
+	m.peakGPUs = max(m.peakGPUs, prov)
+	if k := len(m.series); k > 0 {
+		last := m.series[k-1]
+		if last.prov == prov && last.demand == demand && last.alloc == alloc {
+			return
+		}
+		if last.at == s.now {
+			m.series[k-1] = sample{at: s.now, prov: prov, demand: demand, alloc: alloc}
+			return
+		}
+	}
+	m.series = append(m.series, sample{at: s.now, prov: prov, demand: demand, alloc: alloc})
+}
+
+// IdleHours splits the GPU-hours provisioned but not allocated.
+type IdleHours struct {
+	// Booting is nodes launched but not yet offering GPUs.
+	Booting float64 `json:"booting"`
+	// Empty is ready nodes with nothing allocated (waiting for work or
+	// for their scale-down timer).
+	Empty float64 `json:"empty"`
+	// Leaving is nodes being released, handed over or terminated.
+	Leaving float64 `json:"leaving"`
+	// PartlyUsed is the free GPUs of ready nodes that run some work.
+	PartlyUsed float64 `json:"partly_used"`
+}
+
+// Percentiles are wait times in seconds, by class or side.
+type Percentiles map[string]float64
+
+// Result is one policy's outcome on one trace and load.
+type Result struct {
+	Name string `json:"name"`
+	// GPUHours is the GPU-hours provisioned: every node from its launch
+	// request until its instance stops being billed.
+	GPUHours float64 `json:"gpu_hours"`
+	// AllocatedGPUHours is the GPU-hours held by tasks.
+	AllocatedGPUHours float64 `json:"allocated_gpu_hours"`
+	// Idle is GPUHours - AllocatedGPUHours by cause.
+	Idle IdleHours `json:"idle_gpu_hours"`
+	// AllocationRatio is AllocatedGPUHours / GPUHours.
+	AllocationRatio float64 `json:"allocation_ratio"`
+	// Waits are from arrival to first placement, per QoS class and side.
+	WaitP50 Percentiles `json:"wait_p50_s"`
+	WaitP95 Percentiles `json:"wait_p95_s"`
+	WaitP99 Percentiles `json:"wait_p99_s"`
+	// Unserved counts tasks never placed by the end.
+	Unserved int `json:"unserved"`
+	// Preemptions counts running tasks evicted for higher-priority work;
+	// DrainEvictions those evicted or killed to release a node.
+	Preemptions    int `json:"preemptions"`
+	DrainEvictions int `json:"drain_evictions"`
+	// WorkLostGPUHours is the work evictions threw away (since the last
+	// checkpoint, or since the start when none is known).
+	WorkLostGPUHours float64 `json:"work_lost_gpu_hours"`
+	Launches         int     `json:"launches"`
+	Terminations     int     `json:"terminations"`
+	Handovers        int     `json:"handovers"`
+	PeakNodes        int     `json:"peak_nodes"`
+	PeakGPUs         int     `json:"peak_gpus"`
+	// AvgGPUs is the mean provisioned GPUs over the replay.
+	AvgGPUs float64 `json:"avg_gpus"`
+	// EndS is when the replay ended (the last event), in virtual seconds.
+	EndS float64 `json:"end_s"`
+	// Ticks counts the controller's looks; Plans the planner calls.
+	Ticks int `json:"ticks"`
+	Plans int `json:"plans"`
+
+	waits  map[string][]float64
+	series []sample
+	poolGS []float64
+}
+
+// result summarises the replay.
+func (s *sim) result(name string) Result {
+	m := &s.m
+	r := Result{
+		Name: name, GPUHours: m.gpuSec / 3600, AllocatedGPUHours: m.allocSec / 3600,
+		Preemptions: m.preemptions, DrainEvictions: m.drainEvictions, WorkLostGPUHours: m.workLost,
+		Launches: m.launches, Terminations: m.terminations, Handovers: m.handovers,
+		PeakNodes: m.peakNodes, PeakGPUs: m.peakGPUs, EndS: m.lastAt.Seconds(),
+		Ticks: m.ticks, Plans: m.plans, series: m.series, poolGS: m.poolGPUSec,
+		WaitP50: Percentiles{}, WaitP95: Percentiles{}, WaitP99: Percentiles{},
+		waits: map[string][]float64{},
+	}
+	r.Idle = IdleHours{Booting: m.bootSec / 3600, Empty: m.emptySec / 3600, Leaving: m.leavingSec / 3600}
+	r.Idle.PartlyUsed = r.GPUHours - r.AllocatedGPUHours - r.Idle.Booting - r.Idle.Empty - r.Idle.Leaving
+	if r.GPUHours > 0 {
+		r.AllocationRatio = r.AllocatedGPUHours / r.GPUHours
+	}
+	if m.lastAt > 0 {
+		r.AvgGPUs = m.gpuSec / m.lastAt.Seconds()
+	}
+	for _, t := range s.tasks {
+		var w float64
+		if t.firstStart < 0 {
+			// Unserved work waited at least until the end: count that,
+			// so leaving work unserved never shortens the waits.
+			r.Unserved++
+			w = max(0, (m.lastAt - t.arrival).Seconds())
+		} else {
+			w = (t.firstStart - t.arrival).Seconds()
+		}
+		r.waits[string(t.QoS)] = append(r.waits[string(t.QoS)], w)
+		r.waits[string(t.side)] = append(r.waits[string(t.side)], w)
+		r.waits["all"] = append(r.waits["all"], w)
+	}
+	for k, ws := range r.waits {
+		slices.Sort(ws)
+		r.WaitP50[k] = quantile(ws, 0.50)
+		r.WaitP95[k] = quantile(ws, 0.95)
+		r.WaitP99[k] = quantile(ws, 0.99)
+	}
+	return r
+}
+
+// quantile is the nearest-rank quantile of sorted xs.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}

@@ -1,0 +1,247 @@
+package replay
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// epoch is the virtual clock's zero: the snapshot's Now is epoch + sim time.
+var epoch = time.Date(2023, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// tenant is the one tenant every replayed task belongs to: the trace has no
+// tenants, and a tenant missing from the snapshot has no quota.
+const tenant = "openb"
+
+// brokerCtl is the gpubroker policy: each tick it builds a broker.Snapshot
+// of the replayed world and lets broker.MakePlan (the planner serve runs)
+// decide; the actions go through the executor's step model.
+type brokerCtl struct {
+	// every, when set, ticks on a fixed period as serve does, besides the
+	// events: the test that event ticking loses nothing uses it.
+	every    time.Duration
+	acted    bool // the last plan changed something
+	snap     broker.Snapshot
+	nodeByID map[string]*node
+}
+
+func (c *brokerCtl) wake(s *sim) time.Duration {
+	w := never
+	unneeded := s.p.ScaleDownUnneeded.D()
+	for _, n := range s.nodes {
+		if n.under && n.op == nil {
+			if at := n.underSince + unneeded; at > s.now {
+				w = min(w, at)
+			}
+		}
+	}
+	if c.acted && s.pendingCount() > 0 {
+		w = min(w, s.now+s.w.TickPeriod)
+	}
+	if c.every > 0 && (s.live() || len(s.nodes) > 0) {
+		w = min(w, (s.now/c.every+1)*c.every)
+	}
+	return w
+}
+
+func (c *brokerCtl) tick(s *sim) {
+	s.startScaleUps()
+	snap := c.snapshot(s)
+	plan := broker.MakePlan(snap, s.p)
+	s.m.plans++
+	c.acted = false
+	for _, a := range plan.Actions {
+		if c.apply(s, a) {
+			c.acted = true
+		}
+	}
+	s.startScaleUps()
+}
+
+// snapshot is what the observers would report of the replayed world.
+func (c *brokerCtl) snapshot(s *sim) *broker.Snapshot {
+	now := epoch.Add(s.now)
+	sn := &c.snap
+	*sn = broker.Snapshot{Now: now, Demand: sn.Demand[:0], Pools: sn.Pools[:0], Nodes: sn.Nodes[:0], InFlight: sn.InFlight[:0]}
+	if c.nodeByID == nil {
+		c.nodeByID = map[string]*node{}
+	}
+	clear(c.nodeByID)
+	for i := range s.pending {
+		for _, t := range s.pending[i] {
+			// A pod kube-scheduler nominated is being served by its own
+			// preemption; the broker sees it as no longer unschedulable.
+			if t.state != taskPending || t.nominated != nil {
+				continue
+			}
+			sn.Demand = append(sn.Demand, broker.Demand{
+				Source: t.side, Key: t.key(), Name: t.Name, Tenant: tenant, Queue: tenant,
+				Priority: t.prio, GPUsPerUnit: t.GPUs, Units: 1, Preemptible: t.preemptible,
+				Constraints: broker.Constraints{GPUModels: t.Models},
+				FirstSeen:   epoch.Add(t.since), LastSeen: now,
+			})
+		}
+	}
+	pools := make([]broker.PoolState, len(s.pools))
+	for i, p := range s.pools {
+		pools[i] = broker.PoolState{Pool: p}
+	}
+	for _, n := range s.nodes {
+		ps := &pools[n.pool]
+		ps.Instances = append(ps.Instances, broker.Instance{ID: n.name, Hostname: n.name, Phase: n.phase, LaunchedAt: epoch.Add(n.launched)})
+		if n.phase != broker.PhaseTerminating && n.phase != broker.PhaseGone {
+			ps.Desired++
+		}
+		c.nodeByID[n.name] = n
+		bn := broker.Node{
+			Name: n.name, InstanceID: n.name, Pool: s.pools[n.pool].Name, Owner: n.owner,
+			Phase: n.phase, PhaseSince: epoch.Add(n.since), GPUModel: s.models[n.pool],
+			GPUsTotal: n.gpus, GPUsAllocated: n.used, Labels: s.pools[n.pool].Labels,
+			Taints: s.pools[n.pool].Taints, Utilisation: -1, Healthy: true,
+		}
+		if n.op != nil && n.phase == broker.PhaseActive {
+			bn.Phase = broker.PhaseDraining
+		}
+		if n.under && n.op == nil {
+			bn.UnderusedSince = epoch.Add(n.underSince)
+		}
+		for _, t := range n.tasks {
+			age := time.Duration(-1)
+			if s.w.CheckpointInterval > 0 {
+				age = s.checkpointAge(t)
+			}
+			bn.Work = append(bn.Work, broker.Workload{
+				Source: t.side, Key: t.key(), Name: t.Name, Tenant: tenant, Priority: t.prio,
+				GPUs: t.GPUs, Preemptible: t.preemptible && t.state == taskRunning,
+				StartedAt: epoch.Add(t.startedAt), CheckpointAge: age, App: t.Name,
+				Class: broker.WorkBatch,
+			})
+		}
+		sn.Nodes = append(sn.Nodes, bn)
+	}
+	sn.Pools = append(sn.Pools, pools...)
+	for _, o := range s.ops {
+		bo := broker.Op{ID: o.id, Kind: o.kind, Target: o.target, To: o.to, Serves: o.serves,
+			State: broker.OpRunning, Step: o.step, CreatedAt: now, UpdatedAt: now}
+		if o.pool >= 0 {
+			bo.Pool = s.pools[o.pool].Name
+		}
+		if o.node != nil {
+			bo.Node = o.node.name
+		}
+		sn.InFlight = append(sn.InFlight, bo)
+	}
+	return sn
+}
+
+// apply carries out one action through the step model; it reports whether
+// anything changed.
+func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
+	switch a.Kind {
+	case broker.ActScaleUp:
+		pi := slices.IndexFunc(s.pools, func(p broker.Pool) bool { return p.Name == a.Pool })
+		if pi < 0 {
+			return false
+		}
+		o := s.newOp(broker.ActScaleUp, nil, slices.Clone(a.Serves))
+		o.pool, o.target, o.step = pi, a.Target, "set-desired"
+		return true
+	case broker.ActScaleDown, broker.ActReplace:
+		n := c.nodeByID[a.Node]
+		if n == nil || n.op != nil || n.phase != broker.PhaseActive {
+			return false
+		}
+		s.release(n, a.Kind, broker.OwnerNone, nil)
+		return true
+	case broker.ActTransfer:
+		n := c.nodeByID[a.Node]
+		if n == nil || n.op != nil || n.phase != broker.PhaseActive {
+			return false
+		}
+		s.release(n, broker.ActTransfer, a.To, slices.Clone(a.Serves))
+		return true
+	case broker.ActPreempt:
+		n := c.nodeByID[a.Node]
+		if n == nil || n.op != nil {
+			return false
+		}
+		o := s.newOp(broker.ActPreempt, n, slices.Clone(a.Serves))
+		o.step = "evict"
+		for _, v := range a.Victims {
+			for _, t := range n.tasks {
+				if t.key() == v.Key && t.state == taskRunning {
+					s.evict(t, "preempt")
+					o.victims++
+					break
+				}
+			}
+		}
+		if o.victims == 0 {
+			s.closeOp(o)
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// startScaleUps runs the scale-up ops' set-desired step. IMPORTANT: as in
+// the executor, a pool's target is set only once its pending removals have
+// terminated (the target was planned as if they had); the instances then
+// exist at once, booting, and the op is done.
+func (s *sim) startScaleUps() {
+	for _, o := range slices.Clone(s.ops) {
+		if o.kind != broker.ActScaleUp {
+			continue
+		}
+		busy := false
+		desired := 0
+		for _, x := range s.ops {
+			if x.pool == o.pool && (x.kind == broker.ActScaleDown || x.kind == broker.ActReplace) {
+				busy = true
+			}
+		}
+		if busy {
+			continue
+		}
+		for _, n := range s.nodes {
+			if n.pool == o.pool && n.phase != broker.PhaseTerminating && n.phase != broker.PhaseGone {
+				desired++
+			}
+		}
+		// Each new node is for the side whose served demand still needs
+		// GPUs most; nodes beyond that (a pool's minimum) join at
+		// registration the side with more pending demand.
+		var need [2]int
+		for _, id := range o.serves {
+			src, key, _ := strings.Cut(id, "/")
+			if t := s.pendingByKey(broker.Source(src), key); t != nil {
+				need[sideIdx(t.side)] += t.GPUs
+			}
+		}
+		g := s.pools[o.pool].GPUsPerNode
+		for range min(o.target, s.pools[o.pool].MaxNodes) - desired {
+			ordered := broker.Source("")
+			switch {
+			case need[0] > 0 && need[0] >= need[1]:
+				ordered, need[0] = broker.SourceYARN, need[0]-g
+			case need[1] > 0:
+				ordered, need[1] = broker.SourceK8s, need[1]-g
+			}
+			s.launch(o.pool, "", ordered)
+		}
+		s.closeOp(o)
+	}
+}
+
+// pendingByKey finds a pending task of side src by its demand key.
+func (s *sim) pendingByKey(src broker.Source, key string) *task {
+	for _, t := range s.pending[sideIdx(src)] {
+		if t.state == taskPending && t.key() == key {
+			return t
+		}
+	}
+	return nil
+}

@@ -1,0 +1,419 @@
+package replay
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// The policies a replay compares.
+const (
+	PolicyBroker     = "gpubroker"
+	PolicyPerSide    = "per-side-autoscaler"
+	PolicyStaticSplt = "static-split"
+)
+
+// Policies lists the known policy names in report order.
+var Policies = []string{PolicyBroker, PolicyPerSide, PolicyStaticSplt}
+
+// Config is one replay: the trace, the world, the pools and policy, and
+// which comparisons to run.
+type Config struct {
+	// Tasks and Stats come from ReadTrace.
+	Tasks []Task
+	Stats TraceStats
+	// NodeTypes (from ReadNodes) become shared pools, one per GPU model and
+	// node size, their counts the pools' max; ignored when Pools is set.
+	NodeTypes []NodeType
+	// Pools, from a configuration file, are used as they are.
+	Pools []broker.Pool
+	// Policy is gpubroker's policy; the baselines use its scale-down
+	// unneeded time and threshold too.
+	Policy broker.Policy
+	World  World
+	// Policies to report (all three run when the static split is asked
+	// for, as it is sized from the gpubroker run).
+	Policies []string
+	// YARNShare is the share of tasks hashed to YARN.
+	YARNShare float64
+	// Loads are the arrival-rate factors to replay, in order; the last is
+	// the headline.
+	Loads []float64
+	// Seed salts the task-to-side hash.
+	Seed int64
+	// Headroom sizes node-list pools from demand: when the node list's
+	// GPUs exceed Headroom x the peak concurrent GPU demand at a load, each
+	// pool's max is scaled down to bring the cluster to about that.
+	Headroom float64
+}
+
+// Validate checks the configuration; errors name the field.
+func (c *Config) Validate() error {
+	if len(c.Tasks) == 0 {
+		return broker.Invalid("trace", "has no GPU task to replay")
+	}
+	if len(c.Pools) == 0 && len(c.NodeTypes) == 0 {
+		return broker.Invalid("nodes", "no pools: give a node list or a configuration with pools")
+	}
+	for _, p := range c.Policies {
+		if !slices.Contains(Policies, p) {
+			return broker.Invalid("policies", "unknown policy %q; known: %s", p, strings.Join(Policies, ", "))
+		}
+	}
+	if len(c.Policies) == 0 {
+		return broker.Invalid("policies", "name at least one of %s", strings.Join(Policies, ", "))
+	}
+	if !(c.YARNShare >= 0 && c.YARNShare <= 1) {
+		return broker.Invalid("yarn-share", "must be between 0 and 1, got %g", c.YARNShare)
+	}
+	if len(c.Loads) == 0 {
+		return broker.Invalid("load", "name at least one load")
+	}
+	for _, l := range c.Loads {
+		if !(l > 0) || math.IsInf(l, 0) {
+			return broker.Invalid("load", "must be positive, got %g", l)
+		}
+	}
+	if !(c.Headroom > 0) {
+		return broker.Invalid("headroom", "must be positive, got %g", c.Headroom)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return broker.WithPrefix("policy", err)
+	}
+	return c.World.Validate()
+}
+
+// Report is a replay's outcome.
+type Report struct {
+	Trace TraceInfo `json:"trace"`
+	World WorldInfo `json:"world"`
+	// Headline is the load the top-level Policies are for.
+	Headline float64 `json:"headline_load"`
+	// Policies are the results at the headline load.
+	Policies []Result `json:"policies"`
+	// Loads is the curve: every load replayed, in order.
+	Loads []LoadResult `json:"loads"`
+}
+
+// TraceInfo is what the report says about the trace and how it was read.
+type TraceInfo struct {
+	TraceStats
+	YARNShare float64 `json:"yarn_share"`
+	Seed      int64   `json:"seed"`
+	YARNTasks int     `json:"yarn_tasks"`
+	K8sTasks  int     `json:"k8s_tasks"`
+	// YARNGPUShare is the YARN side's share of the work (GPU-hours).
+	YARNGPUShare float64  `json:"yarn_gpu_share"`
+	Choices      []string `json:"choices"`
+}
+
+// WorldInfo is the world model and the policy, as the report prints them.
+type WorldInfo struct {
+	World
+	Policy broker.Policy `json:"policy"`
+	Rules  []string      `json:"rules"`
+}
+
+// LoadResult is every policy at one load.
+type LoadResult struct {
+	Load float64 `json:"load"`
+	// PeakDemandGPUs and MeanDemandGPUs are the trace's concurrent GPU
+	// demand at this load if every task started on arrival.
+	PeakDemandGPUs int     `json:"peak_demand_gpus"`
+	MeanDemandGPUs float64 `json:"mean_demand_gpus"`
+	// CapacityGPUs is all pools at their max.
+	CapacityGPUs int           `json:"capacity_gpus"`
+	Pools        []broker.Pool `json:"pools"`
+	// Static is the static split's nodes per pool and side.
+	Static   []StaticNodes `json:"static_split,omitempty"`
+	Policies []Result      `json:"policies"`
+}
+
+// StaticNodes is a static split's nodes of one pool on one side.
+type StaticNodes struct {
+	Pool  string        `json:"pool"`
+	Side  broker.Source `json:"side"`
+	Nodes int           `json:"nodes"`
+}
+
+// Run replays the trace at every load under every policy.
+func Run(c Config) (*Report, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	sides := make([]broker.Source, len(c.Tasks))
+	var work [2]float64
+	info := TraceInfo{TraceStats: c.Stats, YARNShare: c.YARNShare, Seed: c.Seed}
+	for i, t := range c.Tasks {
+		sides[i] = sideOf(t.Name, c.Seed, c.YARNShare)
+		work[sideIdx(sides[i])] += float64(t.GPUs) * t.Run.Hours()
+		if sides[i] == broker.SourceYARN {
+			info.YARNTasks++
+		} else {
+			info.K8sTasks++
+		}
+	}
+	if work[0]+work[1] > 0 {
+		info.YARNGPUShare = work[0] / (work[0] + work[1])
+	}
+	info.Choices = choices(c, info)
+	rep := &Report{Trace: info, World: WorldInfo{World: c.World, Policy: c.Policy, Rules: strings.Split(strings.TrimSpace(c.World.Describe()), "\n")}}
+	for _, load := range c.Loads {
+		lr, err := runLoad(c, sides, info.YARNGPUShare, load)
+		if err != nil {
+			return nil, err
+		}
+		rep.Loads = append(rep.Loads, lr)
+	}
+	last := rep.Loads[len(rep.Loads)-1]
+	rep.Headline, rep.Policies = last.Load, last.Policies
+	return rep, nil
+}
+
+func choices(c Config, info TraceInfo) []string {
+	st := c.Stats
+	return []string{
+		fmt.Sprintf("%d rows read; %d CPU-only tasks skipped; %d GPU tasks never scheduled in the trace skipped (no run time to replay)", st.Rows, st.CPUOnly, st.NeverRan),
+		fmt.Sprintf("%d GPU tasks replayed, %.0f GPU-hours of work; run time = deletion_time - scheduled_time, kept at every load", st.Tasks, st.GPUHours),
+		fmt.Sprintf("%d tasks were still running at the trace's end (deletion_time is its last): their run time is a lower bound", st.Censored),
+		fmt.Sprintf("%d fractional tasks (gpu_milli < 1000) each take one whole GPU; num_gpu gives the GPUs otherwise", st.Fractional),
+		"gpu_spec lists the allowed GPU models (empty: any)",
+		fmt.Sprintf("side: FNV-1a hash of seed %d and the task name; %d tasks to YARN, %d to Kubernetes (--yarn-share %.2f); YARN has %.0f%% of the GPU-hours", c.Seed, info.YARNTasks, info.K8sTasks, c.YARNShare, 100*info.YARNGPUShare),
+		fmt.Sprintf("QoS to priority: Guaranteed 1000000 and LS 10000, not preemptible; Burstable 1000 and BE 0, preemptible (%s)", qosCounts(st)),
+		"--load X divides every arrival time by X (arrival rate times X); run times stay as they are",
+		fmt.Sprintf("pools: %s", poolSource(c)),
+		"a task's wait is from its arrival to its first placement; a task never placed counts its wait until the end",
+	}
+}
+
+func qosCounts(st TraceStats) string {
+	var parts []string
+	for _, q := range QoSClasses {
+		parts = append(parts, fmt.Sprintf("%s %d", q, st.ByQoS[string(q)]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func poolSource(c Config) string {
+	if len(c.Pools) > 0 {
+		return fmt.Sprintf("%d from the configuration, as they are", len(c.Pools))
+	}
+	total := 0
+	for _, n := range c.NodeTypes {
+		total += n.GPUs * n.Count
+	}
+	return fmt.Sprintf("one shared pool per GPU model and node size of the node list (%d types, %d GPUs), min 0, max its count; when the list has more than %.2fx the peak concurrent demand of a load, every max is scaled down to about that", len(c.NodeTypes), total, c.Headroom)
+}
+
+// demandCurve is the trace's concurrent GPU demand at a load if every task
+// started on arrival: its peak and mean over the arrivals' span to the end.
+func demandCurve(tasks []Task, load float64) (peak int, mean float64) {
+	type ev struct {
+		at time.Duration
+		d  int
+	}
+	evs := make([]ev, 0, 2*len(tasks))
+	for _, t := range tasks {
+		a := time.Duration(float64(t.Arrival) / load).Round(time.Second)
+		evs = append(evs, ev{a, t.GPUs}, ev{a + t.Run, -t.GPUs})
+	}
+	slices.SortFunc(evs, func(a, b ev) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.d, b.d)) })
+	cur := 0
+	var area float64
+	for i, e := range evs {
+		if i > 0 {
+			area += float64(cur) * (e.at - evs[i-1].at).Seconds()
+		}
+		cur += e.d
+		peak = max(peak, cur)
+	}
+	if span := (evs[len(evs)-1].at - evs[0].at).Seconds(); span > 0 {
+		mean = area / span
+	}
+	return peak, mean
+}
+
+// poolsFor builds the shared pools at a load.
+func poolsFor(c Config, peak int) []broker.Pool {
+	if len(c.Pools) > 0 {
+		return slices.Clone(c.Pools)
+	}
+	total := 0
+	for _, n := range c.NodeTypes {
+		total += n.GPUs * n.Count
+	}
+	f := 1.0
+	if want := c.Headroom * float64(peak); float64(total) > want {
+		f = want / float64(total)
+	}
+	var out []broker.Pool
+	for _, n := range c.NodeTypes {
+		name := fmt.Sprintf("%s-%dgpu", strings.ToLower(n.Model), n.GPUs)
+		out = append(out, broker.Pool{
+			Name: sanitize(name), Provider: "replay", Group: name, GPUModel: n.Model, GPUsPerNode: n.GPUs,
+			MinNodes: 0, MaxNodes: max(1, int(math.Round(float64(n.Count)*f))), Sides: broker.PoolShared,
+		})
+	}
+	return out
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	return b.String()
+}
+
+// perSide splits every shared pool into a YARN and a Kubernetes pool, the
+// max (and min) split by the side's share of the work; a pool that serves
+// one side only stays whole on that side. origin is each copy's pool.
+func perSide(pools []broker.Pool, yarnShare float64) (out []broker.Pool, owner []broker.Source, origin []int) {
+	for i, p := range pools {
+		switch p.Sides {
+		case broker.PoolYARN, broker.PoolK8s:
+			out = append(out, p)
+			owner = append(owner, broker.Source(p.Sides))
+			origin = append(origin, i)
+			continue
+		}
+		ymax := int(math.Round(float64(p.MaxNodes) * yarnShare))
+		ymin := int(math.Round(float64(p.MinNodes) * yarnShare))
+		y, k := p, p
+		y.Name, y.Sides, y.MaxNodes, y.MinNodes = p.Name+"-yarn", broker.PoolYARN, ymax, ymin
+		k.Name, k.Sides, k.MaxNodes, k.MinNodes = p.Name+"-k8s", broker.PoolK8s, p.MaxNodes-ymax, p.MinNodes-ymin
+		out = append(out, y, k)
+		owner = append(owner, broker.SourceYARN, broker.SourceK8s)
+		origin = append(origin, i, i)
+	}
+	return out, owner, origin
+}
+
+func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (LoadResult, error) {
+	peak, mean := demandCurve(c.Tasks, load)
+	pools := poolsFor(c, peak)
+	lr := LoadResult{Load: load, PeakDemandGPUs: peak, MeanDemandGPUs: mean, Pools: pools}
+	for _, p := range pools {
+		lr.CapacityGPUs += p.GPUsPerNode * p.MaxNodes
+	}
+	want := map[string]bool{}
+	for _, p := range c.Policies {
+		want[p] = true
+	}
+	shared := make([]broker.Source, len(pools))
+	for i, p := range pools {
+		if p.Sides != broker.PoolShared {
+			shared[i] = broker.Source(p.Sides)
+		}
+	}
+	var gb, ca Result
+	var wg sync.WaitGroup
+	if want[PolicyBroker] || want[PolicyStaticSplt] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := newSim(c.World, c.Policy, pools, shared, c.Tasks, sides, load)
+			s.run(&brokerCtl{})
+			gb = s.result(PolicyBroker)
+		}()
+	}
+	if want[PolicyPerSide] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sp, owner, _ := perSide(pools, yshare)
+			s := newSim(c.World, c.Policy, sp, owner, c.Tasks, sides, load)
+			s.run(&autoscalerCtl{})
+			ca = s.result(PolicyPerSide)
+		}()
+	}
+	wg.Wait()
+	var st Result
+	if want[PolicyStaticSplt] {
+		sp, owner, nodes := staticSplit(pools, gb, yshare)
+		lr.Static = nodes
+		s := newSim(c.World, c.Policy, sp, owner, c.Tasks, sides, load)
+		for pi := range sp {
+			for range nodes[pi].Nodes {
+				s.place(pi, owner[pi])
+			}
+		}
+		s.run(staticCtl{})
+		st = s.result(PolicyStaticSplt)
+	}
+	for _, p := range c.Policies {
+		switch p {
+		case PolicyBroker:
+			lr.Policies = append(lr.Policies, gb)
+		case PolicyPerSide:
+			lr.Policies = append(lr.Policies, ca)
+		case PolicyStaticSplt:
+			lr.Policies = append(lr.Policies, st)
+		}
+	}
+	return lr, nil
+}
+
+// staticSplit sizes fixed nodes per pool and side to the gpubroker run's
+// average provisioned GPUs of each pool, split by the sides' work shares,
+// rounding by largest remainder so the total stays as close as whole nodes
+// allow.
+func staticSplit(pools []broker.Pool, gb Result, yshare float64) ([]broker.Pool, []broker.Source, []StaticNodes) {
+	sp, owner, origin := perSide(pools, yshare)
+	type want struct {
+		i    int
+		x    float64
+		gpus int
+	}
+	var ws []want
+	target := 0.0
+	for i, p := range sp {
+		pi := origin[i]
+		avg := 0.0 // nodes of the shared pool, on average
+		if gb.EndS > 0 && p.GPUsPerNode > 0 {
+			avg = gb.poolGS[pi] / gb.EndS / float64(p.GPUsPerNode)
+		}
+		share := 1.0
+		if pools[pi].Sides == broker.PoolShared {
+			share = yshare
+			if owner[i] == broker.SourceK8s {
+				share = 1 - yshare
+			}
+		}
+		x := avg * share
+		ws = append(ws, want{i: i, x: x, gpus: p.GPUsPerNode})
+		target += x * float64(p.GPUsPerNode)
+	}
+	nodes := make([]StaticNodes, len(sp))
+	got := 0.0
+	for _, w := range ws {
+		n := int(math.Floor(w.x))
+		nodes[w.i] = StaticNodes{Pool: sp[w.i].Name, Side: owner[w.i], Nodes: n}
+		got += float64(n * w.gpus)
+	}
+	slices.SortStableFunc(ws, func(a, b want) int {
+		return cmp.Compare(b.x-math.Floor(b.x), a.x-math.Floor(a.x))
+	})
+	for _, w := range ws {
+		if got+float64(w.gpus)/2 > target {
+			continue
+		}
+		nodes[w.i].Nodes++
+		got += float64(w.gpus)
+	}
+	for i := range sp {
+		sp[i].MaxNodes = max(sp[i].MaxNodes, nodes[i].Nodes)
+	}
+	return sp, owner, nodes
+}

@@ -1,0 +1,235 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteJSON prints the report as JSON: trace, world, the headline load's
+// policies, and the curve over loads.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText prints the choices, the world, one table per load and the
+// curve, for a terminal.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "TRACE %s\n", r.Trace.File)
+	for _, c := range r.Trace.Choices {
+		fmt.Fprintf(&b, "  - %s\n", c)
+	}
+	fmt.Fprintf(&b, "\nWORLD\n")
+	for _, rule := range r.World.Rules {
+		fmt.Fprintf(&b, "  %s\n", rule)
+	}
+	fmt.Fprintf(&b, "  - policy: %s\n", policyLine(r))
+	for _, lr := range r.Loads {
+		fmt.Fprintf(&b, "\nLOAD %gx: peak concurrent demand %d GPUs (mean %.0f), pools' max %d GPUs\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, tableHeader("\t")+"\t\n")
+		for _, p := range lr.Policies {
+			fmt.Fprint(tw, tableRow(p, "\t")+"\t\n")
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(&b, "\nCURVE\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, curveHeader("\t")+"\t\n")
+	for _, lr := range r.Loads {
+		fmt.Fprint(tw, curveRow(lr, "\t")+"\t\n")
+	}
+	tw.Flush()
+	fmt.Fprintf(&b, "\nGOAL at the headline load %gx\n", r.Headline)
+	for _, g := range r.Goals() {
+		fmt.Fprintf(&b, "  - %s\n", g)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func policyLine(r *Report) string {
+	p := r.World.Policy
+	return fmt.Sprintf("scale-down after %s at or under %.0f%% GPU allocation, expander %s, preemption %t, ownership transfer %t, drain timeout %s, consolidation max work lost %s",
+		p.ScaleDownUnneeded, 100*p.ScaleDownUtilisation, p.Expander, p.Preemption, p.OwnershipTransfer, p.DrainTimeout, p.MaxWorkLost)
+}
+
+func tableHeader(sep string) string {
+	return strings.Join([]string{"policy", "GPU-h", "idle GPU-h", "alloc", "LS p50 s", "LS p95 s", "LS p99 s", "BE p50 s", "BE p95 s", "BE p99 s",
+		"YARN p95 s", "K8s p95 s", "unserved", "preempt", "drain evict", "lost GPU-h", "launch", "term", "hand-over", "peak nodes"}, sep)
+}
+
+func tableRow(p Result, sep string) string {
+	return strings.Join([]string{p.Name, f0(p.GPUHours), f0(p.GPUHours - p.AllocatedGPUHours), fmt.Sprintf("%.2f", p.AllocationRatio),
+		f0(p.WaitP50["LS"]), f0(p.WaitP95["LS"]), f0(p.WaitP99["LS"]), f0(p.WaitP50["BE"]), f0(p.WaitP95["BE"]), f0(p.WaitP99["BE"]),
+		f0(p.WaitP95["yarn"]), f0(p.WaitP95["k8s"]),
+		itoa(p.Unserved), itoa(p.Preemptions), itoa(p.DrainEvictions), f0(p.WorkLostGPUHours),
+		itoa(p.Launches), itoa(p.Terminations), itoa(p.Handovers), itoa(p.PeakNodes)}, sep)
+}
+
+func curveHeader(sep string) string {
+	var cols []string
+	cols = append(cols, "load", "peak demand", "capacity")
+	for _, n := range Policies {
+		cols = append(cols, n+" GPU-h", n+" LS p95 s")
+	}
+	cols = append(cols, "GPU-h vs per-side", "LS p95 vs per-side", "LS p95 vs static")
+	return strings.Join(cols, sep)
+}
+
+func curveRow(lr LoadResult, sep string) string {
+	cols := []string{fmt.Sprintf("%gx", lr.Load), itoa(lr.PeakDemandGPUs), itoa(lr.CapacityGPUs)}
+	for _, n := range Policies {
+		if p, ok := lr.find(n); ok {
+			cols = append(cols, f0(p.GPUHours), f0(p.WaitP95["LS"]))
+		} else {
+			cols = append(cols, "-", "-")
+		}
+	}
+	g := lr.goal()
+	cols = append(cols, g.gpuH, g.lsCA, g.lsStatic)
+	return strings.Join(cols, sep)
+}
+
+func (lr LoadResult) find(name string) (Result, bool) {
+	for _, p := range lr.Policies {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Result{}, false
+}
+
+type goalCols struct {
+	gpuH, lsCA, lsStatic string
+	gpuHOK, lsCAOK       bool
+	lsStaticOK           bool
+	haveCA, haveStatic   bool
+}
+
+func (lr LoadResult) goal() goalCols {
+	g := goalCols{gpuH: "-", lsCA: "-", lsStatic: "-"}
+	gb, ok := lr.find(PolicyBroker)
+	if !ok {
+		return g
+	}
+	if ca, ok := lr.find(PolicyPerSide); ok && ca.GPUHours > 0 {
+		g.haveCA = true
+		d := 1 - gb.GPUHours/ca.GPUHours
+		g.gpuH = fmt.Sprintf("%+.1f%%", -100*d)
+		g.gpuHOK = d >= 0.20
+		if ca.WaitP95["LS"] > 0 {
+			r := gb.WaitP95["LS"] / ca.WaitP95["LS"]
+			g.lsCA = fmt.Sprintf("%.2fx", r)
+			g.lsCAOK = r <= 0.8
+		} else {
+			g.lsCA = "n/a (0)"
+			g.lsCAOK = gb.WaitP95["LS"] == 0
+		}
+	}
+	if st, ok := lr.find(PolicyStaticSplt); ok {
+		g.haveStatic = true
+		if st.WaitP95["LS"] > 0 {
+			g.lsStatic = ratio(gb.WaitP95["LS"] / st.WaitP95["LS"])
+		} else {
+			g.lsStatic = "n/a (0)"
+		}
+		g.lsStaticOK = gb.WaitP95["LS"] < st.WaitP95["LS"]
+	}
+	return g
+}
+
+// Goals says, at the headline load, whether gpubroker met each part of the
+// goal: at least 20% fewer GPU-hours than the per-side autoscaler at no
+// more than 0.8x its LS p95 wait, and a shorter LS p95 wait than the static
+// split of equal average capacity.
+func (r *Report) Goals() []string {
+	lr := r.Loads[len(r.Loads)-1]
+	g := lr.goal()
+	yes := map[bool]string{true: "met", false: "NOT met"}
+	var out []string
+	if g.haveCA {
+		out = append(out, fmt.Sprintf("GPU-hours vs the per-side autoscaler: %s (goal: -20%% or better): %s", g.gpuH, yes[g.gpuHOK]))
+		out = append(out, fmt.Sprintf("LS p95 wait vs the per-side autoscaler: %s (goal: 0.80x or less): %s", g.lsCA, yes[g.lsCAOK]))
+	}
+	if g.haveStatic {
+		out = append(out, fmt.Sprintf("LS p95 wait vs the static split: %s (goal: shorter): %s", g.lsStatic, yes[g.lsStaticOK]))
+	}
+	if len(out) == 0 {
+		out = append(out, "not assessed: the goal compares gpubroker with the baselines; run all three policies")
+	}
+	return out
+}
+
+// WriteMarkdown writes report.md: the choices, the world, the tables, the
+// curve, the goal, and links to the plots.
+func (r *Report) WriteMarkdown(w io.Writer, plots []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# gpubroker replay of %s\n\n", r.Trace.File)
+	fmt.Fprintf(&b, "Trace: Alibaba openb GPU cluster trace (Weng et al., \"Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent\", USENIX ATC 2023).\n\n")
+	fmt.Fprintf(&b, "## How the trace was read\n\n")
+	for _, c := range r.Trace.Choices {
+		fmt.Fprintf(&b, "- %s\n", c)
+	}
+	fmt.Fprintf(&b, "\n## World model (the same for every policy)\n\n")
+	for _, rule := range r.World.Rules {
+		fmt.Fprintf(&b, "%s\n", rule)
+	}
+	fmt.Fprintf(&b, "- policy: %s\n", policyLine(r))
+	for _, lr := range r.Loads {
+		fmt.Fprintf(&b, "\n## Load %gx\n\nPeak concurrent demand %d GPUs (mean %.0f) if every task started on arrival; pools' max %d GPUs.\n\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
+		b.WriteString(mdTable(tableHeader("|"), len(lr.Policies), func(i int) string { return tableRow(lr.Policies[i], "|") }))
+	}
+	fmt.Fprintf(&b, "\n## Curve over loads\n\n")
+	b.WriteString(mdTable(curveHeader("|"), len(r.Loads), func(i int) string { return curveRow(r.Loads[i], "|") }))
+	fmt.Fprintf(&b, "\n## Goal at the headline load %gx\n\n", r.Headline)
+	for _, g := range r.Goals() {
+		fmt.Fprintf(&b, "- %s\n", g)
+	}
+	if len(plots) > 0 {
+		fmt.Fprintf(&b, "\n## Plots\n\n")
+		for _, p := range plots {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func mdTable(header string, rows int, row func(int) string) string {
+	var b strings.Builder
+	cols := strings.Split(header, "|")
+	fmt.Fprintf(&b, "| %s |\n|", strings.Join(cols, " | "))
+	for i := range cols {
+		if i == 0 {
+			b.WriteString("---|")
+		} else {
+			b.WriteString("---:|")
+		}
+	}
+	b.WriteString("\n")
+	for i := range rows {
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(strings.Split(row(i), "|"), " | "))
+	}
+	return b.String()
+}
+
+// ratio prints a ratio of waits; tiny ones as "<0.01x".
+func ratio(r float64) string {
+	if r < 0.01 {
+		return "<0.01x"
+	}
+	return fmt.Sprintf("%.2fx", r)
+}
+
+func f0(x float64) string { return fmt.Sprintf("%.0f", x) }
+func itoa(i int) string   { return fmt.Sprintf("%d", i) }
+
+// durS renders seconds as a duration for captions.
+func durS(s float64) string { return (time.Duration(s) * time.Second).String() }

@@ -1,0 +1,140 @@
+package replay
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// This file is the executor's step model (World describes the times):
+// nodes are launched or placed, tasks started and evicted, and nodes
+// released for a scale-down or a hand-over, each step as an event.
+
+// detach takes a task off its node, freeing its GPUs.
+func (s *sim) detach(t *task) {
+	n := t.node
+	if n == nil {
+		return
+	}
+	n.used -= t.GPUs
+	if i := slices.Index(n.tasks, t); i >= 0 {
+		n.tasks = slices.Delete(n.tasks, i, i+1)
+	}
+}
+
+// launch orders one node of pool pi; it joins side (or, when empty, the
+// side chosen at registration).
+func (s *sim) launch(pi int, side, ordered broker.Source) *node {
+	s.nodeSeq++
+	n := &node{id: s.nodeSeq, name: fmt.Sprintf("%s-%05d", s.pools[pi].Name, s.nodeSeq), pool: pi,
+		side: side, owner: broker.OwnerNone, phase: broker.PhaseBooting, since: s.now, launched: s.now, ordered: ordered}
+	s.nodes = append(s.nodes, n)
+	s.m.launches++
+	s.push(event{at: s.now + s.w.LaunchToReady, kind: evRegistered, n: n})
+	return n
+}
+
+// place adds an already running node (the static split's).
+func (s *sim) place(pi int, side broker.Source) *node {
+	s.nodeSeq++
+	n := &node{id: s.nodeSeq, name: fmt.Sprintf("%s-%05d", s.pools[pi].Name, s.nodeSeq), pool: pi,
+		side: side, owner: ownerOf(side), phase: broker.PhaseActive, since: s.now, launched: s.now,
+		gpus: s.pools[pi].GPUsPerNode}
+	s.nodes = append(s.nodes, n)
+	return n
+}
+
+func (s *sim) start(t *task, n *node) {
+	t.state, t.node, t.startedAt, t.nominated = taskRunning, n, s.now, nil
+	if t.firstStart < 0 {
+		t.firstStart = s.now
+	}
+	t.gen++
+	n.used += t.GPUs
+	n.tasks = append(n.tasks, t)
+	s.running++
+	s.push(event{at: s.now + t.left, kind: evComplete, t: t, gen: t.gen})
+}
+
+// checkpointAge is the work a running task would lose now: the time since
+// its newest checkpoint, or since it started when it does not checkpoint.
+func (s *sim) checkpointAge(t *task) time.Duration {
+	ran := s.now - t.startedAt
+	if c := s.w.CheckpointInterval; c > 0 {
+		return ran % c
+	}
+	return ran
+}
+
+// evict stops a running task: it keeps its GPUs for the grace period, then
+// is pending again with the work since its last checkpoint to redo.
+func (s *sim) evict(t *task, why string) {
+	if t.state != taskRunning {
+		return
+	}
+	lost := s.checkpointAge(t)
+	done := s.now - t.startedAt - lost
+	t.left -= done
+	t.state = taskEvicting
+	t.gen++
+	t.restarts++
+	s.running--
+	t.node.evicting++
+	s.m.workLost += float64(t.GPUs) * lost.Hours()
+	if why == "preempt" {
+		s.m.preemptions++
+	} else {
+		s.m.drainEvictions++
+	}
+	s.push(event{at: s.now + s.w.PreemptionGrace, kind: evVictimGone, t: t, gen: t.gen})
+}
+
+func (s *sim) newOp(kind broker.ActionKind, n *node, serves []string) *op {
+	s.opSeq++
+	o := &op{id: s.opSeq, kind: kind, node: n, serves: serves, pool: -1}
+	if n != nil {
+		o.pool = n.pool
+		n.op = o
+	}
+	s.ops = append(s.ops, o)
+	return o
+}
+
+func (s *sim) closeOp(o *op) {
+	if i := slices.Index(s.ops, o); i >= 0 {
+		s.ops = slices.Delete(s.ops, i, i+1)
+	}
+	if o.node != nil && o.node.op == o {
+		o.node.op = nil
+	}
+}
+
+// release starts taking node n from its side, for a scale-down (to is
+// OwnerNone) or a hand-over to the other side. Kubernetes evicts every
+// pod; YARN decommissions gracefully until the drain timeout.
+func (s *sim) release(n *node, kind broker.ActionKind, to broker.Owner, serves []string) *op {
+	o := s.newOp(kind, n, serves)
+	o.to, o.step = to, "release"
+	if n.side == broker.SourceK8s {
+		for _, t := range slices.Clone(n.tasks) {
+			s.evict(t, "drain")
+		}
+	} else {
+		o.deadline = s.now + s.w.DrainTimeout
+		s.push(event{at: o.deadline, kind: evDrainDeadline, n: n, o: o})
+	}
+	s.checkReleased(n)
+	return o
+}
+
+// checkReleased confirms a release once the node has no work left.
+func (s *sim) checkReleased(n *node) {
+	o := n.op
+	if o == nil || o.step != "release" || len(n.tasks) > 0 {
+		return
+	}
+	o.step = "confirm"
+	s.push(event{at: s.now + s.w.ReleaseLag, kind: evReleased, n: n, o: o})
+}
