@@ -446,6 +446,8 @@ func mergePools(settings, observed []PoolState, now time.Time) []PoolState {
 		ps := s
 		if o, ok := obs[s.Pool.Name]; ok {
 			ps.Desired, ps.Instances = o.Desired, o.Instances
+			// A stale pool comes with its last-known state; say so.
+			ps.Stale = o.Stale
 			if o.BackoffUntil.After(ps.BackoffUntil) {
 				ps.BackoffUntil, ps.BackoffReason = o.BackoffUntil, o.BackoffReason
 			}
