@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -64,8 +65,11 @@ func (p *Provider) describeAll(ctx context.Context) ([]*group, map[string]string
 	for start := 0; start < len(names); start += namesPerCall {
 		batch := names[start:min(start+namesPerCall, len(names))]
 		gs, err := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: batch})
-		if err != nil && len(batch) > 1 && !isThrottle(err) && ctx.Err() == nil {
+		if err != nil && len(batch) > 1 && !throttledByAPI(err) && ctx.Err() == nil {
 			// Describe each group alone, so only the failing ones go stale.
+			// (Not when AWS throttles: more calls would only make it worse.
+			// A spent retry quota is no reason: one failing group spends it,
+			// and each group's first attempt is still sent.)
 			gs, err = nil, nil
 			for _, n := range batch {
 				one, err1 := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{n}})
@@ -281,4 +285,14 @@ func (p *Provider) describeInstances(ctx context.Context, ids []string) (map[str
 		}
 	}
 	return out, nil
+}
+
+// throttledByAPI reports whether AWS itself answered with throttling.
+func throttledByAPI(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		_, ok := retry.DefaultThrottleErrorCodes[ae.ErrorCode()]
+		return ok
+	}
+	return false
 }
