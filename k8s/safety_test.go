@@ -299,10 +299,10 @@ func TestEvictSparesPodRecreatedUnderSameName(t *testing.T) {
 	}
 }
 
-// TestObserveStaleWhenAPIServerUnreachable: when calls to the API server
-// fail (unreachable, RBAC revoked), Observe fails with ErrStale once no call
-// has succeeded for StaleAfter, and recovers when one does.
-func TestObserveStaleWhenAPIServerUnreachable(t *testing.T) {
+// TestObserveStaleWhenProbesFail: when calls to the API server fail
+// (unreachable, RBAC revoked), Observe fails with ErrStale once no call has
+// succeeded for StaleAfter, and recovers when one does.
+func TestObserveStaleWhenProbesFail(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	client := fake.NewClientset(gpuNode("n1", 4, "H100"))

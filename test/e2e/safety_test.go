@@ -13,7 +13,6 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
-	"github.com/gpubroker/gpubroker/test/k8senv"
 )
 
 // safetyOptions shape the world for the safety scenarios.
@@ -199,25 +198,6 @@ func TestMissingAndFailingGroupsLeaveOtherPoolsActing(t *testing.T) {
 	}
 }
 
-// stopKubelet makes KWOK stop playing the node's kubelet: no more status
-// or lease updates, so the node lifecycle controller marks it Ready=Unknown
-// and taints it unreachable, as when a kubelet dies.
-func stopKubelet(t *testing.T, w *world, node string) {
-	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := kubeEnv.Client.CoreV1().Nodes().Get(w.ctx, node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		n.Annotations[k8senv.KWOKAnnotation] = "stopped"
-		_, err = kubeEnv.Client.CoreV1().Nodes().Update(w.ctx, n, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestKubeletStopsNodeIsReplacedNotCountedInFlight: a node whose kubelet
 // stops keeps 2 free GPUs on paper, but it is down, not capacity on its
 // way: a pod that needs 2 GPUs gets a new node instead of waiting for the
@@ -236,7 +216,9 @@ func TestKubeletStopsNodeIsReplacedNotCountedInFlight(t *testing.T) {
 		return ok
 	})
 	deadID := strings.TrimPrefix(mustProviderID(t, w, dead), "aws:///us-east-1a/")
-	stopKubelet(t, w, dead)
+	if err := kubeEnv.StopKubelet(w.ctx, dead); err != nil {
+		t.Fatal(err)
+	}
 	w.eventually(3*time.Minute, "the node lifecycle controller to mark the node Ready=Unknown", func() bool {
 		n, err := kubeEnv.Client.CoreV1().Nodes().Get(w.ctx, dead, metav1.GetOptions{})
 		if err != nil {
