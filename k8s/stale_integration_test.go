@@ -217,7 +217,9 @@ func TestEvictSparesRecreatedPodOnRealAPIServer(t *testing.T) {
 	if _, err := env.AddNode(ctx, k8senv.NodeSpec{Name: "evict-uid-node", GPUs: 4, Model: "H100", Labels: map[string]string{"infra-type": "gpu"}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { env.Client.CoreV1().Nodes().Delete(context.Background(), "evict-uid-node", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		env.Client.CoreV1().Nodes().Delete(context.Background(), "evict-uid-node", metav1.DeleteOptions{})
+	})
 	victim, err := env.Client.CoreV1().Pods("evict-uid").Create(ctx, readyPod("evict-uid", "train", "evict-uid-node", nil), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
