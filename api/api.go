@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -114,6 +115,8 @@ type server struct {
 	log     *slog.Logger
 	auth    *authCache
 	metrics *metrics
+	// ops is the gpubroker_ops gauge, refreshed on each scrape.
+	ops *opsGauge
 	// capCache holds the last capacity summary (see capacityCache).
 	capCache capacityCache
 }
@@ -129,7 +132,10 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{cfg: cfg, st: cfg.Store, rt: cfg.Runtime, log: cfg.Logger, metrics: m,
-		auth: newAuthCache(cfg.AuthCacheTTL, cfg.Now)}
+		auth: newAuthCache(cfg.AuthCacheTTL, cfg.Now), ops: newOpsGauge()}
+	if err := cfg.Registry.Register(s.ops.g); err != nil {
+		return nil, fmt.Errorf("register ops metric: %w", err)
+	}
 	dash, err := dashboardHandler()
 	if err != nil {
 		return nil, err
@@ -156,7 +162,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	})
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry}))
+	r.Method(http.MethodGet, "/metrics", s.metricsHandler(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry})))
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.json", serveOpenAPI)
 		r.Group(func(r chi.Router) {
@@ -185,6 +191,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(agents...)).Post("/nodes/{name}/report", s.report)
 
 			r.With(allow(readers...)).Get("/decisions", s.listDecisions)
+			r.With(allow(readers...)).Get("/ops", s.listOps)
 			r.With(allow(readers...)).Post("/plan", s.plan)
 
 			r.With(allow(readers...)).Get("/capacity", s.capacity)

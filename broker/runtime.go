@@ -551,6 +551,8 @@ func mergePools(settings, observed []PoolState, now time.Time, last map[string]P
 		}
 		if ok {
 			ps.Desired, ps.Instances = o.Desired, o.Instances
+			// A stale pool comes with its last-known state; say so.
+			ps.Stale = o.Stale
 			if o.BackoffUntil.After(ps.BackoffUntil) {
 				ps.BackoffUntil, ps.BackoffReason = o.BackoffUntil, o.BackoffReason
 			}

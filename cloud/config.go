@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -78,6 +79,13 @@ type Config struct {
 	// ActivityRecords is how many recent scaling activities per group are
 	// read to find failed launches (1..100).
 	ActivityRecords int
+	// Bounds, when set, returns a pool's min and max nodes from their owner
+	// (the store, where the API edits them); ok false means it knows no
+	// bounds for the pool. It is read on every SetDesired and Terminate and
+	// wins over PoolConfig.MinNodes and MaxNodes, which are only what the
+	// file said at start. The group's own MinSize and MaxSize still bound
+	// what AWS accepts.
+	Bounds func(ctx context.Context, pool string) (minNodes, maxNodes int, ok bool, err error)
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Logger receives one line per action and backoff; nil discards.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -47,36 +48,72 @@ const (
 
 // describeAll reads every configured group and, with discovery on, every
 // group tagged gpubroker.io/pool, and resolves them to pools sorted by name.
-// A configured group that does not exist is logged and left out, so one
-// misconfigured pool does not blind the broker to the others.
-func (p *Provider) describeAll(ctx context.Context) ([]*group, error) {
+// It never fails as a whole: a configured group that does not exist, whose
+// describe fails or that does not describe a valid pool, and a discovered
+// pool that discovery could not see this time, is returned in stale (pool
+// name → why), so one bad group does not blind the broker to the others.
+func (p *Provider) describeAll(ctx context.Context) ([]*group, map[string]string) {
 	byGroup := map[string]asgtypes.AutoScalingGroup{}
+	stale := map[string]string{}
+	poolOf := map[string]string{} // configured group → pool name
 	var names []string
 	for _, pc := range p.cfg.Pools {
 		names = append(names, pc.Group)
+		poolOf[pc.Group] = pc.Name
 	}
+	failed := map[string]bool{}
 	for start := 0; start < len(names); start += namesPerCall {
-		end := min(start+namesPerCall, len(names))
-		gs, err := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: names[start:end]})
+		batch := names[start:min(start+namesPerCall, len(names))]
+		gs, err := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: batch})
+		if err != nil && len(batch) > 1 && !throttledByAPI(err) && ctx.Err() == nil {
+			// Describe each group alone, so only the failing ones go stale.
+			// (Not when AWS throttles: more calls would only make it worse.
+			// A spent retry quota is no reason: one failing group spends it,
+			// and each group's first attempt is still sent.)
+			gs, err = nil, nil
+			for _, n := range batch {
+				one, err1 := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: []string{n}})
+				if err1 != nil {
+					stale[poolOf[n]] = fmt.Sprintf("describe group %q: %s", n, err1)
+					failed[n] = true
+					continue
+				}
+				gs = append(gs, one...)
+			}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("describe groups %v: %w", names[start:end], err)
+			for _, n := range batch {
+				stale[poolOf[n]] = fmt.Sprintf("describe group %q: %s", n, err)
+				failed[n] = true
+			}
+			continue
 		}
 		for _, g := range gs {
 			byGroup[aws.ToString(g.AutoScalingGroupName)] = g
 		}
 	}
 	for _, n := range names {
-		if _, ok := byGroup[n]; !ok {
-			p.log.Warn("configured autoscaling group not found", "group", n)
+		if _, ok := byGroup[n]; !ok && !failed[n] {
+			p.log.Warn("configured autoscaling group not found", "group", n, "pool", poolOf[n])
+			stale[poolOf[n]] = fmt.Sprintf("autoscaling group %q not found", n)
 		}
 	}
+	discovered := false
 	if p.cfg.Discover {
 		gs, err := p.describeGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
 			Filters: []asgtypes.Filter{{Name: aws.String("tag-key"), Values: []string{TagPool}}},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("discover groups tagged %s: %w", TagPool, err)
+			// Pools discovered before stay, stale, with their last state.
+			p.mu.Lock()
+			for name := range p.last {
+				if _, configured := p.conf[name]; !configured {
+					stale[name] = fmt.Sprintf("discover groups tagged %s: %s", TagPool, err)
+				}
+			}
+			p.mu.Unlock()
 		}
+		discovered = err == nil
 		for _, g := range gs {
 			byGroup[aws.ToString(g.AutoScalingGroupName)] = g
 		}
@@ -94,8 +131,11 @@ func (p *Provider) describeAll(ctx context.Context) ([]*group, error) {
 	seen := map[string]string{}
 	var out []*group
 	for _, gn := range groupNames {
-		g, ok := p.resolve(byGroup[gn], configuredByGroup[gn])
-		if !ok {
+		g, problem := p.resolve(byGroup[gn], configuredByGroup[gn])
+		if problem != "" {
+			if pc := configuredByGroup[gn]; pc != nil {
+				stale[pc.Name] = problem
+			}
 			continue
 		}
 		if other, dup := seen[g.pool.Name]; dup {
@@ -104,6 +144,7 @@ func (p *Provider) describeAll(ctx context.Context) ([]*group, error) {
 			continue
 		}
 		seen[g.pool.Name] = gn
+		delete(stale, g.pool.Name) // found by discovery after all
 		out = append(out, g)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].pool.Name < out[j].pool.Name })
@@ -111,12 +152,20 @@ func (p *Provider) describeAll(ctx context.Context) ([]*group, error) {
 	for _, g := range out {
 		p.groups[g.pool.Name] = g.name
 	}
+	if discovered {
+		// A discovered pool whose tag is gone is no longer managed.
+		for name := range p.last {
+			if _, configured := p.conf[name]; !configured && seen[name] == "" {
+				delete(p.last, name)
+			}
+		}
+	}
 	p.mu.Unlock()
-	return out, nil
+	return out, stale
 }
 
 // resolve turns an SDK group into a pool, merging tags and configuration.
-func (p *Provider) resolve(g asgtypes.AutoScalingGroup, pc *PoolConfig) (*group, bool) {
+func (p *Provider) resolve(g asgtypes.AutoScalingGroup, pc *PoolConfig) (*group, string) {
 	gn := aws.ToString(g.AutoScalingGroupName)
 	tags := make(map[string]string, len(g.Tags))
 	for _, t := range g.Tags {
@@ -146,17 +195,17 @@ func (p *Provider) resolve(g asgtypes.AutoScalingGroup, pc *PoolConfig) (*group,
 	if pool.MaxNodes < pool.MinNodes {
 		p.log.Warn("pool bounds are empty; configuration and group disagree",
 			"pool", pool.Name, "group", gn, "min", pool.MinNodes, "max", pool.MaxNodes)
-		return nil, false
+		return nil, fmt.Sprintf("group %q: pool bounds are empty (min %d, max %d): configuration and group disagree", gn, pool.MinNodes, pool.MaxNodes)
 	}
 	if err := pool.Validate(); err != nil {
 		p.log.Warn("ignoring autoscaling group with an invalid pool", "group", gn, "problem", err.Error())
-		return nil, false
+		return nil, fmt.Sprintf("group %q does not describe a valid pool: %s", gn, err)
 	}
 	out.pool = pool
 	for _, in := range g.Instances {
 		out.instances = append(out.instances, groupInstance{id: aws.ToString(in.InstanceId), lifecycle: string(in.LifecycleState)})
 	}
-	return out, true
+	return out, ""
 }
 
 // describeGroups runs one paginated DescribeAutoScalingGroups.
@@ -181,8 +230,8 @@ func (p *Provider) group(ctx context.Context, pool string) (*group, error) {
 	p.mu.Unlock()
 	if !ok {
 		// A discovered pool not seen yet: discover now.
-		if _, err := p.describeAll(ctx); err != nil {
-			return nil, err
+		if _, stale := p.describeAll(ctx); stale[pool] != "" {
+			return nil, fmt.Errorf("pool %q: %s: %w", pool, stale[pool], broker.ErrStale)
 		}
 		p.mu.Lock()
 		gn, ok = p.groups[pool]
@@ -198,9 +247,9 @@ func (p *Provider) group(ctx context.Context, pool string) (*group, error) {
 	if len(gs) == 0 {
 		return nil, fmt.Errorf("group %q of pool %q: %w", gn, pool, broker.ErrNotFound)
 	}
-	g, ok := p.resolve(gs[0], p.conf[pool])
-	if !ok {
-		return nil, broker.Invalid("pool", "group %q of pool %q does not describe a valid pool; see the log", gn, pool)
+	g, problem := p.resolve(gs[0], p.conf[pool])
+	if problem != "" {
+		return nil, broker.Invalid("pool", "pool %q: %s", pool, problem)
 	}
 	g.pool.Name = pool
 	return g, nil
@@ -236,4 +285,14 @@ func (p *Provider) describeInstances(ctx context.Context, ids []string) (map[str
 		}
 	}
 	return out, nil
+}
+
+// throttledByAPI reports whether AWS itself answered with throttling.
+func throttledByAPI(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		_, ok := retry.DefaultThrottleErrorCodes[ae.ErrorCode()]
+		return ok
+	}
+	return false
 }

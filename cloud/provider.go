@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type Provider struct {
 	stuck map[string]struct{}
 	// machines caches host names and launch times by instance id.
 	machines map[string]machine
+	// last is each pool's state at its last good observation, returned with
+	// Stale set while the pool cannot be observed.
+	last map[string]broker.PoolState
 }
 
 var _ broker.NodePool = (*Provider)(nil)
@@ -90,6 +94,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		backoff:  map[string]backoff{},
 		stuck:    map[string]struct{}{},
 		machines: map[string]machine{},
+		last:     map[string]broker.PoolState{},
 	}
 	for i := range cfg.Pools {
 		pc := &p.cfg.Pools[i]
@@ -118,7 +123,10 @@ func (p *Provider) ObserveRegistered(names []string) {
 	p.mu.Unlock()
 }
 
-// Pools returns every configured and discovered pool with its state.
+// Pools returns every configured and discovered pool with its state. It
+// fails only when ctx ends: a pool whose group is missing or could not be
+// described is returned with Stale saying why and its last-known desired
+// capacity and instances, so its GPUs still count while nothing acts on it.
 func (p *Provider) Pools(ctx context.Context) ([]broker.PoolState, error) {
 	reports, err := p.Report(ctx)
 	if err != nil {
@@ -142,17 +150,18 @@ type PoolReport struct {
 
 // Report observes every pool as Pools does and adds lifecycle counts.
 func (p *Provider) Report(ctx context.Context) ([]PoolReport, error) {
-	groups, err := p.describeAll(ctx)
-	if err != nil {
-		return nil, err
-	}
-	machines, err := p.machinesOf(ctx, groups)
-	if err != nil {
+	groups, stale := p.describeAll(ctx)
+	machines, merr := p.machinesOf(ctx, groups)
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	now := p.now()
-	out := make([]PoolReport, 0, len(groups))
+	out := make([]PoolReport, 0, len(groups)+len(stale))
 	for _, g := range groups {
+		if merr != nil && !g.described(machines) {
+			stale[g.pool.Name] = merr.Error()
+			continue
+		}
 		p.checkActivities(ctx, g, now)
 		r := PoolReport{PoolState: p.state(g, machines, now)}
 		for _, in := range g.instances {
@@ -163,9 +172,58 @@ func (p *Provider) Report(ctx context.Context) ([]PoolReport, error) {
 				r.Pending++
 			}
 		}
+		p.mu.Lock()
+		p.last[g.pool.Name] = r.PoolState
+		p.mu.Unlock()
 		out = append(out, r)
 	}
+	for name, why := range stale {
+		if name == "" {
+			continue
+		}
+		st := p.staleState(name, why, now)
+		p.log.Warn("pool stale", "pool", name, "group", st.Pool.Group, "reason", why,
+			"last_desired", st.Desired, "last_instances", len(st.Instances))
+		out = append(out, PoolReport{PoolState: st})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pool.Name < out[j].Pool.Name })
 	return out, nil
+}
+
+// staleState is a pool's last good state (or its configuration, if it was
+// never observed) marked stale with why.
+func (p *Provider) staleState(name, why string, now time.Time) broker.PoolState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, ok := p.last[name]
+	if !ok {
+		pc := p.conf[name]
+		pool, _ := poolFromTags(name, pc.Group, nil, pc)
+		if pc.MinNodes != nil {
+			pool.MinNodes = *pc.MinNodes
+		}
+		if pc.MaxNodes != nil {
+			pool.MaxNodes = *pc.MaxNodes
+		}
+		st = broker.PoolState{Pool: pool}
+	}
+	st.Instances = slices.Clone(st.Instances)
+	st.Stale = why
+	st.BackoffUntil, st.BackoffReason = time.Time{}, ""
+	if b, ok := p.backoff[name]; ok && now.Before(b.until) {
+		st.BackoffUntil, st.BackoffReason = b.until, b.reason
+	}
+	return st
+}
+
+// described reports whether EC2's view of every instance of g is known.
+func (g *group) described(machines map[string]machine) bool {
+	for _, in := range g.instances {
+		if _, ok := machines[in.id]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // machinesOf returns EC2's view of every instance of the groups. An
@@ -189,7 +247,8 @@ func (p *Provider) machinesOf(ctx context.Context, groups []*group) (map[string]
 	p.mu.Unlock()
 	fresh, err := p.describeInstances(ctx, missing)
 	if err != nil {
-		return nil, err
+		// The cached instances stand; pools with others go stale.
+		return out, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

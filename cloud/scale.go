@@ -22,11 +22,15 @@ func (p *Provider) SetDesired(ctx context.Context, pool string, target int) erro
 	if err != nil {
 		return err
 	}
+	b, err := p.bounds(ctx, pool, g)
+	if err != nil {
+		return err
+	}
 	switch {
-	case target < g.pool.MinNodes:
-		return broker.Invalid("target", "pool %q must keep at least %d nodes, got %d", pool, g.pool.MinNodes, target)
-	case target > g.pool.MaxNodes:
-		return broker.Invalid("target", "pool %q may have at most %d nodes, got %d", pool, g.pool.MaxNodes, target)
+	case target < b.min:
+		return broker.Invalid("target", "pool %q must keep at least %d nodes%s, got %d", pool, b.min, b.minWhy, target)
+	case target > b.max:
+		return broker.Invalid("target", "pool %q may have at most %d nodes%s, got %d", pool, b.max, b.maxWhy, target)
 	case target == g.desired:
 		return nil
 	}
@@ -69,9 +73,13 @@ func (p *Provider) Terminate(ctx context.Context, pool, instanceID string) error
 		p.log.Debug("instance already leaving the group", "pool", pool, "instance", instanceID)
 		return nil
 	}
-	if g.desired-1 < g.pool.MinNodes {
-		return fmt.Errorf("terminate instance %q of pool %q: desired capacity %d would drop below min %d: %w",
-			instanceID, pool, g.desired, g.pool.MinNodes, broker.ErrConflict)
+	b, err := p.bounds(ctx, pool, g)
+	if err != nil {
+		return err
+	}
+	if g.desired-1 < b.min {
+		return fmt.Errorf("terminate instance %q of pool %q: desired capacity %d would drop below min %d%s: %w",
+			instanceID, pool, g.desired, b.min, b.minWhy, broker.ErrConflict)
 	}
 	_, callErr := p.asg.TerminateInstanceInAutoScalingGroup(ctx, &autoscaling.TerminateInstanceInAutoScalingGroupInput{
 		InstanceId:                     aws.String(instanceID),
@@ -140,4 +148,41 @@ func (p *Provider) actionError(pool, what string, err error) error {
 		return fmt.Errorf("%s: %w", what, broker.Invalid("target", "%s", ae.ErrorMessage()))
 	}
 	return fmt.Errorf("%s: %w", what, translate(err))
+}
+
+// poolBounds are the bounds SetDesired and Terminate enforce, with why
+// when the group's own size limit is the narrower one.
+type poolBounds struct {
+	min, max       int
+	minWhy, maxWhy string
+}
+
+// bounds returns the pool's effective bounds. Config.Bounds (the store,
+// where the API edits them) owns them when set; otherwise the configured
+// PoolConfig values apply. Either way they are narrowed to the group's own
+// MinSize and MaxSize, which AWS enforces.
+//
+// IMPORTANT: the bounds are read on every call, never remembered from the
+// start: raising max_nodes through the API must let the next scale-up
+// through, not fail it until a restart.
+func (p *Provider) bounds(ctx context.Context, pool string, g *group) (poolBounds, error) {
+	b := poolBounds{min: g.pool.MinNodes, max: g.pool.MaxNodes}
+	if p.cfg.Bounds == nil {
+		return b, nil
+	}
+	minN, maxN, ok, err := p.cfg.Bounds(ctx, pool)
+	if err != nil {
+		return b, fmt.Errorf("read bounds of pool %q: %w", pool, err)
+	}
+	if !ok {
+		return b, nil
+	}
+	b.min, b.max = minN, maxN
+	if g.asgMin > b.min {
+		b.min, b.minWhy = g.asgMin, fmt.Sprintf(" (autoscaling group %q has MinSize %d; the broker's min_nodes is %d)", g.name, g.asgMin, minN)
+	}
+	if g.asgMax < b.max {
+		b.max, b.maxWhy = g.asgMax, fmt.Sprintf(" (autoscaling group %q has MaxSize %d; the broker's max_nodes is %d: raise the group's MaxSize)", g.name, g.asgMax, maxN)
+	}
+	return b, nil
 }

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -57,6 +58,37 @@ type Config struct {
 	// NotifyBuffer is the capacity of the unschedulable-pod channel
 	// (default 1: one pending wake-up is enough for a batching tick loop).
 	NotifyBuffer int
+	// StartupTaints are taint keys that a new node carries until it is
+	// initialised (default DefaultStartupTaints). A key ending in "/" is a
+	// prefix. A node carrying one is capacity still arriving, never a ready
+	// node the pending pods do not fit: it must not trigger a second buy.
+	StartupTaints []string
+	// StaleAfter bounds how old the adapter's view of the cluster may be:
+	// when no call to the API server has succeeded for this long, or an
+	// informer's watch failed and has not resynced since, Observe fails
+	// with broker.ErrStale (default 30s).
+	StaleAfter time.Duration
+}
+
+// DefaultStartupTaints are the taints well-known components put on a node
+// while it starts, after the cluster autoscaler's list of taints it ignores
+// on new nodes (utils/taints: the node lifecycle controller's condition
+// taints, the cloud controller's uninitialized taint, and the
+// startup-taint/ignore-taint prefixes), plus the CNI and storage agents'
+// own and the Node Readiness Controller's prefix that NVIDIA's GPU
+// readiness rule uses (readiness.k8s.io/nvidia-gpu-not-ready) until the
+// device plugin is up.
+var DefaultStartupTaints = []string{
+	"node.kubernetes.io/not-ready",
+	"node.kubernetes.io/unreachable",
+	"node.kubernetes.io/network-unavailable",
+	"node.cloudprovider.kubernetes.io/uninitialized",
+	"node.cilium.io/agent-not-ready",
+	"ebs.csi.aws.com/agent-not-ready",
+	"efs.csi.aws.com/agent-not-ready",
+	"readiness.k8s.io/",
+	"startup-taint.cluster-autoscaler.kubernetes.io/",
+	"ignore-taint.cluster-autoscaler.kubernetes.io/",
 }
 
 // Defaults returns c with every unset field set to its default.
@@ -78,6 +110,12 @@ func (c Config) Defaults() Config {
 	}
 	if c.NotifyBuffer == 0 {
 		c.NotifyBuffer = 1
+	}
+	if len(c.StartupTaints) == 0 {
+		c.StartupTaints = append([]string(nil), DefaultStartupTaints...)
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = 30 * time.Second
 	}
 	return c
 }
@@ -102,8 +140,25 @@ func (c Config) Validate() error {
 		return broker.Invalid("resync_period", "must not be negative, got %s", c.ResyncPeriod)
 	case c.NotifyBuffer < 0:
 		return broker.Invalid("notify_buffer", "must not be negative, got %d", c.NotifyBuffer)
+	case c.StaleAfter < 0:
+		return broker.Invalid("stale_after", "must not be negative, got %s", c.StaleAfter)
+	}
+	for i, k := range c.StartupTaints {
+		if strings.TrimSuffix(k, "/") == "" || strings.ContainsAny(k, " =:") {
+			return broker.Invalid(fmt.Sprintf("startup_taints[%d]", i), "must be a taint key or a prefix ending in /, got %q", k)
+		}
 	}
 	return nil
+}
+
+// isStartupTaint reports whether key is one of StartupTaints.
+func (c *Config) isStartupTaint(key string) bool {
+	for _, k := range c.StartupTaints {
+		if k == key || strings.HasSuffix(k, "/") && strings.HasPrefix(key, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // tenantOf returns the tenant a namespace maps to, and false if none.

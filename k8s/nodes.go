@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -14,6 +15,7 @@ const (
 	NodeNotReady         = "not-ready"          // kubelet not Ready yet or any more
 	NodeGPUNotAdvertised = "gpu-not-advertised" // Ready, but the device plugin has not reported GPUs
 	NodeCordoned         = "cordoned"           // unschedulable
+	NodeDown             = "down"               // was Ready, now NotReady or Unknown
 )
 
 // NodeDetail is what Observe knows about a node beyond broker.Node.
@@ -51,12 +53,50 @@ func (c *Config) isGPUNode(n *corev1.Node) bool {
 }
 
 func nodeReady(n *corev1.Node) (bool, time.Time) {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
-		}
+	if c := readyCondition(n); c != nil {
+		return c.Status == corev1.ConditionTrue, c.LastTransitionTime.Time
 	}
 	return false, n.CreationTimestamp.Time
+}
+
+func readyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+			return c
+		}
+	}
+	return nil
+}
+
+// nodeStatusNeverUpdated is the reason the node lifecycle controller gives
+// a Ready=Unknown condition of a node whose kubelet never posted status: a
+// node still booting, not one that died.
+const nodeStatusNeverUpdated = "NodeStatusNeverUpdated"
+
+// downReason says why a node that is not Ready had been Ready before, or ""
+// when nothing shows it ever was (a new node still starting). It had been
+// if the observer saw it Ready, if the node lifecycle controller set Ready
+// to Unknown because its kubelet stopped posting status, or if user pods
+// run on it (the scheduler binds none to a node that never was Ready).
+func downReason(cond *corev1.NodeCondition, seenReady bool, userPodsRunning bool) string {
+	if cond == nil && !seenReady && !userPodsRunning {
+		return ""
+	}
+	unknown := cond != nil && cond.Status == corev1.ConditionUnknown && cond.Reason != nodeStatusNeverUpdated
+	if !seenReady && !unknown && !userPodsRunning {
+		return ""
+	}
+	if cond == nil {
+		return "node lost its Ready condition"
+	}
+	why := cond.Reason
+	if cond.Message != "" {
+		why += ": " + cond.Message
+	}
+	if why == "" {
+		return "node is Ready=" + string(cond.Status)
+	}
+	return "node is Ready=" + string(cond.Status) + " (" + why + ")"
 }
 
 // ownerOf reads the gpubroker.io/owner taint: no taint means the
@@ -109,16 +149,33 @@ func podTerminal(pod *corev1.Pod) bool {
 // (hdfs://namenode:8020/path); its age is the work a preemption would lose.
 const CheckpointDirAnnotation = "gpubroker.io/checkpoint-dir"
 
-// startupTaints are put on a new node until it is ready and initialised.
-var startupTaints = map[string]bool{
-	"node.kubernetes.io/not-ready":                   true,
-	"node.kubernetes.io/network-unavailable":         true,
-	"node.cloudprovider.kubernetes.io/uninitialized": true,
+// wasReady records a node seen Ready and reports whether it ever was.
+func (c *classifier) wasReady(uid types.UID, ready bool) bool {
+	if uid == "" {
+		return ready
+	}
+	if ready {
+		c.readySeen.Store(uid, struct{}{})
+		return true
+	}
+	_, ok := c.readySeen.Load(uid)
+	return ok
+}
+
+// forgetNodes drops the memory of nodes not in present (deleted nodes).
+func (c *classifier) forgetNodes(present map[types.UID]bool) {
+	c.readySeen.Range(func(k, _ any) bool {
+		if !present[k.(types.UID)] {
+			c.readySeen.Delete(k)
+		}
+		return true
+	})
 }
 
 func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node, NodeDetail) {
 	alloc := nodeGPUs(n.Status.Allocatable)
 	ready, since := nodeReady(n)
+	seenReady := c.wasReady(n.UID, ready)
 	d := NodeDetail{
 		Ready:          ready,
 		Unschedulable:  n.Spec.Unschedulable,
@@ -144,7 +201,7 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 	}
 	starting := false
 	for _, t := range n.Spec.Taints {
-		if startupTaints[t.Key] {
+		if c.cfg.isStartupTaint(t.Key) {
 			// Transient: the node lifecycle controller or the cloud
 			// controller lifts it. Such a node is capacity still arriving.
 			starting = true
@@ -152,7 +209,7 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		}
 		bn.Taints = append(bn.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
 	}
-	userWork := 0
+	userWork, userRunning := 0, false
 	for _, pod := range pods {
 		if podTerminal(pod) {
 			continue
@@ -177,10 +234,30 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		bn.GPUsAllocated += w.GPUs
 		if !w.System {
 			userWork++
+			userRunning = userRunning || pod.Status.Phase == corev1.PodRunning
 		}
 		bn.Work = append(bn.Work, w)
 	}
+	if !ready {
+		bn.Down = downReason(readyCondition(n), seenReady, userRunning)
+	}
 	switch {
+	case bn.Down != "":
+		// IMPORTANT: a node that was Ready and failed (kubelet stopped, node
+		// unreachable) is not capacity on its way, whatever taints the node
+		// lifecycle controller put on it: reporting it as registered would
+		// let it absorb the demand it can no longer serve and hold its pool
+		// in the provision backoff. It keeps the phase it had while up, with
+		// Down saying why it is down since its Ready transition.
+		bn.DownSince, d.Reason = since, NodeDown
+		switch {
+		case n.Spec.Unschedulable && userWork > 0:
+			bn.Phase = broker.PhaseDraining
+		case n.Spec.Unschedulable:
+			bn.Phase = broker.PhaseDrained
+		default:
+			bn.Phase = broker.PhaseActive
+		}
 	case !ready:
 		bn.Phase, d.Reason = broker.PhaseRegistered, NodeNotReady
 	case !d.GPUsAdvertised:

@@ -13,6 +13,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -66,6 +67,7 @@ type Observer struct {
 	cls     *classifier
 	notify  chan struct{}
 	now     func() time.Time
+	health  *health
 
 	mu     sync.Mutex
 	synced bool
@@ -95,6 +97,13 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	o.pdbs = o.factory.Policy().V1().PodDisruptionBudgets().Informer()
 	o.classes = o.factory.Scheduling().V1().PriorityClasses().Informer()
 	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache()}
+	o.health = &health{client: client, staleAfter: cfg.StaleAfter, now: func() time.Time { return o.now() },
+		failing: map[string]watchFailure{}}
+	for name, inf := range o.informers() {
+		if err := inf.SetWatchErrorHandlerWithContext(o.health.watchErrorHandler(name, inf)); err != nil {
+			return nil, fmt.Errorf("set %s watch error handler: %w", name, err)
+		}
+	}
 	if _, err := o.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { o.onPod(nil, obj) },
 		UpdateFunc: o.onPod,
@@ -102,6 +111,11 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 		return nil, fmt.Errorf("add pod handler: %w", err)
 	}
 	return o, nil
+}
+
+// informers names the observer's informers.
+func (o *Observer) informers() map[string]cache.SharedIndexInformer {
+	return map[string]cache.SharedIndexInformer{"pods": o.pods, "nodes": o.nodes, "pdbs": o.pdbs, "priorityclasses": o.classes}
 }
 
 // stripManagedFields drops what Observe never reads, to keep 20,000 pods
@@ -138,6 +152,8 @@ func (o *Observer) Start(ctx context.Context) error {
 	o.mu.Lock()
 	o.synced = true
 	o.mu.Unlock()
+	o.health.synced()
+	go o.health.run(ctx)
 	o.log.Debug("k8s informers synced", "took_ms", time.Since(start).Milliseconds())
 	return nil
 }
@@ -190,7 +206,9 @@ func (o *Observer) priorityOf(name string) (int64, bool) {
 
 // Observe returns pending demand, the pending GPU pods with why they count
 // or not, the GPU nodes with their work and the PDBs, all from the informer
-// caches. It fails with broker.ErrStale before the caches have synced.
+// caches. It fails with broker.ErrStale before the caches have synced, and
+// when they may be older than Config.StaleAfter: no call to the API server
+// succeeded for that long, or a watch failed and has not resynced since.
 func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	if err := ctx.Err(); err != nil {
 		return Observation{}, err
@@ -200,6 +218,9 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	o.mu.Unlock()
 	if !synced {
 		return Observation{}, fmt.Errorf("observe kubernetes: informers not synced: %w", broker.ErrStale)
+	}
+	if why := o.health.stale(o.informers()); why != "" {
+		return Observation{}, staleError(why)
 	}
 	obs := Observation{At: o.now(), NodeDetails: map[string]NodeDetail{}}
 
@@ -255,7 +276,9 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	sort.Slice(obs.Demand, func(i, j int) bool { return obs.Demand[i].Name < obs.Demand[j].Name })
 
 	obs.Nodes = make([]broker.Node, 0, len(gpuNodes))
+	present := make(map[types.UID]bool, len(gpuNodes))
 	for _, n := range gpuNodes {
+		present[n.UID] = true
 		pods := podsOn[n.Name]
 		sort.Slice(pods, func(i, j int) bool {
 			if pods[i].Namespace != pods[j].Namespace {
@@ -267,6 +290,7 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		obs.Nodes = append(obs.Nodes, bn)
 		obs.NodeDetails[n.Name] = d
 	}
+	o.cls.forgetNodes(present)
 	sort.Slice(obs.Nodes, func(i, j int) bool { return obs.Nodes[i].Name < obs.Nodes[j].Name })
 
 	for _, obj := range o.pdbs.GetStore().List() {

@@ -95,6 +95,8 @@ type classifier struct {
 	reqs *requestCache
 	// tenants memoises cfg.tenantOf per namespace (the config never changes).
 	tenants sync.Map // namespace -> tenantResult
+	// readySeen holds the UIDs of nodes seen Ready (see wasReady).
+	readySeen sync.Map // types.UID -> struct{}
 }
 
 type tenantResult struct {
@@ -242,8 +244,14 @@ func (c *classifier) demand(pod *corev1.Pod, r PodReport, now time.Time) broker.
 		Units:       1,
 		Constraints: r.Constraints,
 		Preemptible: c.preemptible(pod, r.Priority),
-		FirstSeen:   r.Created,
-		LastSeen:    now,
+		// preemptionPolicy: Never asks the scheduler never to preempt for
+		// the pod; the broker honours it too.
+		NoPreempt: pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever,
+		// The PodScheduled condition's message ("0/3 nodes are available:
+		// 3 Insufficient nvidia.com/gpu.") is the scheduler's reason.
+		SchedulerReason: r.Detail,
+		FirstSeen:       r.Created,
+		LastSeen:        now,
 	}
 }
 

@@ -109,9 +109,10 @@ func TestDemandFromReferencePod(t *testing.T) {
 			}}}},
 			Tolerations: []broker.Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}},
 		},
-		Preemptible: true,
-		FirstSeen:   p.CreationTimestamp.Time,
-		LastSeen:    now,
+		Preemptible:     true,
+		SchedulerReason: "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+		FirstSeen:       p.CreationTimestamp.Time,
+		LastSeen:        now,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("demand (-want +got):\n%s", diff)

@@ -55,7 +55,7 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	if err != nil {
 		return broker.SideObservation{}, err
 	}
-	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: o.Nodes, Closed: map[string]string{}}
+	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: chargeTenants(o.Nodes, idx), Closed: map[string]string{}}
 	live := map[string]bool{}
 	for _, d := range o.Demand {
 		tenant, ok := idx.Namespaces[d.Queue]
@@ -96,6 +96,27 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	return out, nil
 }
 
+// chargeTenants charges running pods to the tenant their namespace maps to
+// in idx, the mapping pending demand uses, so a tenant's quota counts what
+// it runs; a pod of an unmapped namespace is charged to no tenant. The
+// observer's nodes are not modified.
+func chargeTenants(nodes []broker.Node, idx broker.TenantIndex) []broker.Node {
+	out := make([]broker.Node, len(nodes))
+	for i, n := range nodes {
+		if len(n.Work) > 0 {
+			work := make([]broker.Workload, len(n.Work))
+			for j, w := range n.Work {
+				ns, _, _ := strings.Cut(w.Name, "/")
+				w.Tenant = idx.Namespaces[ns]
+				work[j] = w
+			}
+			n.Work = work
+		}
+		out[i] = n
+	}
+	return out
+}
+
 // Release cordons node with the owner taint and drains it for at most one
 // drain step. It reports drained, or what is left and which budget blocks.
 func (s *Side) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
@@ -131,9 +152,38 @@ func (s *Side) Evict(ctx context.Context, node string, w broker.Workload) error 
 	if !ok {
 		return fmt.Errorf("evict workload %q on %s: name is not namespace/name", w.Name, node)
 	}
-	err := s.client.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	// IMPORTANT: the victim is re-read from the API server, not the
+	// informer cache, and evicted with its UID as a precondition: a pod that
+	// finished, left the node or was recreated under the same name since the
+	// plan was made is not the work the plan chose, and must not be evicted.
+	pod, err := s.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("evict pod %s on %s: read pod: %w", w.Name, node, apiError(err))
+	}
+	if w.Key != "" && string(pod.UID) != w.Key || pod.Spec.NodeName != node || podTerminal(pod) {
+		s.act.log.Info("eviction victim is gone; not evicting its successor", "node", node, "pod", w.Name,
+			"want_uid", w.Key, "uid", string(pod.UID), "pod_node", pod.Spec.NodeName)
+		return nil
+	}
+	uid := pod.UID
+	err = s.client.PolicyV1().Evictions(ns).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: ns, Name: name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if apierrors.IsConflict(err) {
+		// The UID precondition failed (replaced between the read and the
+		// eviction), or a write raced: success only if the victim is gone.
+		again, gerr := s.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) || gerr == nil && again.UID != uid {
+			return nil
+		}
+		return fmt.Errorf("evict pod %s on %s: %w", w.Name, node, apiError(err))
 	}
 	if err != nil {
 		return fmt.Errorf("evict pod %s on %s: %w", w.Name, node, err)

@@ -109,3 +109,61 @@ func (s *Store) OpenOps(ctx context.Context) ([]broker.Op, error) {
 	ops, err := pgx.CollectRows(rows, scanOp)
 	return ops, mapError("list open ops", err)
 }
+
+// OpFilter selects ops for the API, newest first. State is one op state,
+// or "open" for pending and running ones; empty fields select everything.
+type OpFilter struct {
+	State, Kind, Pool, Node string
+	Limit                   int
+	// BeforeID is the cursor: the ID of the last row of the previous page.
+	BeforeID int64
+}
+
+// ListOps reads the ops journal, newest first, for operators: what is in
+// flight, what failed and why.
+func (s *Store) ListOps(ctx context.Context, f OpFilter) ([]broker.Op, error) {
+	limit, err := pageLimit(f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	states := []string{f.State}
+	switch f.State {
+	case "":
+		states = nil
+	case "open":
+		states = []string{string(broker.OpPending), string(broker.OpRunning)}
+	}
+	rows, err := s.pool.Query(ctx, opSelect+`
+		WHERE (cardinality($1::text[]) = 0 OR state = ANY($1)) AND ($2 = '' OR kind = $2)
+		  AND ($3 = '' OR pool = $3) AND ($4 = '' OR node = $4) AND ($5 = 0 OR id < $5)
+		ORDER BY id DESC LIMIT $6`,
+		nonNil(states), f.Kind, f.Pool, f.Node, f.BeforeID, limit)
+	if err != nil {
+		return nil, mapError("list ops", err)
+	}
+	ops, err := pgx.CollectRows(rows, scanOp)
+	return ops, mapError("list ops", err)
+}
+
+// OpCount is how many ops of one kind are in one state.
+type OpCount struct {
+	Kind  broker.ActionKind
+	State broker.OpState
+	Count int
+}
+
+// CountOps counts the journal's ops by kind and state, for metrics.
+func (s *Store) CountOps(ctx context.Context) ([]OpCount, error) {
+	rows, err := s.pool.Query(ctx, `SELECT kind, state, count(*) FROM ops GROUP BY kind, state ORDER BY kind, state`)
+	if err != nil {
+		return nil, mapError("count ops", err)
+	}
+	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OpCount, error) {
+		var c OpCount
+		var kind, state string
+		err := r.Scan(&kind, &state, &c.Count)
+		c.Kind, c.State = broker.ActionKind(kind), broker.OpState(state)
+		return c, err
+	})
+	return cs, mapError("count ops", err)
+}

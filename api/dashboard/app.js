@@ -154,6 +154,20 @@ function renderDecisions(page) {
   replaceRows($("#decisions tbody"), rows, "no decisions yet", 4);
 }
 
+// renderOps lists open ops, then recently failed ones with why they ended.
+function renderOps(open, failed) {
+  const rows = open.items.concat(failed.items).slice(0, 20).map(o => el("tr", {},
+    el("td", { class: "num" }, "#" + o.id),
+    el("td", {}, el("span", { class: "tag " + o.kind }, o.kind)),
+    el("td", {}, o.node || o.pool || ""),
+    el("td", {}, el("span", { class: "tag " + (o.state === "failed" ? "bad" : o.state) }, o.state)),
+    el("td", {}, o.step || ""),
+    el("td", { class: "num" }, o.attempts),
+    el("td", { class: "reason" }, o.last_error ? o.reason + " — " + o.last_error : o.reason),
+    el("td", {}, fmtTime(o.updated_at))));
+  replaceRows($("#ops tbody"), rows, "no open or failed operations", 8);
+}
+
 // chart draws stacked areas (busy, idle, in flight) and the pending demand
 // line of one side as SVG.
 function chart(container, points, side) {
@@ -263,15 +277,17 @@ let lastSeries = null;
 
 async function refresh() {
   try {
-    const [cap, series, nodes, demand, decisions] = await Promise.all([
+    const [cap, series, nodes, demand, decisions, openOps, failedOps] = await Promise.all([
       api("/capacity"), api("/capacity/series?window=" + SERIES_WINDOW), api("/nodes"),
-      api("/demand?limit=50"), api("/decisions?limit=20")]);
+      api("/demand?limit=50"), api("/decisions?limit=20"),
+      api("/ops?state=open&limit=20"), api("/ops?state=failed&limit=10")]);
     renderSides(cap);
     renderPools(cap);
     renderDemandGroups(cap);
     renderNodes(nodes.items);
     renderDemand(demand);
     renderDecisions(decisions);
+    renderOps(openOps, failedOps);
     lastSeries = series;
     drawCharts();
     renderStatus(cap.runtime);

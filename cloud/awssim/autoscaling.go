@@ -171,6 +171,11 @@ func (s *Server) describeGroups(form url.Values) (any, *apiError) {
 	if aerr != nil {
 		return nil, aerr
 	}
+	for _, n := range window {
+		if s.faults.describeFails(n) {
+			return nil, &apiError{status: http.StatusInternalServerError, code: "InternalFailure", message: "An internal error occurred."}
+		}
+	}
 	resp := &describeGroupsResponse{Xmlns: asgNamespace}
 	resp.Result.NextToken = next
 	for _, n := range window {

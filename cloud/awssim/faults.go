@@ -18,6 +18,7 @@ type faults struct {
 	launchDelay    map[string]time.Duration
 	neverRegister  map[string]int
 	terminateHalf  int
+	describeFail   map[string]int // by group
 }
 
 type launchFailure struct {
@@ -31,6 +32,7 @@ func newFaults() faults {
 		launchFailures: map[string]launchFailure{},
 		launchDelay:    map[string]time.Duration{},
 		neverRegister:  map[string]int{},
+		describeFail:   map[string]int{},
 	}
 }
 
@@ -123,4 +125,33 @@ func (s *Server) FailTerminateHalfway(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults.terminateHalf = n
+}
+
+// FailDescribe makes the next n DescribeAutoScalingGroups calls whose
+// answer would include group answer HTTP 500 InternalFailure instead, as
+// during a partial outage of the service; the SDK retries each. n < 0
+// fails them until FailDescribe(group, 0) clears it.
+func (s *Server) FailDescribe(group string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n == 0 {
+		delete(s.faults.describeFail, group)
+		return
+	}
+	s.faults.describeFail[group] = n
+}
+
+// describeFails reports whether a describe that includes group fails now.
+func (f *faults) describeFails(group string) bool {
+	n, ok := f.describeFail[group]
+	if !ok {
+		return false
+	}
+	fire := take(&n)
+	if n == 0 {
+		delete(f.describeFail, group)
+	} else {
+		f.describeFail[group] = n
+	}
+	return fire
 }

@@ -58,6 +58,15 @@ type kubernetesConfig struct {
 	// GPUNodeLabels mark nodes that will offer GPUs before their device
 	// plugin reports, e.g. {infra-type: gpu}.
 	GPUNodeLabels map[string]string `yaml:"gpu_node_labels"`
+	// StartupTaints are taint keys (or prefixes ending in "/") that new
+	// nodes carry while they start, added to the built-in list
+	// (k8s.DefaultStartupTaints: not-ready, unreachable, Cilium's
+	// agent-not-ready, the cluster autoscaler's startup-taint prefix, ...).
+	// A node carrying one is capacity in flight, never a second buy.
+	StartupTaints []string `yaml:"startup_taints"`
+	// StaleAfter bounds how old the watch caches may be before the
+	// Kubernetes side is stale (default 30s).
+	StaleAfter broker.Duration `yaml:"stale_after"`
 }
 
 type cloudConfig struct {
@@ -238,6 +247,15 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	c.policy = p
 
+	kc := fc.Kubernetes
+	if kc.StaleAfter < 0 {
+		return nil, broker.Invalid("kubernetes.stale_after", "must not be negative, got %s", kc.StaleAfter)
+	}
+	for i, k := range kc.StartupTaints {
+		if strings.TrimSuffix(k, "/") == "" || strings.ContainsAny(k, " =:") {
+			return nil, broker.Invalid(fmt.Sprintf("kubernetes.startup_taints[%d]", i), "must be a taint key such as example.com/agent-not-ready, or a prefix ending in /, got %q", k)
+		}
+	}
 	names := map[string]bool{}
 	for i, pl := range fc.Pools {
 		prefix := "pools[" + strconv.Itoa(i) + "]"

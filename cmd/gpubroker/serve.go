@@ -45,7 +45,7 @@ func wire(ctx context.Context, c *config, log *slog.Logger, migrate bool) (*wire
 		return nil, err
 	}
 	provider, err := cloud.New(ctx, cloud.Config{Region: c.file.Cloud.Region, Endpoint: c.file.Cloud.Endpoint,
-		Pools: cloudPools(c.pools), MaxProvisionTime: c.policy.MaxProvisionTime.D(), Logger: log})
+		Pools: cloudPools(c.pools), Bounds: storeBounds(st), MaxProvisionTime: c.policy.MaxProvisionTime.D(), Logger: log})
 	if err != nil {
 		st.Close()
 		return nil, fmt.Errorf("cloud provider: %w", err)

@@ -23,11 +23,33 @@ import (
 )
 
 // seed writes the configuration's pools, tenants and policy into the
-// store: pools are upserted (the file owns their definition), tenants are
-// created when missing (the API owns them afterwards), and the policy is
-// stored only when none is (edits through the API win over the file).
+// store: pools are upserted (the file owns their definition, except the
+// bounds of a pool already stored), tenants are created when missing (the
+// API owns them afterwards), and the policy is stored only when none is
+// (edits through the API win over the file).
+//
+// IMPORTANT: pool bounds have one owner, the store. The file seeds
+// min_nodes and max_nodes of a new pool; for a stored pool the stored
+// values (perhaps edited through the API) win, and a file value that
+// differs is logged with both values, never silently applied or dropped.
 func seed(ctx context.Context, st *store.Store, c *config, log *slog.Logger) error {
 	for _, p := range c.pools {
+		cur, err := st.GetPool(ctx, p.Name)
+		switch {
+		case err == nil:
+			for _, f := range []struct {
+				field        string
+				file, stored int
+			}{{"min_nodes", p.MinNodes, cur.MinNodes}, {"max_nodes", p.MaxNodes, cur.MaxNodes}} {
+				if f.file != f.stored {
+					log.Warn("pool bound in the configuration file differs from the stored one; keeping the stored value (pool bounds are edited through the API once a pool exists: PATCH /api/v1/pools/{name})",
+						"pool", p.Name, "field", f.field, "file_value", f.file, "stored_value", f.stored)
+				}
+			}
+			p.MinNodes, p.MaxNodes = cur.MinNodes, cur.MaxNodes
+		case !errors.Is(err, broker.ErrNotFound):
+			return fmt.Errorf("seed pool %s: %w", p.Name, err)
+		}
 		if _, err := st.UpsertPool(ctx, p); err != nil {
 			return fmt.Errorf("seed pool %s: %w", p.Name, err)
 		}
@@ -66,6 +88,32 @@ func cloudPools(pools []broker.Pool) []cloud.PoolConfig {
 	return out
 }
 
+// storeBounds reads pool bounds from the store for the cloud provider on
+// every scaling call, so edits through the API apply at once.
+func storeBounds(st *store.Store) func(ctx context.Context, pool string) (int, int, bool, error) {
+	return func(ctx context.Context, pool string) (int, int, bool, error) {
+		p, err := st.GetPool(ctx, pool)
+		if errors.Is(err, broker.ErrNotFound) {
+			return 0, 0, false, nil
+		}
+		if err != nil {
+			return 0, 0, false, err
+		}
+		return p.MinNodes, p.MaxNodes, true, nil
+	}
+}
+
+// kubeConfig is the adapter configuration from the file's kubernetes
+// section; startup taints listed there are added to the built-in ones.
+func kubeConfig(kc kubernetesConfig) k8s.Config {
+	cfg := k8s.Config{NamespaceIsTenant: true, GPUModelLabel: kc.GPUModelLabel, SchedulerNames: kc.SchedulerNames,
+		GPUNodeLabels: kc.GPUNodeLabels, StaleAfter: kc.StaleAfter.D()}
+	if len(kc.StartupTaints) > 0 {
+		cfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), kc.StartupTaints...)
+	}
+	return cfg
+}
+
 // kubeClient builds a client from a kubeconfig file, or in-cluster.
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	var rc *rest.Config
@@ -91,8 +139,7 @@ type sides struct {
 
 // kubeSide starts the Kubernetes informers and returns the side.
 func kubeSide(ctx context.Context, client kubernetes.Interface, kc kubernetesConfig, log *slog.Logger) (*k8s.Side, <-chan struct{}, error) {
-	cfg := k8s.Config{NamespaceIsTenant: true, GPUModelLabel: kc.GPUModelLabel, SchedulerNames: kc.SchedulerNames,
-		GPUNodeLabels: kc.GPUNodeLabels}
+	cfg := kubeConfig(kc)
 	obs, err := k8s.NewObserver(client, cfg, log)
 	if err != nil {
 		return nil, nil, err

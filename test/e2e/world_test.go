@@ -107,6 +107,8 @@ type worldOptions struct {
 	namespace  string
 	bootDelay  time.Duration
 	preemption bool
+	// extra shapes the safety scenarios (safety_test.go).
+	extra safetyOptions
 }
 
 func newWorld(t *testing.T, o worldOptions) *world {
@@ -136,6 +138,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	pol.DrainTimeout = broker.Duration(time.Minute)
 	pol.MaxProvisionTime = broker.Duration(2 * time.Minute)
 	pol.Preemption = o.preemption
+	if o.extra.unhealthyTimeout > 0 {
+		pol.UnhealthyNodeTimeout = broker.Duration(o.extra.unhealthyTimeout)
+	}
 	if _, err := st.UpdatePolicy(ctx, pol); err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +165,12 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	w.aws = awssim.New(awssim.Config{LaunchDelay: 200 * time.Millisecond, BootDelay: o.bootDelay,
 		TerminateDelay: 200 * time.Millisecond, Logger: log,
 		BootHook: func(in awssim.Instance) {
-			if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: in.PrivateDNSName, GPUs: 4, Model: "A100",
-				Labels: gpuLabels, Taints: []corev1.Taint{gpuTaint}, ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
+			labels, model := gpuLabels, "A100"
+			if in.Group != poolName { // an extra pool of safety_test.go
+				labels, model = map[string]string{"infra-type": "other"}, "A10G"
+			}
+			if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: in.PrivateDNSName, GPUs: 4, Model: model,
+				Labels: labels, Taints: append([]corev1.Taint{gpuTaint}, o.extra.bootTaints...), ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
 				t.Errorf("boot %s: %v", in.ID, err)
 			}
 			if err := ysim.AddNode(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err == nil {
@@ -183,12 +192,15 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	minN, maxN := 0, o.maxNodes
 	provider, err := cloud.New(ctx, cloud.Config{Region: "us-east-1", Endpoint: endpoint,
 		Credentials: credentials.NewStaticCredentialsProvider("e2e", "e2e", ""),
-		Pools:       []cloud.PoolConfig{{Name: poolName, GPUsPerNode: 4, GPUModel: "A100", MinNodes: &minN, MaxNodes: &maxN}}})
+		Pools:       append([]cloud.PoolConfig{{Name: poolName, GPUsPerNode: 4, GPUModel: "A100", MinNodes: &minN, MaxNodes: &maxN}}, w.extraPools(o.extra)...)})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	kcfg := k8s.Config{NamespaceIsTenant: true, GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
+	if len(o.extra.startupTaints) > 0 {
+		kcfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), o.extra.startupTaints...)
+	}
 	obs, err := k8s.NewObserver(kubeEnv.Client, kcfg, log)
 	if err != nil {
 		t.Fatal(err)

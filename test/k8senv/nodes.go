@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -106,4 +108,49 @@ func (e *Env) AdvertiseGPUs(ctx context.Context, name string, gpus int) error {
 		return fmt.Errorf("advertise gpus on node %q: %w", name, err)
 	}
 	return nil
+}
+
+// StopKubelet makes the node's kubelet stop posting status, as when a
+// kubelet dies or its machine becomes unreachable: the node lifecycle
+// controller marks it Ready=Unknown ("Kubelet stopped posting node
+// status.") after its grace period and taints it unreachable. Pods bound to
+// it stay bound.
+//
+// KWOK keeps renewing the lease of a node it manages even after the node's
+// annotation changes, so the node object is recreated at once without the
+// KWOK annotation, with its labels, taints, provider ID and last status
+// (the object gets a new UID; the pod garbage collector's quarantine keeps
+// the bound pods through the moment it is absent).
+func (e *Env) StopKubelet(ctx context.Context, name string) error {
+	n, err := e.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("stop kubelet of node %q: %w", name, err)
+	}
+	if err := e.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("stop kubelet of node %q: delete: %w", name, err)
+	}
+	again := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, Annotations: map[string]string{}},
+		Spec:       corev1.NodeSpec{Taints: n.Spec.Taints, ProviderID: n.Spec.ProviderID, PodCIDR: n.Spec.PodCIDR, PodCIDRs: n.Spec.PodCIDRs},
+		Status:     n.Status,
+	}
+	for k, v := range n.Annotations {
+		if k != KWOKAnnotation {
+			again.Annotations[k] = v
+		}
+	}
+	for {
+		_, err = e.Client.CoreV1().Nodes().Create(ctx, again, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) || ctx.Err() != nil {
+			return fmt.Errorf("stop kubelet of node %q: recreate: %w", name, err)
+		}
+		select { // the deletion has not finished yet
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
