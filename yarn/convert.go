@@ -49,6 +49,16 @@ func convertApps(r *appsResponse) []App {
 			Priority:          int64(w.Priority),
 			Started:           millis(w.StartedTime),
 			RunningContainers: int(w.RunningContainers),
+			AllocatedMB:       int64(w.AllocatedMB),
+			AllocatedVCores:   int64(w.AllocatedVCores),
+			AllocatedGPUs:     -1,
+		}
+		if w.ResourceInfo != nil {
+			a.AllocatedGPUs = 0
+			for _, p := range w.ResourceInfo.ResourceUsagesByPartition {
+				g, _ := p.Used.get(GPUResource)
+				a.AllocatedGPUs += int(g)
+			}
 		}
 		if w.ApplicationTags != "" {
 			a.Tags = strings.Split(w.ApplicationTags, ",")
@@ -113,6 +123,7 @@ func convertNodes(r *nodesResponse) []Node {
 			GPUsUsed:      int(used),
 			GPUsAvailable: int(avail),
 			Containers:    int(w.NumContainers),
+			HTTPAddress:   w.NodeHTTPAddress,
 			HealthReport:  w.HealthReport,
 			LastHealth:    millis(w.LastHealthUpdate),
 			Version:       w.Version,
