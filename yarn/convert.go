@@ -1,7 +1,9 @@
 package yarn
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -53,11 +55,16 @@ func convertApps(r *appsResponse) []App {
 			AllocatedVCores:   int64(w.AllocatedVCores),
 			AllocatedGPUs:     -1,
 		}
-		if w.ResourceInfo != nil {
+		if a.RunningContainers == 0 {
 			a.AllocatedGPUs = 0
-			for _, p := range w.ResourceInfo.ResourceUsagesByPartition {
-				g, _ := p.Used.get(GPUResource)
-				a.AllocatedGPUs += int(g)
+		} else if len(w.ResourceInfo) > 0 && !bytes.Equal(w.ResourceInfo, []byte("null")) {
+			var ri appResourceInfo
+			if err := json.Unmarshal(w.ResourceInfo, &ri); err == nil {
+				a.AllocatedGPUs = 0
+				for _, p := range ri.ResourceUsagesByPartition {
+					g, _ := p.Used.get(GPUResource)
+					a.AllocatedGPUs += int(g)
+				}
 			}
 		}
 		if w.ApplicationTags != "" {

@@ -175,7 +175,9 @@ type appInfo struct {
 	ResourceSeconds   entryMap              `json:"resourceSecondsMap"`
 	ResourceRequests  list[resourceRequest] `json:"resourceRequests"`
 	Unmanaged         bool                  `json:"unmanagedApplication"`
-	ResourceInfo      *appResourceInfo      `json:"resourceInfo"`
+	// ResourceInfo is decoded (into appResourceInfo) only for apps that
+	// hold containers: it is most of an app's answer.
+	ResourceInfo json.RawMessage `json:"resourceInfo"`
 }
 
 type resourceRequest struct {
