@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/url"
 	"slices"
 	"strings"
@@ -23,9 +24,11 @@ import (
 const (
 	// containerRefresh bounds how long a cached container list is trusted
 	// even when nothing suggests it changed (a container that ended and was
-	// replaced by one of the same size on the same node leaves every count
-	// as it was).
-	containerRefresh = 5 * time.Minute
+	// replaced by one of the same size on the same node between two polls
+	// leaves every count as it was). Each app's list is trusted for
+	// between one and two times this, spread by its id, so lists fetched
+	// together are not all fetched again together.
+	containerRefresh = 2 * time.Minute
 	// containerConcurrency bounds the per-app calls in flight.
 	containerConcurrency = 16
 )
@@ -44,10 +47,22 @@ type allocation struct {
 	containers int
 	mb, vcores int64
 	gpus       int
+	// pending is the GPU containers still asked for: an ask served
+	// between polls changes it even when a finished container of the same
+	// size on the same node leaves the allocation as it was.
+	pending int
 }
 
 func allocationOf(a *App) allocation {
-	return allocation{containers: a.RunningContainers, mb: a.AllocatedMB, vcores: a.AllocatedVCores, gpus: a.AllocatedGPUs}
+	return allocation{containers: a.RunningContainers, mb: a.AllocatedMB, vcores: a.AllocatedVCores,
+		gpus: a.AllocatedGPUs, pending: a.PendingContainers()}
+}
+
+// trustFor is how long the cached container list of app is trusted.
+func trustFor(app string) time.Duration {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(app))
+	return containerRefresh + time.Duration(h.Sum32()%1024)*containerRefresh/1024
 }
 
 // containerCache is the client's memory of container lists between polls.
@@ -81,7 +96,7 @@ func (c *Client) observeContainers(ctx context.Context, obs *Observation) error 
 		}
 		live[a.ID] = true
 		e := c.cache.apps[a.ID]
-		if e != nil && e.fp == allocationOf(a) && now.Sub(e.fetched) < containerRefresh {
+		if e != nil && e.fp == allocationOf(a) && now.Sub(e.fetched) < trustFor(a.ID) {
 			a.Attempt, a.AMContainer, a.Containers = e.attempt, e.am, e.containers
 			continue
 		}
@@ -264,7 +279,7 @@ func (c *Client) attemptContainers(ctx context.Context, app, attempt string) ([]
 	if _, err := c.Get(ctx, path, &r); err != nil {
 		var se *statusError
 		if errors.As(err, &se) && se.code == 404 && se.remote == "" {
-			return nil, fmt.Errorf("%w (this RM does not serve the containers of an app attempt; Hadoop 3.x does)", err)
+			return nil, fmt.Errorf("%w (this RM does not serve the containers of an app attempt; Hadoop 3.3 and 3.5 do)", err)
 		}
 		return nil, err
 	}
