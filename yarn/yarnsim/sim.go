@@ -385,6 +385,29 @@ func (s *Sim) SetNodeState(host, state string) error {
 	return nil
 }
 
+// SetNodeLabels moves a node into the partition of its labels (at most
+// one; none for the default partition), as yarn rmadmin
+// -replaceLabelsOnNode does. Its containers stay.
+func (s *Sim) SetNodeLabels(host string, labels []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[host]
+	if !ok {
+		return fmt.Errorf("yarnsim: node %q: not found", host)
+	}
+	if len(labels) > 1 {
+		return fmt.Errorf("yarnsim: node %q: at most one label, got %v", host, labels)
+	}
+	if n.state == "RUNNING" {
+		s.freeByLabel[label(n.spec.Labels)] -= n.freeGPUs()
+		s.freeByLabel[label(labels)] += n.freeGPUs()
+	}
+	n.spec.Labels = slices.Clone(labels)
+	s.live = nil
+	s.scheduleAll()
+	return nil
+}
+
 // releaseNode returns a node's containers to their apps' pending asks.
 func (s *Sim) releaseNode(n *node) {
 	for a, reqs := range n.allocs {
