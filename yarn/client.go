@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -44,8 +45,12 @@ type Client struct {
 	// reads tens of MiB.
 	bufs sync.Pool
 
-	// cache keeps the container lists of apps between polls.
-	cache containerCache
+	// cache keeps the container lists of apps between polls; nm those of
+	// NodeManagers, read instead once nmMode says the RM lacks the
+	// app-attempt containers endpoint.
+	cache  containerCache
+	nm     nmCache
+	nmMode atomic.Bool
 }
 
 // NewClient returns a client for the RMs in cfg.

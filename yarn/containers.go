@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // Listing the running containers of the apps that hold GPUs: the app list
@@ -79,10 +81,31 @@ const (
 )
 
 // observeContainers fills Attempt, AMContainer and Containers of every app
-// that holds GPUs. Any failed call fails the observation: a node whose
-// containers are unknown must not look idle.
+// that holds GPUs, from the RM or, when the RM lacks the endpoint, from the
+// NodeManagers. Any failed call fails the observation (broker.ErrStale): a
+// node whose containers are unknown must not look idle.
 func (c *Client) observeContainers(ctx context.Context, obs *Observation) error {
 	now := c.cfg.Now()
+	if !c.nmMode.Load() {
+		err := c.observeAttempts(ctx, obs, now)
+		if !errors.Is(err, errNoAttemptContainers) {
+			return err
+		}
+		c.cfg.Logger.WarnContext(ctx, "yarn rm does not list the containers of app attempts; reading them from the NodeManagers", "rm", obs.RM, "err", err)
+		c.nmMode.Store(true)
+	}
+	if err := c.observeNodeManagers(ctx, obs, now); err != nil {
+		if !errors.Is(err, broker.ErrStale) {
+			err = fmt.Errorf("%w: %w", broker.ErrStale, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// observeAttempts lists the containers of the GPU apps through the RM,
+// reusing cached lists where the allocation and the nodes agree.
+func (c *Client) observeAttempts(ctx context.Context, obs *Observation, now time.Time) error {
 	var fetch []*App
 	c.cache.mu.Lock()
 	if c.cache.apps == nil {
@@ -153,45 +176,9 @@ func disagreeingNodes(obs *Observation) []string {
 // listContainers lists the containers of apps, a bounded number at a time,
 // and caches the answers.
 func (c *Client) listContainers(ctx context.Context, apps []*App, now time.Time) error {
-	if len(apps) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-		next = make(chan *App)
-	)
-	for range min(containerConcurrency, len(apps)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for a := range next {
-				if err := c.appContainers(ctx, a, now); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					cancel()
-				}
-			}
-		}()
-	}
-feed:
-	for _, a := range apps {
-		select {
-		case next <- a:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if len(errs) > 0 {
-		// The first error is the cause; the others are mostly the
-		// cancellation it triggered.
-		return fmt.Errorf("list containers of %d apps: %w", len(apps), errs[0])
+	err := c.each(ctx, len(apps), func(ctx context.Context, i int) error { return c.appContainers(ctx, apps[i], now) })
+	if err != nil {
+		return fmt.Errorf("list containers of %d apps: %w", len(apps), err)
 	}
 	return nil
 }
@@ -279,7 +266,7 @@ func (c *Client) attemptContainers(ctx context.Context, app, attempt string) ([]
 	if _, err := c.Get(ctx, path, &r); err != nil {
 		var se *statusError
 		if errors.As(err, &se) && se.code == 404 && se.remote == "" {
-			return nil, fmt.Errorf("%w (this RM does not serve the containers of an app attempt; Hadoop 3.3 and 3.5 do)", err)
+			return nil, fmt.Errorf("%w: %w", errNoAttemptContainers, err)
 		}
 		return nil, err
 	}

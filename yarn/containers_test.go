@@ -266,7 +266,7 @@ func TestContainerListingFailureIsStale(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ name, body, want string }{
 		{"server error", "!500", "NullPointerException"},
-		{"endpoint missing", "!html404", "does not serve the containers"},
+		{"endpoint missing, NodeManager without a web address", "!html404", "nodemanager n1: no web address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rm, c, _ := newScriptedRM(t)

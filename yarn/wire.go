@@ -328,3 +328,41 @@ type containerInfo struct {
 	NodeID             string   `json:"nodeId"`
 	AllocatedResources entryMap `json:"allocatedResources"`
 }
+
+// nmContainersResponse is a NodeManager's GET /ws/v1/node/containers: the
+// containers it runs. The documented form is wrapped ({"containers":
+// {"container": [...]}}); the unwrapped one is read too.
+type nmContainersResponse struct {
+	Container  list[nmContainerInfo] `json:"container"`
+	Containers *struct {
+		Container list[nmContainerInfo] `json:"container"`
+	} `json:"containers"`
+}
+
+func (r *nmContainersResponse) all() []nmContainerInfo {
+	if r.Containers != nil {
+		return append(slices.Clone(r.Container), r.Containers.Container...)
+	}
+	return r.Container
+}
+
+// nmContainerInfo is the NodeManager's ContainerInfo: no GPU count, no
+// start time, no priority.
+type nmContainerInfo struct {
+	ID                  string  `json:"id"`
+	State               string  `json:"state"`
+	NodeID              string  `json:"nodeId"`
+	TotalMemoryNeededMB flexInt `json:"totalMemoryNeededMB"`
+	TotalVCoresNeeded   flexInt `json:"totalVCoresNeeded"`
+}
+
+// nmGPUResponse is a NodeManager's GET /ws/v1/node/resources/yarn.io%2Fgpu
+// (NMGpuResourceInfo, served with the GPU resource plugin): which GPU
+// device each container holds.
+type nmGPUResponse struct {
+	AssignedGpuDevices list[struct {
+		Index       flexInt `json:"index"`
+		MinorNumber flexInt `json:"minorNumber"`
+		ContainerID string  `json:"containerId"`
+	}] `json:"assignedGpuDevices"`
+}

@@ -379,6 +379,12 @@ func (s *Sim) serveAttempts(w http.ResponseWriter, r *http.Request) {
 // The current attempt lists all the app's live containers; an earlier one
 // none.
 func (s *Sim) serveContainers(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Quirks.NoAttemptContainers {
+		w.Header().Set("Content-Type", "text/html;charset=iso-8859-1")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("<html><head><title>Error 404 Not Found</title></head><body><h2>HTTP ERROR 404 Not Found</h2></body></html>\n"))
+		return
+	}
 	s.mu.Lock()
 	a, ok := s.appByID[r.PathValue("id")]
 	attempt := r.PathValue("attempt")

@@ -29,6 +29,12 @@ type Quirks struct {
 	// SingleObject renders one-element lists as a bare object, as Jersey
 	// does without an array hint.
 	SingleObject bool
+	// NoAttemptContainers makes the RM answer the containers of an app
+	// attempt with a plain 404 page, as an RM without that endpoint does.
+	NoAttemptContainers bool
+	// NoGPUPlugin makes the NodeManagers answer their GPU resource path
+	// with 404, as without the GPU resource plugin.
+	NoGPUPlugin bool
 }
 
 // QueueSpec declares a leaf queue of the tree.
