@@ -61,7 +61,7 @@ func (s *Sim) serveNMContainers(w http.ResponseWriter, r *http.Request) {
 				"id": c.id, "state": "RUNNING", "exitCode": -1000, "diagnostics": "", "user": c.app.spec.User,
 				"totalMemoryNeededMB": mem, "totalVCoresNeeded": vcores, "executionType": "GUARANTEED",
 				"containerLogsLink": "http://" + n.spec.Host + ":8042/node/containerlogs/" + c.id + "/" + c.app.spec.User,
-				"nodeId": n.spec.Host + ":" + strconv.Itoa(n.port), "containerLogFiles": []string{"stdout", "stderr"},
+				"nodeId":            n.spec.Host + ":" + strconv.Itoa(n.port), "containerLogFiles": []string{"stdout", "stderr"},
 			})
 		}
 	}
