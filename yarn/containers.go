@@ -30,7 +30,7 @@ const (
 	// leaves every count as it was). Each app's list is trusted for
 	// between one and two times this, spread by its id, so lists fetched
 	// together are not all fetched again together.
-	containerRefresh = 2 * time.Minute
+	containerRefresh = 5 * time.Minute
 	// containerConcurrency bounds the per-app calls in flight.
 	containerConcurrency = 16
 )
