@@ -120,7 +120,8 @@ func (c *Client) observeAttempts(ctx context.Context, obs *Observation, now time
 		live[a.ID] = true
 		e := c.cache.apps[a.ID]
 		if e != nil && e.fp == allocationOf(a) && now.Sub(e.fetched) < trustFor(a.ID) {
-			a.Attempt, a.AMContainer, a.Containers = e.attempt, e.am, e.containers
+			// A copy: observations outlive the poll, the cache too.
+			a.Attempt, a.AMContainer, a.Containers = e.attempt, e.am, slices.Clone(e.containers)
 			continue
 		}
 		fetch = append(fetch, a)

@@ -63,6 +63,9 @@ func (c *Client) observeNodeManagers(ctx context.Context, obs *Observation, now 
 	apps := map[string]*App{}
 	var attempts []*App
 	c.cache.mu.Lock()
+	if c.cache.apps == nil {
+		c.cache.apps = map[string]*appContainers{}
+	}
 	for i := range obs.Apps {
 		a := &obs.Apps[i]
 		a.Containers = nil
