@@ -79,6 +79,11 @@ func (c *Client) observeNodeManagers(ctx context.Context, obs *Observation, now 
 			attempts = append(attempts, a)
 		}
 	}
+	for id := range c.cache.apps {
+		if apps[id] == nil {
+			delete(c.cache.apps, id)
+		}
+	}
 	c.cache.mu.Unlock()
 	if err := c.each(ctx, len(attempts), func(ctx context.Context, i int) error {
 		a := attempts[i]
