@@ -5,13 +5,8 @@ import (
 	"strconv"
 )
 
-// Label keys the planner reads or manages.
+// Keys the planner reads or manages.
 const (
-	// LabelYARNNodeLabel carries a node's YARN node label (partition). A YARN
-	// demand's NodeLabel must equal it; demand without a label expression
-	// runs only on nodes of the default partition (no such label), as with
-	// YARN's exclusive partitions.
-	LabelYARNNodeLabel = "gpubroker.io/yarn-node-label"
 	// TaintOwner is the NoSchedule taint the broker puts on a node that
 	// Kubernetes must not use. The planner ignores it when matching: who may
 	// use a node is decided by Node.Owner, and a transfer removes the taint.
@@ -24,14 +19,40 @@ type target struct {
 	labels map[string]string
 	taints []Taint
 	model  string
+	// partition is the YARN partition (node label) the node is in or
+	// would join; empty for the default partition.
+	partition string
+}
+
+// poolTarget is what a node a pool adds would offer: its NodeManager joins
+// the pool's partition.
+func poolTarget(p *Pool) target {
+	return target{labels: p.Labels, taints: p.Taints, model: p.GPUModel, partition: p.Partition}
+}
+
+// nodePartition is the YARN partition a node is in or would join: what the
+// RM reports while YARN owns it (the RM is the truth), otherwise its pool's
+// partition, which its NodeManager joins when the node is handed to YARN.
+// A node in no pool keeps what it last reported.
+func nodePartition(n *Node, pool *Pool) string {
+	if n.Owner == OwnerYARN || pool == nil {
+		return n.Partition
+	}
+	return pool.Partition
 }
 
 // Matches reports whether demand from src with these constraints may run on
-// a node with the given labels, taints and GPU model. Taints are Kubernetes
-// taints and only keep Kubernetes demand off a node; the YARN node label is
-// only checked for YARN demand.
+// a node of the default YARN partition with the given labels, taints and GPU
+// model. Taints are Kubernetes taints and only keep Kubernetes demand off a
+// node; the partition is only checked for YARN demand.
 func (c *Constraints) Matches(src Source, labels map[string]string, taints []Taint, model string) bool {
-	return c.matches(src, target{labels: labels, taints: taints, model: model})
+	return c.MatchesIn(src, labels, taints, model, "")
+}
+
+// MatchesIn is Matches for a node in YARN partition partition (empty for
+// the default partition).
+func (c *Constraints) MatchesIn(src Source, labels map[string]string, taints []Taint, model, partition string) bool {
+	return c.matches(src, target{labels: labels, taints: taints, model: model, partition: partition})
 }
 
 func (c *Constraints) matches(src Source, t target) bool {
@@ -66,7 +87,10 @@ func (c *Constraints) matches(src Source, t target) bool {
 			}
 		}
 	case SourceYARN:
-		if t.labels[LabelYARNNodeLabel] != c.NodeLabel {
+		// Exclusive partitions, as YARN's node labels are by default:
+		// labelled demand runs only in its partition, demand without a
+		// label expression only in the default one.
+		if t.partition != c.NodeLabel {
 			return false
 		}
 	}

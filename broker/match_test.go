@@ -51,33 +51,45 @@ func TestConstraintsMatch(t *testing.T) {
 		labels map[string]string
 		taints []Taint
 		model  string
+		part   string
 		want   bool
 	}{
-		{"no constraints, no taints", Constraints{}, SourceK8s, labels, nil, "A100", true},
-		{"model listed", Constraints{GPUModels: []string{"H100", "A100"}}, SourceK8s, labels, nil, "A100", true},
-		{"model not listed", Constraints{GPUModels: []string{"H100"}}, SourceK8s, labels, nil, "A100", false},
-		{"selector matches", Constraints{NodeSelector: map[string]string{"infra-type": "gpu"}}, SourceK8s, labels, nil, "", true},
-		{"selector value differs", Constraints{NodeSelector: map[string]string{"infra-type": "cpu"}}, SourceK8s, labels, nil, "", false},
-		{"selector key missing", Constraints{NodeSelector: map[string]string{"rack": "1"}}, SourceK8s, labels, nil, "", false},
-		{"affinity term holds", Constraints{Affinity: inZone("a")}, SourceK8s, labels, nil, "", true},
-		{"affinity terms are ORed", Constraints{Affinity: append(inZone("b"), inZone("a")...)}, SourceK8s, labels, nil, "", true},
-		{"no affinity term holds", Constraints{Affinity: inZone("b")}, SourceK8s, labels, nil, "", false},
-		{"empty affinity term matches nothing", Constraints{Affinity: []AffinityTerm{{}}}, SourceK8s, labels, nil, "", false},
-		{"untolerated NoSchedule taint", Constraints{}, SourceK8s, labels, noSched, "", false},
-		{"tolerated NoSchedule taint", Constraints{Tolerations: tolGPU}, SourceK8s, labels, noSched, "", true},
-		{"untolerated NoExecute taint", Constraints{Tolerations: tolGPU}, SourceK8s, labels, noExec, "", false},
-		{"PreferNoSchedule does not keep demand off", Constraints{}, SourceK8s, labels, soft, "", true},
-		{"the broker's owner taint is ignored", Constraints{}, SourceK8s, labels, owner, "", true},
-		{"YARN ignores Kubernetes taints", Constraints{}, SourceYARN, labels, noSched, "", true},
-		{"YARN default partition", Constraints{}, SourceYARN, map[string]string{LabelYARNNodeLabel: "fast"}, nil, "", false},
-		{"YARN matching partition", Constraints{NodeLabel: "fast"}, SourceYARN, map[string]string{LabelYARNNodeLabel: "fast"}, nil, "", true},
-		{"YARN label on an unlabelled node", Constraints{NodeLabel: "fast"}, SourceYARN, labels, nil, "", false},
-		{"Kubernetes ignores YARN labels", Constraints{NodeLabel: "fast"}, SourceK8s, labels, nil, "", true},
+		{"no constraints, no taints", Constraints{}, SourceK8s, labels, nil, "A100", "", true},
+		{"model listed", Constraints{GPUModels: []string{"H100", "A100"}}, SourceK8s, labels, nil, "A100", "", true},
+		{"model not listed", Constraints{GPUModels: []string{"H100"}}, SourceK8s, labels, nil, "A100", "", false},
+		{"selector matches", Constraints{NodeSelector: map[string]string{"infra-type": "gpu"}}, SourceK8s, labels, nil, "", "", true},
+		{"selector value differs", Constraints{NodeSelector: map[string]string{"infra-type": "cpu"}}, SourceK8s, labels, nil, "", "", false},
+		{"selector key missing", Constraints{NodeSelector: map[string]string{"rack": "1"}}, SourceK8s, labels, nil, "", "", false},
+		{"affinity term holds", Constraints{Affinity: inZone("a")}, SourceK8s, labels, nil, "", "", true},
+		{"affinity terms are ORed", Constraints{Affinity: append(inZone("b"), inZone("a")...)}, SourceK8s, labels, nil, "", "", true},
+		{"no affinity term holds", Constraints{Affinity: inZone("b")}, SourceK8s, labels, nil, "", "", false},
+		{"empty affinity term matches nothing", Constraints{Affinity: []AffinityTerm{{}}}, SourceK8s, labels, nil, "", "", false},
+		{"untolerated NoSchedule taint", Constraints{}, SourceK8s, labels, noSched, "", "", false},
+		{"tolerated NoSchedule taint", Constraints{Tolerations: tolGPU}, SourceK8s, labels, noSched, "", "", true},
+		{"untolerated NoExecute taint", Constraints{Tolerations: tolGPU}, SourceK8s, labels, noExec, "", "", false},
+		{"PreferNoSchedule does not keep demand off", Constraints{}, SourceK8s, labels, soft, "", "", true},
+		{"the broker's owner taint is ignored", Constraints{}, SourceK8s, labels, owner, "", "", true},
+		{"YARN ignores Kubernetes taints", Constraints{}, SourceYARN, labels, noSched, "", "", true},
+		{"YARN default demand on a labelled node", Constraints{}, SourceYARN, labels, nil, "", "fast", false},
+		{"YARN matching partition", Constraints{NodeLabel: "fast"}, SourceYARN, labels, nil, "", "fast", true},
+		{"YARN other partition", Constraints{NodeLabel: "fast"}, SourceYARN, labels, nil, "", "slow", false},
+		{"YARN default demand on a default node", Constraints{}, SourceYARN, labels, nil, "", "", true},
+		{"a Kubernetes label named like a partition is no partition", Constraints{NodeLabel: "fast"}, SourceYARN,
+			map[string]string{"yarn.io/node-label": "fast", "gpubroker.io/yarn-node-label": "fast"}, nil, "", "", false},
+		{"a label is no GPU model", Constraints{NodeLabel: "a100"}, SourceYARN, labels, nil, "H100", "a100", true},
+		{"YARN label on an unlabelled node", Constraints{NodeLabel: "fast"}, SourceYARN, labels, nil, "", "", false},
+		{"Kubernetes ignores YARN labels", Constraints{NodeLabel: "fast"}, SourceK8s, labels, nil, "", "", true},
+		{"Kubernetes ignores partitions", Constraints{}, SourceK8s, labels, nil, "", "fast", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.c.Matches(tc.src, tc.labels, tc.taints, tc.model); got != tc.want {
-				t.Errorf("Matches = %v, want %v", got, tc.want)
+			if got := tc.c.MatchesIn(tc.src, tc.labels, tc.taints, tc.model, tc.part); got != tc.want {
+				t.Errorf("MatchesIn = %v, want %v", got, tc.want)
+			}
+			if tc.part == "" {
+				if got := tc.c.Matches(tc.src, tc.labels, tc.taints, tc.model); got != tc.want {
+					t.Errorf("Matches = %v, want %v", got, tc.want)
+				}
 			}
 		})
 	}

@@ -61,7 +61,7 @@ func (pl *planner) newClass(src Source, c *Constraints) *dclass {
 	cl := &dclass{src: src, c: c, ownSet: make([]bool, len(pl.nodes)), xSet: make([]bool, len(pl.nodes))}
 	for i := range pl.pools {
 		pool := &pl.pools[i].st.Pool
-		if !pool.Sides.Serves(src) || !c.matches(src, target{pool.Labels, pool.Taints, pool.GPUModel}) {
+		if !pool.Sides.Serves(src) || !c.matches(src, poolTarget(pool)) {
 			continue
 		}
 		cl.matched = true
@@ -81,7 +81,7 @@ func (pl *planner) newClass(src Source, c *Constraints) *dclass {
 		if !ownSide && !poolServes {
 			continue
 		}
-		if !c.matches(src, target{n.Labels, n.Taints, w.model}) {
+		if !c.matches(src, pl.nodeTarget(int32(i))) {
 			continue
 		}
 		cl.matched = true
@@ -427,7 +427,11 @@ func ownerOf(s Source) Owner {
 
 func (pl *planner) nodeTarget(ni int32) target {
 	w := &pl.nodes[ni]
-	return target{w.n.Labels, w.n.Taints, w.model}
+	var pool *Pool
+	if w.pool >= 0 {
+		pool = &pl.pools[w.pool].st.Pool
+	}
+	return target{labels: w.n.Labels, taints: w.n.Taints, model: w.model, partition: nodePartition(w.n, pool)}
 }
 
 // takeNew reserves g GPUs on a node this plan already adds to a matching pool.

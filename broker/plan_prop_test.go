@@ -76,7 +76,7 @@ func genSnapshot(t *rapid.T, mode genMode) *Snapshot {
 			p.Taints = []Taint{propTaint}
 		}
 		if mode == modeMixed && rapid.IntRange(0, 5).Draw(t, "fast") == 0 {
-			p.Labels[LabelYARNNodeLabel] = "fast"
+			p.Partition = "fast"
 		}
 		st := PoolState{Pool: p, Desired: max(0, rapid.IntRange(lo-1, hi+1).Draw(t, "desired"))}
 		if mode != modeMixed {

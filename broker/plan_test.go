@@ -176,7 +176,7 @@ func TestPlanUnsatisfiable(t *testing.T) {
 		},
 		{
 			name: "a matching labelled YARN pool serves labelled YARN demand",
-			snap: snap([]PoolState{gpuPool(gtg, 0, func(p *PoolState) { p.Pool.Labels[LabelYARNNodeLabel] = "fast" })}, nil,
+			snap: snap([]PoolState{gpuPool(gtg, 0, func(p *PoolState) { p.Pool.Partition = "fast" })}, nil,
 				[]Demand{yarnApp("a/1", 1, 2, func(d *Demand) { d.Constraints.NodeLabel = "fast" }), yarnApp("b/1", 1, 2)}),
 			policy:  refPolicy(),
 			actions: []Action{up(gtg, 1, "yarn/a/1")},
@@ -439,7 +439,7 @@ func TestPlanPlacement(t *testing.T) {
 		},
 		{
 			name: "a YARN node label keeps demand off a node of another partition",
-			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{gpuNode("n1", gtg, OwnerYARN, 4, 0, func(n *Node) { n.Labels[LabelYARNNodeLabel] = "fast" })},
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{gpuNode("n1", gtg, OwnerYARN, 4, 0, func(n *Node) { n.Partition = "fast" })},
 				[]Demand{yarnApp("a/1", 1, 2)}),
 			policy:  refPolicy(),
 			actions: []Action{up(gtg, 2, "yarn/a/1")},

@@ -130,7 +130,7 @@ func TestPoolsAndPolicy(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	p := broker.Pool{Name: "gpu-training-group", Provider: "aws", Group: "gpu-training-group", GPUModel: "A10G",
-		GPUsPerNode: 4, MinNodes: 0, MaxNodes: 5, Sides: broker.PoolShared,
+		GPUsPerNode: 4, MinNodes: 0, MaxNodes: 5, Sides: broker.PoolShared, Partition: "fast",
 		Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"},
 		Taints: []broker.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}}
 	got, err := s.UpsertPool(ctx, p)
@@ -142,8 +142,8 @@ func TestPoolsAndPolicy(t *testing.T) {
 		t.Fatalf("pool round trip (-want +got):\n%s", diff)
 	}
 	edit := got
-	edit.MaxNodes = 8
-	if got, err = s.UpdatePool(ctx, edit); err != nil || got.MaxNodes != 8 || got.Version != 2 {
+	edit.MaxNodes, edit.Partition = 8, ""
+	if got, err = s.UpdatePool(ctx, edit); err != nil || got.MaxNodes != 8 || got.Version != 2 || got.Partition != "" {
 		t.Fatalf("update: %+v %v", got, err)
 	}
 	if _, err := s.UpdatePool(ctx, edit); !errors.Is(err, broker.ErrConflict) {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -43,6 +44,13 @@ type Client struct {
 	// bufs holds answer buffers between polls: an observation at scale
 	// reads tens of MiB.
 	bufs sync.Pool
+
+	// cache keeps the container lists of apps between polls; nm those of
+	// NodeManagers, read instead once nmMode says the RM lacks the
+	// app-attempt containers endpoint.
+	cache  containerCache
+	nm     nmCache
+	nmMode atomic.Bool
 }
 
 // NewClient returns a client for the RMs in cfg.
@@ -68,7 +76,8 @@ func NewClient(cfg Config) (*Client, error) {
 func (c *Client) RMs() []string { return slices.Clone(c.cfg.RMs) }
 
 // Observe reads apps in ACCEPTED or RUNNING with their resource requests, the
-// nodes and the queue tree. On any failure it returns an error that names
+// nodes and the queue tree, and the live containers of the RUNNING apps that
+// hold GPUs (see observeContainers). On any failure it returns an error that names
 // the RM addresses tried and wraps broker.ErrStale, never a partial or empty
 // observation.
 func (c *Client) Observe(ctx context.Context) (*Observation, error) {
@@ -105,6 +114,9 @@ func (c *Client) Observe(ctx context.Context) (*Observation, error) {
 	}
 	obs.Scheduler, obs.Queues = convertScheduler(&sched)
 	resolveQueues(obs.Apps, obs.Queues)
+	if err := c.observeContainers(ctx, obs); err != nil {
+		return nil, fmt.Errorf("rm %s: %w", obs.RM, err)
+	}
 	return obs, nil
 }
 
@@ -127,6 +139,11 @@ func (c *Client) Get(ctx context.Context, path string, v any) (string, error) {
 		}
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("rm %s: get %s: %w", rm, path, ctx.Err())
+		}
+		if notFound(err) {
+			// The active RM answered that the object does not exist:
+			// an answer, not an outage, so no other RM is asked.
+			return "", fmt.Errorf("%w: %w", broker.ErrStale, err)
 		}
 		errs = append(errs, err)
 		if i+1 < n {
@@ -202,12 +219,14 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 		}
 		return u.String(), nil
 	case resp.StatusCode != http.StatusOK:
-		return "", fmt.Errorf("answered %s: %s", resp.Status, errorDetail(resp))
+		detail, remote := errorDetail(resp)
+		return "", &statusError{code: resp.StatusCode, status: resp.Status, detail: detail, remote: remote}
 	}
 
 	ct := resp.Header.Get("Content-Type")
 	if mt, _, _ := mime.ParseMediaType(ct); !strings.HasSuffix(mt, "json") {
-		return "", fmt.Errorf("answered %q, not JSON: %s", ct, errorDetail(resp))
+		detail, _ := errorDetail(resp)
+		return "", fmt.Errorf("answered %q, not JSON: %s", ct, detail)
 	}
 	buf := c.bufs.Get().(*bytes.Buffer)
 	defer func() {
@@ -239,16 +258,36 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 
 var titleRE = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
 
+// statusError is an RM answer other than 200 or a redirect.
+type statusError struct {
+	code           int
+	status, detail string
+	// remote is the RemoteException's exception name when the RM's own
+	// exception handler wrote the body (the RM answered, it did not
+	// merely lack the path).
+	remote string
+}
+
+func (e *statusError) Error() string { return "answered " + e.status + ": " + e.detail }
+
+// notFound reports whether err is the RM's own 404: a RemoteException
+// NotFoundException, as for an application the RM no longer knows.
+func notFound(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == http.StatusNotFound && se.remote == "NotFoundException"
+}
+
 // errorDetail summarises an unexpected body: the RemoteException message, an
-// HTML page's title, or the start of the text.
-func errorDetail(resp *http.Response) string {
+// HTML page's title, or the start of the text; and the RemoteException's
+// exception name, if any.
+func errorDetail(resp *http.Response) (string, string) {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<10))
 	var re remoteException
 	if json.Unmarshal(b, &re) == nil && re.RemoteException != nil {
-		return re.RemoteException.Exception + ": " + re.RemoteException.Message
+		return re.RemoteException.Exception + ": " + re.RemoteException.Message, re.RemoteException.Exception
 	}
 	if m := titleRE.FindSubmatch(b); m != nil {
-		return "HTML page " + strings.Join(strings.Fields(string(m[1])), " ")
+		return "HTML page " + strings.Join(strings.Fields(string(m[1])), " "), ""
 	}
 	s := strings.Join(strings.Fields(string(b)), " ")
 	if len(s) > 200 {
@@ -257,7 +296,7 @@ func errorDetail(resp *http.Response) string {
 	if s == "" {
 		s = "empty body"
 	}
-	return s
+	return s, ""
 }
 
 // origin returns scheme://host of a URL.

@@ -1,7 +1,9 @@
 package yarn
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -49,6 +51,21 @@ func convertApps(r *appsResponse) []App {
 			Priority:          int64(w.Priority),
 			Started:           millis(w.StartedTime),
 			RunningContainers: int(w.RunningContainers),
+			AllocatedMB:       int64(w.AllocatedMB),
+			AllocatedVCores:   int64(w.AllocatedVCores),
+			AllocatedGPUs:     -1,
+		}
+		if a.RunningContainers == 0 {
+			a.AllocatedGPUs = 0
+		} else if len(w.ResourceInfo) > 0 && !bytes.Equal(w.ResourceInfo, []byte("null")) {
+			var ri appResourceInfo
+			if err := json.Unmarshal(w.ResourceInfo, &ri); err == nil {
+				a.AllocatedGPUs = 0
+				for _, p := range ri.ResourceUsagesByPartition {
+					g, _ := p.Used.get(GPUResource)
+					a.AllocatedGPUs += int(g)
+				}
+			}
 		}
 		if w.ApplicationTags != "" {
 			a.Tags = strings.Split(w.ApplicationTags, ",")
@@ -113,6 +130,7 @@ func convertNodes(r *nodesResponse) []Node {
 			GPUsUsed:      int(used),
 			GPUsAvailable: int(avail),
 			Containers:    int(w.NumContainers),
+			HTTPAddress:   w.NodeHTTPAddress,
 			HealthReport:  w.HealthReport,
 			LastHealth:    millis(w.LastHealthUpdate),
 			Version:       w.Version,

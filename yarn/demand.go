@@ -18,13 +18,10 @@ const (
 	TagNotPreemptible = "gpubroker.io/preemptible=false"
 )
 
-// MapOptions tune MapDemand.
-type MapOptions struct {
-	// LabelModels maps a node-label expression to the GPU model it stands
-	// for ("a100" → "nvidia-a100"). A label not listed is taken as the model
-	// name itself.
-	LabelModels map[string]string
-}
+// MapOptions tune MapDemand. None are defined now: a node-label expression
+// names a partition (broker.Constraints.NodeLabel, matched against
+// broker.Node.Partition and broker.Pool.Partition), never a GPU model.
+type MapOptions struct{}
 
 // Unmapped is pending GPU demand whose queue belongs to no tenant: the broker
 // cannot weigh it, so it is reported instead of silently dropped.
@@ -82,6 +79,16 @@ func (m QueueMap) Tenant(path string) (broker.Tenant, bool) {
 	return t, ok
 }
 
+// appTenant returns the tenant of an app's queue, by full path, then as
+// the RM reported it.
+func (m QueueMap) appTenant(a *App) (broker.Tenant, bool) {
+	t, ok := m.Tenant(a.QueuePath)
+	if !ok && a.QueuePath != a.Queue {
+		t, ok = m.Tenant(a.Queue)
+	}
+	return t, ok
+}
+
 // MapDemand turns the pending GPU requests of an observation into broker
 // demand: one Demand per app ANY request with pending GPU containers, one
 // unit per container, keyed "<app id>/<request priority>" (with
@@ -89,17 +96,15 @@ func (m QueueMap) Tenant(path string) (broker.Tenant, bool) {
 // priority is the tenant's base priority plus the app priority. Requests in
 // queues no tenant claims are returned as Unmapped. The result is sorted by
 // key.
-func MapDemand(obs *Observation, queues QueueMap, opts MapOptions) ([]broker.Demand, []Unmapped) {
+func MapDemand(obs *Observation, queues QueueMap, _ MapOptions) ([]broker.Demand, []Unmapped) {
 	var out []broker.Demand
 	var unmapped []Unmapped
-	for _, a := range obs.Apps {
+	for i := range obs.Apps {
+		a := &obs.Apps[i]
 		if len(a.Requests) == 0 {
 			continue
 		}
-		t, ok := queues.Tenant(a.QueuePath)
-		if !ok && a.QueuePath != a.Queue {
-			t, ok = queues.Tenant(a.Queue)
-		}
+		t, ok := queues.appTenant(a)
 		if !ok {
 			unmapped = append(unmapped, Unmapped{AppID: a.ID, Queue: a.QueuePath, GPUs: a.PendingGPUs()})
 			continue
@@ -127,14 +132,8 @@ func MapDemand(obs *Observation, queues QueueMap, opts MapOptions) ([]broker.Dem
 				FirstSeen:   first,
 				LastSeen:    obs.At,
 			}
-			if r.NodeLabel != "" {
-				d.Constraints.NodeLabel = r.NodeLabel
-				model := r.NodeLabel
-				if m, ok := opts.LabelModels[r.NodeLabel]; ok {
-					model = m
-				}
-				d.Constraints.GPUModels = []string{model}
-			}
+			// The ask's partition: empty is the default partition.
+			d.Constraints.NodeLabel = r.NodeLabel
 			out = append(out, d)
 		}
 	}
@@ -142,35 +141,74 @@ func MapDemand(obs *Observation, queues QueueMap, opts MapOptions) ([]broker.Dem
 	return out, unmapped
 }
 
-// NodePhase maps a NodeManager state to the broker's lifecycle phase.
+// NodePhase maps a NodeManager state to the broker's lifecycle phase. A LOST
+// NodeManager stays active (and down, see BrokerNodes): its machine is still
+// in its pool, to be replaced, not forgotten.
 func NodePhase(state string) broker.Phase {
 	switch state {
 	case "NEW":
 		return broker.PhaseRegistered
-	case "RUNNING", "UNHEALTHY":
+	case "RUNNING", "UNHEALTHY", "LOST":
 		return broker.PhaseActive
 	case "DECOMMISSIONING":
 		return broker.PhaseDraining
 	case "DECOMMISSIONED":
 		return broker.PhaseDrained
-	case "LOST", "SHUTDOWN", "REBOOTED":
+	case "SHUTDOWN", "REBOOTED":
 		return broker.PhaseGone
 	}
 	return broker.PhaseRegistered
 }
 
+// KindUnknownWork is the Workload.Name of GPUs a NodeManager reports in use
+// that no listed container explains (a container allocated between the
+// RM's answers): they are work of unknown size, never idle GPUs.
+const KindUnknownWork = "unlisted containers"
+
 // BrokerNodes returns the observation's nodes as the broker sees them from
 // the YARN side: owner yarn while it takes containers (none once
-// decommissioning or gone), phase from the NodeManager state, GPU counts.
-// The node's pool, instance and utilisation come from other sources.
-func BrokerNodes(obs *Observation) []broker.Node {
+// decommissioning or gone), phase from the NodeManager state, partition
+// from its node label, down while LOST or UNHEALTHY, GPU counts, and the
+// live containers of the apps holding GPUs as running work (tenant and
+// priority from the app's queue, as for demand). GPUsAllocated is the
+// larger of the RM's count and the listed containers' GPUs; GPUs the RM
+// counts beyond the listed containers appear as one non-preemptible
+// workload of unknown size. The node's pool, instance and utilisation come
+// from other sources.
+func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
+	work := map[string][]broker.Workload{}
+	for i := range obs.Apps {
+		a := &obs.Apps[i]
+		if len(a.Containers) == 0 {
+			continue
+		}
+		t, _ := queues.appTenant(a)
+		dir := CheckpointDir(a.Tags)
+		for _, c := range a.Containers {
+			work[c.Host] = append(work[c.Host], broker.Workload{
+				Source:        broker.SourceYARN,
+				Key:           c.ID,
+				Name:          a.Name,
+				Tenant:        t.Name,
+				Priority:      t.BasePriority + a.Priority,
+				GPUs:          c.GPUs,
+				Preemptible:   !a.HasTag(TagNotPreemptible),
+				StartedAt:     c.Started,
+				CheckpointAge: -1,
+				CheckpointDir: dir,
+				App:           a.ID,
+				AM:            c.AM,
+				Class:         broker.WorkBatch,
+			})
+		}
+	}
 	out := make([]broker.Node, 0, len(obs.Nodes))
 	for _, n := range obs.Nodes {
 		// Only a NodeManager that takes containers belongs to YARN; one
 		// being or already decommissioned has been released.
 		owner := broker.OwnerYARN
 		switch n.State {
-		case "DECOMMISSIONING", "DECOMMISSIONED", "LOST", "SHUTDOWN", "REBOOTED":
+		case "DECOMMISSIONING", "DECOMMISSIONED", "SHUTDOWN", "REBOOTED":
 			owner = broker.OwnerNone
 		}
 		bn := broker.Node{
@@ -181,16 +219,34 @@ func BrokerNodes(obs *Observation) []broker.Node {
 			GPUsAllocated: n.GPUsUsed,
 			Utilisation:   -1,
 			Healthy:       n.State != "UNHEALTHY",
+			Partition:     n.Partition(),
+			Work:          work[n.Host],
 		}
 		if !bn.Healthy {
 			bn.HealthReason = n.HealthReport
 		}
-		if len(n.Labels) > 0 {
-			bn.Labels = map[string]string{}
-			for _, l := range n.Labels {
-				bn.Labels["yarn.io/node-label"] = l
+		switch n.State {
+		case "LOST", "UNHEALTHY":
+			bn.Down = "NodeManager " + n.State
+			if n.HealthReport != "" {
+				bn.Down += ": " + n.HealthReport
+			}
+			bn.DownSince = n.LastHealth
+			if bn.DownSince.IsZero() || bn.DownSince.After(obs.At) {
+				bn.DownSince = obs.At
 			}
 		}
+		listed := 0
+		for _, w := range bn.Work {
+			listed += w.GPUs
+		}
+		if extra := n.GPUsUsed - listed; extra > 0 {
+			bn.Work = append(bn.Work, broker.Workload{
+				Source: broker.SourceYARN, Key: "unlisted/" + n.Host, Name: KindUnknownWork,
+				GPUs: extra, CheckpointAge: -1, Class: broker.WorkBatch,
+			})
+		}
+		bn.GPUsAllocated = max(n.GPUsUsed, listed)
 		out = append(out, bn)
 	}
 	return out

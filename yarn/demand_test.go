@@ -55,14 +55,14 @@ func TestMapDemand(t *testing.T) {
 		"ml":      {Name: "ml", BasePriority: 1000, YARNQueues: []string{"root.ml"}},
 		"default": {Name: "default", BasePriority: 10, YARNQueues: []string{"default"}},
 	}
-	ds, unmapped := yarn.MapDemand(obs, yarn.NewQueueMap(tenants), yarn.MapOptions{LabelModels: map[string]string{"a100": "nvidia-a100-80gb"}})
+	ds, unmapped := yarn.MapDemand(obs, yarn.NewQueueMap(tenants), yarn.MapOptions{})
 	want := []broker.Demand{
 		{Source: broker.SourceYARN, Key: "application_1_0001/1", Name: "gang", Tenant: "ml", Queue: "root.ml.train", Priority: 1005,
 			GPUsPerUnit: 8, Units: 4, Gang: true, Preemptible: false, FirstSeen: started, LastSeen: at,
-			Constraints: broker.Constraints{NodeLabel: "a100", GPUModels: []string{"nvidia-a100-80gb"}}},
+			Constraints: broker.Constraints{NodeLabel: "a100"}},
 		{Source: broker.SourceYARN, Key: "application_1_0001/2#3", Name: "gang", Tenant: "ml", Queue: "root.ml.train", Priority: 1005,
 			GPUsPerUnit: 1, Units: 1, Gang: true, Preemptible: false, FirstSeen: started, LastSeen: at,
-			Constraints: broker.Constraints{NodeLabel: "t4", GPUModels: []string{"t4"}}},
+			Constraints: broker.Constraints{NodeLabel: "t4"}},
 		{Source: broker.SourceYARN, Key: "application_1_0002/7", Name: "plain", Tenant: "default", Queue: "root.default", Priority: 10,
 			GPUsPerUnit: 2, Units: 2, Preemptible: true, FirstSeen: at, LastSeen: at},
 	}
@@ -79,20 +79,73 @@ func TestMapDemand(t *testing.T) {
 	}
 }
 
+// TestBrokerNodes: node state, partition and down state, and the live
+// containers of GPU apps as work on their nodes with the tenant, priority,
+// preemptibility, AM flag, start time and checkpoint directory of their
+// app; GPUs the RM counts beyond the listed containers are unknown work.
 func TestBrokerNodes(t *testing.T) {
-	obs := &yarn.Observation{Nodes: []yarn.Node{
+	at := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
+	started := at.Add(-time.Hour)
+	lost := at.Add(-3 * time.Minute)
+	obs := &yarn.Observation{At: at, Nodes: []yarn.Node{
 		{Host: "a", State: "RUNNING", GPUsTotal: 8, GPUsUsed: 3, Labels: []string{"a100"}},
 		{Host: "b", State: "DECOMMISSIONING", GPUsTotal: 4},
 		{Host: "c", State: "UNHEALTHY", GPUsTotal: 4, HealthReport: "disk full"},
+		{Host: "d", State: "LOST", GPUsTotal: 4, LastHealth: lost},
+		{Host: "e", State: "RUNNING", GPUsTotal: 4, GPUsUsed: 3},
+	}, Apps: []yarn.App{
+		{ID: "application_1_0001", Name: "train", State: "RUNNING", Queue: "train", QueuePath: "root.ml.train", Priority: 5,
+			Tags:    []string{"gpubroker.io/checkpoint-dir=hdfs://nn:8020/ckpt/train"},
+			Attempt: "appattempt_1_0001_000001", AMContainer: "container_1_0001_01_000001",
+			Containers: []yarn.Container{
+				{ID: "container_1_0001_01_000001", Host: "e", GPUs: 0, Started: started, AM: true},
+				{ID: "container_1_0001_01_000002", Host: "a", GPUs: 2, Started: started.Add(time.Minute)},
+				{ID: "container_1_0001_01_000003", Host: "e", GPUs: 1, Started: started.Add(time.Minute)},
+			}},
+		{ID: "application_1_0002", Name: "pinned", State: "RUNNING", Queue: "root.default", QueuePath: "root.default",
+			Tags:       []string{"gpubroker.io/preemptible=false"},
+			Containers: []yarn.Container{{ID: "container_1_0002_01_000002", Host: "a", GPUs: 1, Started: started}}},
 	}}
-	got := yarn.BrokerNodes(obs)
+	queues := yarn.NewQueueMap(map[string]broker.Tenant{
+		"ml":      {Name: "ml", BasePriority: 1000, YARNQueues: []string{"root.ml"}},
+		"default": {Name: "default", BasePriority: 10, YARNQueues: []string{"default"}},
+	})
+	got := yarn.BrokerNodes(obs, queues)
+	ml := func(id, host string, gpus int, start time.Time, am bool) broker.Workload {
+		return broker.Workload{Source: broker.SourceYARN, Key: id, Name: "train", Tenant: "ml", Priority: 1005, GPUs: gpus,
+			Preemptible: true, StartedAt: start, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ckpt/train",
+			App: "application_1_0001", AM: am, Class: broker.WorkBatch}
+	}
 	want := []broker.Node{
 		{Name: "a", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 8, GPUsAllocated: 3, Utilisation: -1, Healthy: true,
-			Labels: map[string]string{"yarn.io/node-label": "a100"}},
+			Partition: "a100", Work: []broker.Workload{
+				ml("container_1_0001_01_000002", "a", 2, started.Add(time.Minute), false),
+				{Source: broker.SourceYARN, Key: "container_1_0002_01_000002", Name: "pinned", Tenant: "default", Priority: 10, GPUs: 1,
+					StartedAt: started, CheckpointAge: -1, App: "application_1_0002", Class: broker.WorkBatch},
+			}},
 		{Name: "b", Owner: broker.OwnerNone, Phase: broker.PhaseDraining, GPUsTotal: 4, Utilisation: -1, Healthy: true},
-		{Name: "c", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, HealthReason: "disk full"},
+		{Name: "c", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, HealthReason: "disk full",
+			Down: "NodeManager UNHEALTHY: disk full", DownSince: at},
+		{Name: "d", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, Healthy: true,
+			Down: "NodeManager LOST", DownSince: lost},
+		{Name: "e", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, GPUsAllocated: 3, Utilisation: -1, Healthy: true,
+			Work: []broker.Workload{
+				ml("container_1_0001_01_000001", "e", 0, started, true),
+				ml("container_1_0001_01_000003", "e", 1, started.Add(time.Minute), false),
+				{Source: broker.SourceYARN, Key: "unlisted/e", Name: yarn.KindUnknownWork, GPUs: 2, CheckpointAge: -1, Class: broker.WorkBatch},
+			}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("nodes (-want +got):\n%s", d)
+	}
+	// Every node's allocation agrees with its work.
+	for _, n := range got {
+		sum := 0
+		for _, w := range n.Work {
+			sum += w.GPUs
+		}
+		if sum != n.GPUsAllocated {
+			t.Errorf("node %s: work holds %d GPUs, allocated %d", n.Name, sum, n.GPUsAllocated)
+		}
 	}
 }

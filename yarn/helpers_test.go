@@ -11,8 +11,10 @@ import (
 	"github.com/gpubroker/gpubroker/yarn"
 )
 
-// fileRM serves RM answers from testdata files: apps, nodes and scheduler.
-func fileRM(t *testing.T, apps, nodes, sched string) *httptest.Server {
+// fileRM serves RM answers from testdata files: apps, nodes and scheduler,
+// and extra files by path (app attempts and containers). Per-app paths
+// without a file answer as the RM does for an app it does not know.
+func fileRM(t *testing.T, apps, nodes, sched string, extra ...string) *httptest.Server {
 	t.Helper()
 	read := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -26,6 +28,9 @@ func fileRM(t *testing.T, apps, nodes, sched string) *httptest.Server {
 		"/ws/v1/cluster/nodes":     read(nodes),
 		"/ws/v1/cluster/scheduler": read(sched),
 	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		files[extra[i]] = read(extra[i+1])
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/ws/v1/cluster/apps" && r.URL.Query().Get("states") != "ACCEPTED,RUNNING" {
 			t.Errorf("apps asked with states=%q, want ACCEPTED,RUNNING", r.URL.Query().Get("states"))
@@ -34,6 +39,12 @@ func fileRM(t *testing.T, apps, nodes, sched string) *httptest.Server {
 			t.Errorf("%s asked without user.name", r.URL)
 		}
 		b, ok := files[r.URL.Path]
+		if !ok && strings.HasPrefix(r.URL.Path, "/ws/v1/cluster/apps/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"RemoteException":{"exception":"NotFoundException","message":"java.lang.Exception: app with id: x not found","javaClassName":"org.apache.hadoop.yarn.webapp.NotFoundException"}}`))
+			return
+		}
 		if !ok {
 			http.NotFound(w, r)
 			return

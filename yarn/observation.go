@@ -51,9 +51,51 @@ type App struct {
 	Started time.Time `json:"started,omitzero"`
 	// RunningContainers is the number of containers the app holds.
 	RunningContainers int `json:"running_containers"`
+	// AllocatedMB and AllocatedVCores are what its containers hold.
+	AllocatedMB     int64 `json:"allocated_mb"`
+	AllocatedVCores int64 `json:"allocated_vcores"`
+	// AllocatedGPUs is the yarn.io/gpu its containers hold, summed over
+	// partitions from resourceInfo; -1 when the RM does not say (before
+	// Hadoop 3.1).
+	AllocatedGPUs int `json:"allocated_gpus"`
+	// Attempt is the current application attempt id and AMContainer the
+	// container its ApplicationMaster runs in (empty for an unmanaged AM);
+	// both are filled only for apps whose containers were listed.
+	Attempt     string `json:"attempt,omitempty"`
+	AMContainer string `json:"am_container,omitempty"`
+	// Containers are the app's live containers, listed for RUNNING apps
+	// that hold GPUs (or may: AllocatedGPUs -1), in id order.
+	Containers []Container `json:"containers,omitempty"`
 	// Requests are the app's ANY ("*") requests that ask for GPUs and
 	// still have containers pending, in (priority, allocation id) order.
 	Requests []Request `json:"requests,omitempty"`
+}
+
+// HoldsGPUs reports whether the app may hold GPUs: RUNNING with containers
+// and GPUs allocated, or an allocation the RM does not break down.
+func (a App) HoldsGPUs() bool {
+	return a.State == "RUNNING" && a.RunningContainers > 0 && a.AllocatedGPUs != 0
+}
+
+// Container is one live container of an app, as the RM's scheduler holds
+// it.
+type Container struct {
+	ID string `json:"id"`
+	// Host is the NodeManager host and NodeID its host:port.
+	Host   string `json:"host"`
+	NodeID string `json:"node_id"`
+	// GPUs, MemoryMB and VCores are the container's allocation.
+	GPUs     int   `json:"gpus"`
+	MemoryMB int64 `json:"memory_mb"`
+	VCores   int64 `json:"vcores"`
+	// Priority is the container (request) priority.
+	Priority int32 `json:"priority"`
+	// Started is when the RM allocated it.
+	Started time.Time `json:"started,omitzero"`
+	// State is the container state (RUNNING, ALLOCATED, ...), when known.
+	State string `json:"state,omitempty"`
+	// AM marks the attempt's ApplicationMaster container.
+	AM bool `json:"am,omitempty"`
 }
 
 // Request is one ANY resource request of an app.
@@ -115,14 +157,25 @@ type Node struct {
 	Rack  string `json:"rack"`
 	State string `json:"state"`
 	// Labels are the node's partition labels.
-	Labels        []string  `json:"labels,omitempty"`
-	GPUsTotal     int       `json:"gpus_total"`
-	GPUsUsed      int       `json:"gpus_used"`
-	GPUsAvailable int       `json:"gpus_available"`
-	Containers    int       `json:"containers"`
-	HealthReport  string    `json:"health_report,omitempty"`
-	LastHealth    time.Time `json:"last_health,omitzero"`
-	Version       string    `json:"version,omitempty"`
+	Labels        []string `json:"labels,omitempty"`
+	GPUsTotal     int      `json:"gpus_total"`
+	GPUsUsed      int      `json:"gpus_used"`
+	GPUsAvailable int      `json:"gpus_available"`
+	Containers    int      `json:"containers"`
+	// HTTPAddress is the NodeManager's web address (host:port).
+	HTTPAddress  string    `json:"http_address,omitempty"`
+	HealthReport string    `json:"health_report,omitempty"`
+	LastHealth   time.Time `json:"last_health,omitzero"`
+	Version      string    `json:"version,omitempty"`
+}
+
+// Partition returns the node's partition: its node label, empty for the
+// default partition (YARN gives a node at most one label).
+func (n Node) Partition() string {
+	if len(n.Labels) == 0 {
+		return ""
+	}
+	return n.Labels[0]
 }
 
 // Queue is one queue of the scheduler's tree.

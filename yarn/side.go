@@ -5,13 +5,15 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
 
 // Side is the YARN half of the tick loop's observations: pending GPU
-// containers through the RM REST API, mapped to tenants from the broker's
-// tenant index on every poll so tenant edits apply at once.
+// containers and the running containers of GPU apps through the RM REST
+// API, mapped to tenants from the broker's tenant index on every poll so
+// tenant edits apply at once.
 //
 // Taking nodes away from YARN (graceful decommission through the RM admin
 // protocol) is not part of Side yet; until it is, the runtime reports YARN
@@ -22,13 +24,17 @@ type Side struct {
 
 	mu   sync.Mutex
 	prev map[string]bool
+	// down remembers since when each down node has been down: an
+	// UNHEALTHY NodeManager's lastHealthUpdate moves on with every health
+	// check, and the broker's replacement timeout must not restart with it.
+	down map[string]time.Time
 }
 
 var _ broker.SideObserver = (*Side)(nil)
 
 // NewSide observes through client.
 func NewSide(client *Client, opts MapOptions) *Side {
-	return &Side{client: client, opts: opts, prev: map[string]bool{}}
+	return &Side{client: client, opts: opts, prev: map[string]bool{}, down: map[string]time.Time{}}
 }
 
 // Source reports the YARN side.
@@ -41,9 +47,10 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	if err != nil {
 		return broker.SideObservation{}, err
 	}
-	demand, unmapped := MapDemand(obs, NewQueueMap(idx.Tenants), s.opts)
+	queues := NewQueueMap(idx.Tenants)
+	demand, unmapped := MapDemand(obs, queues, s.opts)
 	out := broker.SideObservation{Source: broker.SourceYARN, At: obs.At, Demand: demand,
-		Nodes: BrokerNodes(obs), Closed: map[string]string{}}
+		Nodes: BrokerNodes(obs, queues), Closed: map[string]string{}}
 	for _, u := range unmapped {
 		out.Ignored = append(out.Ignored, broker.Wait{Demand: "yarn/" + u.AppID, Reason: "unmapped",
 			Detail: fmt.Sprintf("queue %s maps to no tenant (%d GPUs pending); add it to a tenant's yarn_queues", u.Queue, u.GPUs)})
@@ -52,9 +59,21 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	for _, d := range demand {
 		live[d.Key] = true
 	}
+	s.mu.Lock()
+	down := make(map[string]time.Time, len(s.down))
+	for i := range out.Nodes {
+		n := &out.Nodes[i]
+		if n.Down == "" {
+			continue
+		}
+		if since, ok := s.down[n.Name]; ok && since.Before(n.DownSince) {
+			n.DownSince = since
+		}
+		down[n.Name] = n.DownSince
+	}
+	s.down = down
 	// Demand that left: the app still runs (its containers were
 	// allocated) or it is gone (finished, failed or killed).
-	s.mu.Lock()
 	for k := range s.prev {
 		if live[k] {
 			continue

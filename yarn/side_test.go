@@ -30,6 +30,7 @@ func TestSideAgainstSimulator(t *testing.T) {
 		"training": {Name: "training", BasePriority: 100, MaxGPUs: 10, Weight: 1, YARNQueues: []string{"root.a"}}}}
 
 	a, err := sim.Submit(yarnsim.AppSpec{Name: "train", Queue: "root.a", Priority: 5,
+		Tags:     []string{"gpubroker.io/checkpoint-dir=hdfs://nn:8020/ckpt/train"},
 		Requests: []yarnsim.RequestSpec{{Containers: 2, GPUs: 2}}})
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +62,17 @@ func TestSideAgainstSimulator(t *testing.T) {
 	}
 	if len(obs.Nodes) != 1 || obs.Nodes[0].GPUsAllocated != 4 {
 		t.Fatalf("nodes: %+v", obs.Nodes)
+	}
+	// Its two containers are the node's work: tenant, unified priority,
+	// the app's checkpoint directory.
+	if ws := obs.Nodes[0].Work; len(ws) != 2 {
+		t.Fatalf("work: %+v", ws)
+	}
+	for _, w := range obs.Nodes[0].Work {
+		if w.App != a || w.Tenant != "training" || w.Priority != 105 || w.GPUs != 2 || !w.Preemptible ||
+			w.CheckpointDir != "hdfs://nn:8020/ckpt/train" || w.CheckpointAge != -1 || w.StartedAt.IsZero() {
+			t.Errorf("work %+v", w)
+		}
 	}
 	// A failing RM is an error, never an empty observation.
 	sim.SetFault(yarnsim.FaultHTML)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -174,6 +175,9 @@ type appInfo struct {
 	ResourceSeconds   entryMap              `json:"resourceSecondsMap"`
 	ResourceRequests  list[resourceRequest] `json:"resourceRequests"`
 	Unmanaged         bool                  `json:"unmanagedApplication"`
+	// ResourceInfo is decoded (into appResourceInfo) only for apps that
+	// hold containers: it is most of an app's answer.
+	ResourceInfo json.RawMessage `json:"resourceInfo"`
 }
 
 type resourceRequest struct {
@@ -255,4 +259,110 @@ type remoteException struct {
 		Exception string `json:"exception"`
 		Message   string `json:"message"`
 	} `json:"RemoteException"`
+}
+
+// appResourceInfo is an app's resourceInfo (ResourcesInfo): what it holds
+// and asks for per partition, with every resource type. Hadoop 3.1 and
+// later render it; older RMs omit it.
+type appResourceInfo struct {
+	ResourceUsagesByPartition list[struct {
+		PartitionName string        `json:"partitionName"`
+		Used          *resourceInfo `json:"used"`
+	}] `json:"resourceUsagesByPartition"`
+}
+
+// appAttemptsResponse is GET /ws/v1/cluster/apps/{app}/appattempts
+// (AppAttemptsInfo).
+type appAttemptsResponse struct {
+	AppAttempts *struct {
+		AppAttempt list[appAttemptInfo] `json:"appAttempt"`
+	} `json:"appAttempts"`
+}
+
+// appAttemptInfo is one AppAttemptInfo. appAttemptState appears in Hadoop
+// 3.4 and later only (YARN-10381).
+type appAttemptInfo struct {
+	ID              flexInt `json:"id"`
+	StartTime       flexInt `json:"startTime"`
+	FinishedTime    flexInt `json:"finishedTime"`
+	ContainerID     string  `json:"containerId"`
+	NodeHTTPAddress string  `json:"nodeHttpAddress"`
+	NodeID          string  `json:"nodeId"`
+	AppAttemptID    string  `json:"appAttemptId"`
+	AppAttemptState string  `json:"appAttemptState"`
+}
+
+// containersResponse is GET
+// /ws/v1/cluster/apps/{app}/appattempts/{attempt}/containers (ContainersInfo):
+// the attempt's live containers as the scheduler holds them. Hadoop 3.3 and
+// 3.5 render it without its root element, {"container": [...]} (a bare
+// object for one container); the wrapped {"containers": {"container": ...}}
+// form is read too.
+type containersResponse struct {
+	Container  list[containerInfo] `json:"container"`
+	Containers *struct {
+		Container list[containerInfo] `json:"container"`
+	} `json:"containers"`
+}
+
+func (r *containersResponse) all() []containerInfo {
+	if r.Containers != nil {
+		return append(slices.Clone(r.Container), r.Containers.Container...)
+	}
+	return r.Container
+}
+
+// containerInfo is one ContainerInfo of yarn-server-common's webapp DAO.
+// allocatedResources (a JAXB map of every resource type) appears in Hadoop
+// 3.1 and later.
+type containerInfo struct {
+	ContainerID        string   `json:"containerId"`
+	AllocatedMB        flexInt  `json:"allocatedMB"`
+	AllocatedVCores    flexInt  `json:"allocatedVCores"`
+	AssignedNodeID     string   `json:"assignedNodeId"`
+	Priority           flexInt  `json:"priority"`
+	StartedTime        flexInt  `json:"startedTime"`
+	FinishedTime       flexInt  `json:"finishedTime"`
+	ContainerState     string   `json:"containerState"`
+	NodeHTTPAddress    string   `json:"nodeHttpAddress"`
+	NodeID             string   `json:"nodeId"`
+	AllocatedResources entryMap `json:"allocatedResources"`
+}
+
+// nmContainersResponse is a NodeManager's GET /ws/v1/node/containers: the
+// containers it runs. The documented form is wrapped ({"containers":
+// {"container": [...]}}); the unwrapped one is read too.
+type nmContainersResponse struct {
+	Container  list[nmContainerInfo] `json:"container"`
+	Containers *struct {
+		Container list[nmContainerInfo] `json:"container"`
+	} `json:"containers"`
+}
+
+func (r *nmContainersResponse) all() []nmContainerInfo {
+	if r.Containers != nil {
+		return append(slices.Clone(r.Container), r.Containers.Container...)
+	}
+	return r.Container
+}
+
+// nmContainerInfo is the NodeManager's ContainerInfo: no GPU count, no
+// start time, no priority.
+type nmContainerInfo struct {
+	ID                  string  `json:"id"`
+	State               string  `json:"state"`
+	NodeID              string  `json:"nodeId"`
+	TotalMemoryNeededMB flexInt `json:"totalMemoryNeededMB"`
+	TotalVCoresNeeded   flexInt `json:"totalVCoresNeeded"`
+}
+
+// nmGPUResponse is a NodeManager's GET /ws/v1/node/resources/yarn.io%2Fgpu
+// (NMGpuResourceInfo, served with the GPU resource plugin): which GPU
+// device each container holds.
+type nmGPUResponse struct {
+	AssignedGpuDevices list[struct {
+		Index       flexInt `json:"index"`
+		MinorNumber flexInt `json:"minorNumber"`
+		ContainerID string  `json:"containerId"`
+	}] `json:"assignedGpuDevices"`
 }

@@ -116,6 +116,10 @@ type poolConfig struct {
 	Sides            string            `yaml:"sides"`
 	PricePerHour     float64           `yaml:"price_per_hour"`
 	ExpanderPriority int               `yaml:"expander_priority"`
+	// Partition is the YARN node label the pool's NodeManagers join
+	// (yarn.nodemanager.node-labels or the RM's node-to-label mapping);
+	// empty for the default partition.
+	Partition string `yaml:"partition"`
 }
 
 type tenantConfig struct {
@@ -263,7 +267,10 @@ func (fc fileConfig) validate() (*config, error) {
 			Name: pl.Name, Provider: pl.Provider, Group: pl.Group, GPUModel: pl.GPUModel,
 			GPUsPerNode: pl.GPUsPerNode, MinNodes: pl.MinNodes, MaxNodes: pl.MaxNodes,
 			Labels: pl.Labels, Sides: broker.PoolSides(pl.Sides), PricePerHour: pl.PricePerHour,
-			ExpanderPriority: pl.ExpanderPriority,
+			ExpanderPriority: pl.ExpanderPriority, Partition: pl.Partition,
+		}
+		if pool.Partition != "" && pool.Sides == broker.PoolK8s {
+			return nil, broker.Invalid(prefix+".partition", "names a YARN partition, but the pool serves only k8s (set sides to yarn or shared)")
 		}
 		if pool.Provider == "" {
 			pool.Provider = "aws"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,7 +23,10 @@ type target struct {
 	gpus   int
 	submit func(ctx context.Context, queue string, prio, containers, gpus int, host string) (string, error)
 	finish func(ctx context.Context, appID string) error
-	logs   func() string
+	// run starts an app in queue whose one container of gpus GPUs runs on
+	// host (for real on Hadoop), returning the app and container ids.
+	run  func(ctx context.Context, queue, host string, gpus int) (string, string, error)
+	logs func() string
 }
 
 // TestContract runs one suite of observations against yarnsim and against
@@ -62,6 +66,23 @@ func simTarget(t *testing.T, f yarnsim.Flavor) target {
 		return sim.Submit(yarnsim.AppSpec{Queue: queue, Priority: int64(prio), Requests: []yarnsim.RequestSpec{rs}})
 	}
 	tg.finish = func(_ context.Context, id string) error { return sim.Finish(id) }
+	// The admin server places a container on a chosen host; it need not
+	// listen for that.
+	admin, err := yarnsim.NewAdminServer(sim, yarnsim.AdminConfig{ExcludePath: filepath.Join(t.TempDir(), "exclude.xml")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.run = func(_ context.Context, queue, host string, gpus int) (string, string, error) {
+		app, err := admin.RunOn(queue, host, gpus, time.Hour)
+		if err != nil {
+			return "", "", err
+		}
+		cs, _, err := sim.AppContainers(app)
+		if err != nil || len(cs) != 1 {
+			return "", "", fmt.Errorf("app %s containers %v: %v", app, cs, err)
+		}
+		return app, cs[0], nil
+	}
 	return tg
 }
 
@@ -86,6 +107,9 @@ func hadoopTarget(t *testing.T, version string) target {
 	return target{
 		url: c.Ready.RMWeb, hosts: c.Ready.Nodes, gpus: c.Ready.GPUsPerNode,
 		submit: c.Submit, finish: c.Finish,
+		run: func(ctx context.Context, queue, host string, gpus int) (string, string, error) {
+			return c.Run(ctx, queue, host, gpus, 3600)
+		},
 		logs: func() string { return c.LogTail(3000) },
 	}
 }
@@ -188,6 +212,32 @@ func runContract(t *testing.T, tg target) {
 			t.Errorf("node %s = %+v, want all %d GPUs used by one container", n.Host, n, tg.gpus)
 		}
 	}
+	// Running work: app A's three containers, one per node, 4 GPUs each,
+	// container priority 1; on the broker's nodes, work of tenant alpha
+	// at base + app priority.
+	if len(a.Containers) != 3 || a.Attempt == "" {
+		t.Errorf("app A attempt %q containers %+v, want 3", a.Attempt, a.Containers)
+	}
+	hostsA := map[string]bool{}
+	for _, ct := range a.Containers {
+		hostsA[ct.Host] = true
+		if ct.GPUs != 4 || ct.Priority != 1 || ct.MemoryMB != 1024 || ct.VCores != 1 || ct.Started.IsZero() || ct.AM {
+			t.Errorf("app A container %+v, want 4 GPUs, priority 1, 1024 MB, 1 vcore, a start time", ct)
+		}
+	}
+	if len(hostsA) != 3 {
+		t.Errorf("app A containers on %v, want one on each node", hostsA)
+	}
+	tenants := map[string]broker.Tenant{
+		"alpha": {Name: "alpha", BasePriority: 1000, YARNQueues: []string{"root.a"}},
+		"beta":  {Name: "beta", BasePriority: 0, YARNQueues: []string{"b"}},
+	}
+	for _, n := range yarn.BrokerNodes(obs, yarn.NewQueueMap(tenants)) {
+		if n.GPUsAllocated != tg.gpus || len(n.Work) != 1 || n.Work[0].App != idA || n.Work[0].GPUs != tg.gpus ||
+			n.Work[0].Tenant != "alpha" || n.Work[0].Priority != 1003 || n.Work[0].Class != broker.WorkBatch || !n.Work[0].Preemptible {
+			t.Errorf("broker node %s: allocated %d, work %+v; want one 4-GPU container of app A (alpha, priority 1003)", n.Name, n.GPUsAllocated, n.Work)
+		}
+	}
 
 	// App B cannot get anything: all GPUs are taken.
 	idB, err := tg.submit(ctx, "b", 1, 2, 2, "")
@@ -211,10 +261,6 @@ func runContract(t *testing.T, tg target) {
 	}
 
 	// The broker's view: one demand per app ANY request.
-	tenants := map[string]broker.Tenant{
-		"alpha": {Name: "alpha", BasePriority: 1000, YARNQueues: []string{"root.a"}},
-		"beta":  {Name: "beta", BasePriority: 0, YARNQueues: []string{"b"}},
-	}
 	ds, unmapped := yarn.MapDemand(obs, yarn.NewQueueMap(tenants), yarn.MapOptions{})
 	if len(unmapped) != 0 {
 		t.Errorf("unmapped = %+v", unmapped)
@@ -247,4 +293,42 @@ func runContract(t *testing.T, tg target) {
 		}
 		return nil
 	})
+
+	// A container that really runs: 1 GPU on the second node, once app A
+	// has released everything. It is the only work in the cluster, on its
+	// node, with its GPU; the other nodes are idle.
+	if err := tg.finish(ctx, idA); err != nil {
+		t.Fatalf("finish A: %v", err)
+	}
+	eventually(t, ctx, c, "all GPUs free", func(o *yarn.Observation) error {
+		for _, n := range o.Nodes {
+			if n.GPUsUsed != 0 {
+				return fmt.Errorf("node %s uses %d GPUs", n.Host, n.GPUsUsed)
+			}
+		}
+		return nil
+	})
+	idR, cid, err := tg.run(ctx, "a", tg.hosts[1], 1)
+	if err != nil {
+		t.Fatalf("run a container: %v", err)
+	}
+	obs = eventually(t, ctx, c, "running container observed", func(o *yarn.Observation) error {
+		r, ok := o.App(idR)
+		if !ok || len(r.Containers) != 1 {
+			return fmt.Errorf("app %s = %+v, want one container", idR, r)
+		}
+		return nil
+	})
+	for _, n := range yarn.BrokerNodes(obs, yarn.NewQueueMap(tenants)) {
+		if n.Name != tg.hosts[1] {
+			if len(n.Work) != 0 || n.GPUsAllocated != 0 {
+				t.Errorf("idle node %s: allocated %d, work %+v", n.Name, n.GPUsAllocated, n.Work)
+			}
+			continue
+		}
+		if n.GPUsAllocated != 1 || len(n.Work) != 1 || n.Work[0].Key != cid || n.Work[0].App != idR || n.Work[0].GPUs != 1 ||
+			n.Work[0].Tenant != "alpha" || n.Work[0].StartedAt.IsZero() {
+			t.Errorf("node %s: allocated %d, work %+v; want container %s of app %s with 1 GPU", n.Name, n.GPUsAllocated, n.Work, cid, idR)
+		}
+	}
 }

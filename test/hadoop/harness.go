@@ -70,6 +70,10 @@ type Config struct {
 	GPUsPerNode int
 	// StartTimeout bounds the start (default 4 minutes).
 	StartTimeout time.Duration
+	// Label, when set, enables node labels with one exclusive partition of
+	// that name, all of it usable by queue root.a (see Cluster.Label and
+	// Cluster.SubmitLabelled).
+	Label string
 }
 
 // Ready is what the launcher reports once the cluster is up.
@@ -135,6 +139,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	args = append(args, "-cp", filepath.Join(home, "classes")+string(os.PathListSeparator)+strings.TrimSpace(string(cp)),
 		"io.gpubroker.hadoop.Launcher", "--dir", cfg.Dir,
 		"--nodes", strconv.Itoa(cfg.Nodes), "--gpus", strconv.Itoa(cfg.GPUsPerNode))
+	if cfg.Label != "" {
+		args = append(args, "--label", cfg.Label)
+	}
 	// The JVM outlives no test: it stops when its stdin closes, and Close
 	// kills it if it does not.
 	cmd := exec.Command("java", args...)

@@ -67,7 +67,10 @@ func (a Actions) Admit(_ context.Context, node string) error {
 
 // Evict kills the application: yarnsim has no container-level preemption.
 func (a Actions) Evict(_ context.Context, _ string, w broker.Workload) error {
-	app, _, _ := strings.Cut(w.Key, "/")
+	app := w.App // a container's application
+	if app == "" {
+		app, _, _ = strings.Cut(w.Key, "/")
+	}
 	if err := a.Sim.Finish(app); err != nil && !strings.Contains(err.Error(), "not found") {
 		return err
 	}

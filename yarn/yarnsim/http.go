@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,14 +13,17 @@ import (
 
 // Handler returns the active RM's REST API:
 // GET /ws/v1/cluster[/info], /ws/v1/cluster/apps[?states=...],
-// /ws/v1/cluster/apps/{id}, /ws/v1/cluster/nodes[?states=...] and
-// /ws/v1/cluster/scheduler.
+// /ws/v1/cluster/apps/{id}, /ws/v1/cluster/apps/{id}/appattempts,
+// /ws/v1/cluster/apps/{id}/appattempts/{attempt}/containers,
+// /ws/v1/cluster/nodes[?states=...] and /ws/v1/cluster/scheduler.
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws/v1/cluster", s.serveInfo)
 	mux.HandleFunc("GET /ws/v1/cluster/info", s.serveInfo)
 	mux.HandleFunc("GET /ws/v1/cluster/apps", s.serveApps)
 	mux.HandleFunc("GET /ws/v1/cluster/apps/{id}", s.serveApp)
+	mux.HandleFunc("GET /ws/v1/cluster/apps/{id}/appattempts", s.serveAttempts)
+	mux.HandleFunc("GET /ws/v1/cluster/apps/{id}/appattempts/{attempt}/containers", s.serveContainers)
 	mux.HandleFunc("GET /ws/v1/cluster/nodes", s.serveNodes)
 	mux.HandleFunc("GET /ws/v1/cluster/scheduler", s.serveScheduler)
 	return s.faulty(mux)
@@ -208,6 +212,8 @@ type jApp struct {
 	ResourceSecondsMap any     `json:"resourceSecondsMap"`
 	ResourceRequests   any     `json:"resourceRequests,omitempty"`
 	Unmanaged          bool    `json:"unmanagedApplication"`
+	MasterNodeID       string  `json:"masterNodeId"`
+	ResourceInfo       any     `json:"resourceInfo"`
 }
 
 func (s *Sim) renderApp(a *app) jApp {
@@ -221,7 +227,12 @@ func (s *Sim) renderApp(a *app) jApp {
 		ApplicationTags: strings.Join(a.spec.Tags, ","), Priority: a.spec.Priority,
 		StartedTime: a.started.UnixMilli(), LaunchTime: a.started.UnixMilli(),
 		AllocatedMB: a.usedMem, AllocatedVCores: a.usedCores, RunningContainers: a.running,
+		Unmanaged: !a.spec.ManagedAM,
 	}
+	if a.am != nil {
+		j.MasterNodeID = a.am.node.spec.Host + ":" + strconv.Itoa(a.am.node.port)
+	}
+	j.ResourceInfo = s.appResourceInfo(a)
 	type entry struct {
 		Key   string `json:"key"`
 		Value any    `json:"value"`
@@ -265,6 +276,180 @@ func (s *Sim) renderApp(a *app) jApp {
 		j.ResourceRequests = jlist(s.cfg.Quirks, reqs)
 	}
 	return j
+}
+
+// appResourceInfo renders an app's resourceInfo: used and pending per
+// partition, the default partition always.
+func (s *Sim) appResourceInfo(a *app) any {
+	type usage struct {
+		mem, vcores   int64
+		gpus          int
+		pmem, pvcores int64
+		pgpus         int
+	}
+	parts := map[string]*usage{"": {}}
+	get := func(p string) *usage {
+		if parts[p] == nil {
+			parts[p] = &usage{}
+		}
+		return parts[p]
+	}
+	for _, c := range a.conts {
+		gpus, mem, vcores := c.size()
+		u := get(label(c.node.spec.Labels))
+		u.mem, u.vcores, u.gpus = u.mem+mem, u.vcores+vcores, u.gpus+gpus
+	}
+	for _, r := range a.requests {
+		u := get(r.spec.NodeLabel)
+		u.pmem += int64(r.pending) * r.spec.MemoryMB
+		u.pvcores += int64(r.pending) * r.spec.VCores
+		u.pgpus += r.pending * r.spec.GPUs
+	}
+	names := make([]string, 0, len(parts))
+	for p := range parts {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	var out []map[string]any
+	for _, p := range names {
+		u := parts[p]
+		out = append(out, map[string]any{
+			"partitionName": p,
+			"used":          s.resource(u.mem, u.vcores, u.gpus),
+			"reserved":      s.resource(0, 0, 0),
+			"pending":       s.resource(u.pmem, u.pvcores, u.pgpus),
+			"amUsed":        s.resource(0, 0, 0),
+			"amLimit":       s.resource(0, 0, 0),
+			"userAmLimit":   s.resource(0, 0, 0),
+		})
+	}
+	return map[string]any{"resourceUsagesByPartition": out}
+}
+
+// attemptID is appattempt_<cluster>_<app>_<attempt>.
+func (s *Sim) attemptID(a *app, n int) string {
+	return fmt.Sprintf("appattempt_%d_%04d_%06d", s.cfg.ClusterTimestamp, a.seq, n)
+}
+
+// serveAttempts answers /apps/{id}/appattempts as AppAttemptsInfo: every
+// attempt so far, the current one with its AM container (none for an
+// unmanaged AM, as Hadoop renders it: empty strings). appAttemptState is
+// rendered from Hadoop 3.4 on.
+func (s *Sim) serveAttempts(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	a, ok := s.appByID[r.PathValue("id")]
+	var atts []map[string]any
+	if ok {
+		for n := 1; n <= a.attempt; n++ {
+			j := map[string]any{
+				"id": n, "startTime": a.started.UnixMilli(), "finishedTime": 0, "containerId": "", "nodeHttpAddress": "",
+				"nodeId": "", "logsLink": "", "blacklistedNodes": "", "appAttemptId": s.attemptID(a, n), "exportPorts": "",
+			}
+			state := "FAILED"
+			if n == a.attempt {
+				state = "RUNNING"
+				if a.am != nil {
+					nd := a.am.node
+					j["containerId"] = a.am.id
+					j["nodeHttpAddress"] = nd.spec.Host + ":8042"
+					j["nodeId"] = nd.spec.Host + ":" + strconv.Itoa(nd.port)
+					j["logsLink"] = "http://" + nd.spec.Host + ":8042/node/containerlogs/" + a.am.id + "/" + a.spec.User
+				}
+			} else {
+				j["finishedTime"] = a.started.UnixMilli()
+			}
+			if s.cfg.Flavor == Flavor35 {
+				j["appAttemptState"] = state
+			}
+			atts = append(atts, j)
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		notFound(w, "app with id: "+r.PathValue("id")+" not found")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"appAttempts": map[string]any{"appAttempt": atts}})
+}
+
+// serveContainers answers /apps/{id}/appattempts/{attempt}/containers as
+// Hadoop 3.3 and 3.5 render ContainersInfo: without its root element,
+// {"container": [...]}, a bare object for one container (always, not only
+// with the SingleObject quirk) and {} for none; every value a string on 3.3.
+// The current attempt lists all the app's live containers; an earlier one
+// none.
+func (s *Sim) serveContainers(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Quirks.NoAttemptContainers {
+		w.Header().Set("Content-Type", "text/html;charset=iso-8859-1")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("<html><head><title>Error 404 Not Found</title></head><body><h2>HTTP ERROR 404 Not Found</h2></body></html>\n"))
+		return
+	}
+	s.mu.Lock()
+	a, ok := s.appByID[r.PathValue("id")]
+	attempt := r.PathValue("attempt")
+	var found bool
+	var cs []map[string]any
+	if ok {
+		for n := 1; n <= a.attempt; n++ {
+			if s.attemptID(a, n) == attempt {
+				found = true
+			}
+		}
+		if found && attempt == s.attemptID(a, a.attempt) {
+			for _, c := range a.conts {
+				cs = append(cs, s.renderContainer(c))
+			}
+		}
+	}
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		notFound(w, "Application with id '"+r.PathValue("id")+"' doesn't exist in RM. Please check that the job submission was successful.")
+		return
+	case !found:
+		notFound(w, "ApplicationAttempt with id '"+attempt+"' doesn't exist in RM.")
+		return
+	}
+	var body any = struct{}{}
+	switch len(cs) {
+	case 0:
+	case 1:
+		body = map[string]any{"container": cs[0]}
+	default:
+		body = map[string]any{"container": cs}
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Sim) renderContainer(c *container) map[string]any {
+	gpus, mem, vcores := c.size()
+	prio := int64(0)
+	if c.req != amRequest {
+		prio = int64(c.app.requests[c.req].spec.Priority)
+	}
+	n := c.node
+	nodeID := n.spec.Host + ":" + strconv.Itoa(n.port)
+	start := c.started.UnixMilli()
+	elapsed := max(s.cfg.Now().UnixMilli()-start, 0)
+	num := func(v int64) any {
+		if s.cfg.Flavor == Flavor33 {
+			return strconv.FormatInt(v, 10)
+		}
+		return v
+	}
+	type entry struct {
+		Key   string `json:"key"`
+		Value any    `json:"value"`
+	}
+	return map[string]any{
+		"containerId": c.id, "allocatedMB": num(mem), "allocatedVCores": num(vcores), "assignedNodeId": nodeID,
+		"priority": num(prio), "startedTime": num(start), "finishedTime": num(0), "elapsedTime": num(elapsed),
+		"logUrl":              "http://" + n.spec.Host + ":8042/node/containerlogs/" + c.id + "/" + c.app.spec.User,
+		"containerExitStatus": num(0), "containerState": "RUNNING", "nodeHttpAddress": "http://" + n.spec.Host + ":8042",
+		"nodeId": nodeID, "exposedPorts": "",
+		"allocatedResources": map[string]any{"entry": []entry{{"memory-mb", num(mem)}, {"yarn.io/gpu", num(int64(gpus))}, {"vcores", num(vcores)}}},
+	}
 }
 
 func (s *Sim) serveApps(w http.ResponseWriter, r *http.Request) {

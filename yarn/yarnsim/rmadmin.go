@@ -160,6 +160,7 @@ func (a *AdminServer) RunOn(queue, host string, gpus int, d time.Duration) (stri
 	n.usedVCores += r.VCores
 	n.containers++
 	n.allocs[ap] = map[int]int{0: 1}
+	s.newContainer(ap, n, 0)
 	s.freeByLabel[label(n.spec.Labels)] -= gpus
 	ap.running++
 	ap.usedGPUs += gpus

@@ -29,6 +29,12 @@ type Quirks struct {
 	// SingleObject renders one-element lists as a bare object, as Jersey
 	// does without an array hint.
 	SingleObject bool
+	// NoAttemptContainers makes the RM answer the containers of an app
+	// attempt with a plain 404 page, as an RM without that endpoint does.
+	NoAttemptContainers bool
+	// NoGPUPlugin makes the NodeManagers answer their GPU resource path
+	// with 404, as without the GPU resource plugin.
+	NoGPUPlugin bool
 }
 
 // QueueSpec declares a leaf queue of the tree.
@@ -96,6 +102,12 @@ type AppSpec struct {
 	Priority int64
 	Tags     []string
 	Requests []RequestSpec
+	// ManagedAM gives the app an ApplicationMaster container (1024 MB, one
+	// vcore, no GPUs, priority 0, on the first default-partition node with
+	// room), which its attempt names; without it the AM is unmanaged, as in
+	// the test minicluster. A lost AM container starts a new attempt that
+	// keeps the app's other containers (work-preserving AM restart).
+	ManagedAM bool
 }
 
 // Fault makes the simulator answer every REST request badly.
@@ -119,6 +131,33 @@ type node struct {
 	containers          int
 	lastHealth          time.Time
 	allocs              map[*app]map[int]int // app → request index → containers
+	conts               map[string]*container
+}
+
+// container is one allocated container.
+type container struct {
+	id      string
+	app     *app
+	node    *node
+	req     int // request index; amRequest for the AM container
+	started time.Time
+}
+
+// amRequest is the request index of an AM container.
+const amRequest = -1
+
+// The AM container's size.
+const (
+	amMemoryMB = 1024
+	amVCores   = 1
+)
+
+func (c *container) size() (gpus int, mem, vcores int64) {
+	if c.req == amRequest {
+		return 0, amMemoryMB, amVCores
+	}
+	r := c.app.requests[c.req].spec
+	return r.GPUs, r.MemoryMB, r.VCores
 }
 
 func (n *node) freeGPUs() int { return n.spec.GPUs - n.usedGPUs }
@@ -140,6 +179,13 @@ type app struct {
 	usedGPUs  int
 	usedMem   int64
 	usedCores int64
+	// attempt is the current attempt number (from 1); am its AM
+	// container, nil while unmanaged or not placed; conts the live
+	// containers, in allocation order.
+	attempt  int
+	am       *container
+	conts    []*container
+	nextCont int
 }
 
 type queue struct {
@@ -286,7 +332,8 @@ func (s *Sim) AddNode(spec NodeSpec) error {
 	}
 	spec.Labels = slices.Clone(spec.Labels)
 	s.nextPort++
-	s.nodes[spec.Host] = &node{spec: spec, state: "RUNNING", port: s.nextPort, lastHealth: s.cfg.Now(), allocs: map[*app]map[int]int{}}
+	s.nodes[spec.Host] = &node{spec: spec, state: "RUNNING", port: s.nextPort, lastHealth: s.cfg.Now(), allocs: map[*app]map[int]int{},
+		conts: map[string]*container{}}
 	s.freeByLabel[label(spec.Labels)] += spec.GPUs
 	s.live = nil
 	s.scheduleAll()
@@ -344,6 +391,29 @@ func (s *Sim) SetNodeState(host, state string) error {
 	return nil
 }
 
+// SetNodeLabels moves a node into the partition of its labels (at most
+// one; none for the default partition), as yarn rmadmin
+// -replaceLabelsOnNode does. Its containers stay.
+func (s *Sim) SetNodeLabels(host string, labels []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[host]
+	if !ok {
+		return fmt.Errorf("yarnsim: node %q: not found", host)
+	}
+	if len(labels) > 1 {
+		return fmt.Errorf("yarnsim: node %q: at most one label, got %v", host, labels)
+	}
+	if n.state == "RUNNING" {
+		s.freeByLabel[label(n.spec.Labels)] -= n.freeGPUs()
+		s.freeByLabel[label(labels)] += n.freeGPUs()
+	}
+	n.spec.Labels = slices.Clone(labels)
+	s.live = nil
+	s.scheduleAll()
+	return nil
+}
+
 // releaseNode returns a node's containers to their apps' pending asks.
 func (s *Sim) releaseNode(n *node) {
 	for a, reqs := range n.allocs {
@@ -359,8 +429,55 @@ func (s *Sim) releaseNode(n *node) {
 	if n.state == "RUNNING" {
 		s.freeByLabel[label(n.spec.Labels)] += n.usedGPUs
 	}
+	for _, c := range n.conts {
+		a := c.app
+		a.conts = slices.DeleteFunc(a.conts, func(x *container) bool { return x == c })
+		if c.req == amRequest {
+			// The AM is lost: a new attempt starts, and its AM is placed
+			// again when there is room.
+			a.am = nil
+			a.attempt++
+			a.running--
+			a.usedMem -= amMemoryMB
+			a.usedCores -= amVCores
+		}
+	}
 	n.allocs = map[*app]map[int]int{}
+	n.conts = map[string]*container{}
 	n.usedGPUs, n.usedMem, n.usedVCores, n.containers = 0, 0, 0, 0
+}
+
+// newContainer records a container of a on n for request ri.
+func (s *Sim) newContainer(a *app, n *node, ri int) *container {
+	a.nextCont++
+	c := &container{
+		id:  fmt.Sprintf("container_%d_%04d_%02d_%06d", s.cfg.ClusterTimestamp, a.seq, a.attempt, a.nextCont),
+		app: a, node: n, req: ri, started: s.cfg.Now(),
+	}
+	a.conts = append(a.conts, c)
+	n.conts[c.id] = c
+	return c
+}
+
+// placeAM places a managed AM's container on the first RUNNING
+// default-partition node with room for it.
+func (s *Sim) placeAM(a *app, nodes []*node) {
+	if !a.spec.ManagedAM || a.am != nil {
+		return
+	}
+	for _, n := range nodes {
+		if label(n.spec.Labels) != "" || n.spec.MemoryMB-n.usedMem < amMemoryMB || n.spec.VCores-n.usedVCores < amVCores {
+			continue
+		}
+		n.usedMem += amMemoryMB
+		n.usedVCores += amVCores
+		n.containers++
+		a.running++
+		a.usedMem += amMemoryMB
+		a.usedCores += amVCores
+		a.am = s.newContainer(a, n, amRequest)
+		return
+	}
 }
 
 // Submit adds a RUNNING application (its AM registered) and allocates what
@@ -378,7 +495,7 @@ func (s *Sim) Submit(spec AppSpec) (string, error) {
 	if spec.User == "" {
 		spec.User = "sim"
 	}
-	a := &app{queue: q, state: "RUNNING", started: s.cfg.Now()}
+	a := &app{queue: q, state: "RUNNING", started: s.cfg.Now(), attempt: 1}
 	spec.Tags = slices.Clone(spec.Tags)
 	for i := range spec.Tags {
 		spec.Tags[i] = strings.ToLower(spec.Tags[i]) // as YARN does
@@ -421,23 +538,20 @@ func (s *Sim) Finish(id string) error {
 	if !ok {
 		return fmt.Errorf("yarnsim: app %q: not found", id)
 	}
-	for _, n := range s.nodes {
-		reqs, ok := n.allocs[a]
-		if !ok {
-			continue
+	for _, c := range a.conts {
+		n := c.node
+		gpus, mem, vcores := c.size()
+		n.usedGPUs -= gpus
+		n.usedMem -= mem
+		n.usedVCores -= vcores
+		n.containers--
+		if n.state == "RUNNING" {
+			s.freeByLabel[label(n.spec.Labels)] += gpus
 		}
-		for ri, c := range reqs {
-			r := a.requests[ri].spec
-			n.usedGPUs -= c * r.GPUs
-			n.usedMem -= int64(c) * r.MemoryMB
-			n.usedVCores -= int64(c) * r.VCores
-			n.containers -= c
-			if n.state == "RUNNING" {
-				s.freeByLabel[label(n.spec.Labels)] += c * r.GPUs
-			}
-		}
+		delete(n.conts, c.id)
 		delete(n.allocs, a)
 	}
+	a.conts, a.am = nil, nil
 	delete(s.appByID, id)
 	i := slices.Index(s.apps, a)
 	s.apps = slices.Delete(s.apps, i, i+1)
@@ -474,6 +588,11 @@ func (s *Sim) scheduleAll() {
 	if len(s.apps) == 0 {
 		return
 	}
+	for _, a := range s.apps {
+		if a.spec.ManagedAM && a.am == nil {
+			s.placeAM(a, s.liveNodes())
+		}
+	}
 	total := 0
 	for _, f := range s.freeByLabel {
 		total += max(f, 0)
@@ -489,8 +608,10 @@ func (s *Sim) scheduleAll() {
 	}
 }
 
-// schedule places a's pending containers first-fit on nodes.
+// schedule places a's AM container and pending containers first-fit on
+// nodes.
 func (s *Sim) schedule(a *app, nodes []*node) {
+	s.placeAM(a, nodes)
 	for ri := range a.requests {
 		r := &a.requests[ri]
 		if r.pending == 0 {
@@ -515,6 +636,7 @@ func (s *Sim) schedule(a *app, nodes []*node) {
 					n.allocs[a] = map[int]int{}
 				}
 				n.allocs[a][ri]++
+				s.newContainer(a, n, ri)
 				s.freeByLabel[lbl] -= r.spec.GPUs
 				a.running++
 				a.usedGPUs += r.spec.GPUs
@@ -523,6 +645,68 @@ func (s *Sim) schedule(a *app, nodes []*node) {
 			}
 		}
 	}
+}
+
+// AppContainers returns the ids of an app's live containers in allocation
+// order, and which of them is the AM container ("" when unmanaged).
+func (s *Sim) AppContainers(id string) (containers []string, am string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.appByID[id]
+	if !ok {
+		return nil, "", fmt.Errorf("yarnsim: app %q: not found", id)
+	}
+	for _, c := range a.conts {
+		containers = append(containers, c.id)
+	}
+	if a.am != nil {
+		am = a.am.id
+	}
+	return containers, am, nil
+}
+
+// CompleteContainer ends a live container, as when its process exits: its
+// resources are freed and its app does not ask for it again.
+func (s *Sim) CompleteContainer(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.nodes {
+		c, ok := n.conts[id]
+		if !ok {
+			continue
+		}
+		a := c.app
+		gpus, mem, vcores := c.size()
+		n.usedGPUs -= gpus
+		n.usedMem -= mem
+		n.usedVCores -= vcores
+		n.containers--
+		if n.state == "RUNNING" {
+			s.freeByLabel[label(n.spec.Labels)] += gpus
+		}
+		delete(n.conts, id)
+		a.conts = slices.DeleteFunc(a.conts, func(x *container) bool { return x == c })
+		a.running--
+		a.usedGPUs -= gpus
+		a.usedMem -= mem
+		a.usedCores -= vcores
+		if c.req == amRequest {
+			// The attempt ends with its AM; the next one keeps the
+			// app's containers.
+			a.am = nil
+			a.attempt++
+		} else if reqs := n.allocs[a]; reqs != nil {
+			if reqs[c.req]--; reqs[c.req] == 0 {
+				delete(reqs, c.req)
+			}
+			if len(reqs) == 0 {
+				delete(n.allocs, a)
+			}
+		}
+		s.scheduleAll()
+		return nil
+	}
+	return fmt.Errorf("yarnsim: container %q: not found", id)
 }
 
 // Counts reports the simulator's totals: apps, nodes and pending GPUs.

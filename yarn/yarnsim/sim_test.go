@@ -188,16 +188,26 @@ func TestShapesMatchRealHadoop(t *testing.T) {
 		t.Run(tc.version, func(t *testing.T) {
 			sim, srv, _ := start(t, yarnsim.Config{Flavor: tc.flavor})
 			must(t, sim.AddNode(yarnsim.NodeSpec{Host: "n1", GPUs: 4}))
-			_, err := sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 3, GPUs: 2, Hosts: []string{"n1"}}}})
+			id, err := sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 3, GPUs: 2, Hosts: []string{"n1"}}}})
 			must(t, err)
-			for _, name := range []string{"apps", "nodes", "scheduler"} {
+			attempt := "appattempt_" + strings.TrimPrefix(id, "application_") + "_000001"
+			for _, name := range []string{"apps", "nodes", "scheduler", "appattempts", "containers"} {
 				path := "/ws/v1/cluster/" + name
-				if name == "apps" {
+				switch name {
+				case "apps":
 					path += "?states=ACCEPTED,RUNNING"
+				case "appattempts":
+					path = "/ws/v1/cluster/apps/" + id + "/appattempts"
+				case "containers":
+					path = "/ws/v1/cluster/apps/" + id + "/appattempts/" + attempt + "/containers"
 				}
 				var simDoc, realDoc any
 				must(t, json.Unmarshal([]byte(get(t, srv.URL+path)), &simDoc))
-				b, err := os.ReadFile(filepath.Join("..", "testdata", "hadoop-"+tc.version, name+".json"))
+				file := name
+				if name == "appattempts" || name == "containers" {
+					file += "-0002" // captured from a running app of two GPU containers
+				}
+				b, err := os.ReadFile(filepath.Join("..", "testdata", "hadoop-"+tc.version, file+".json"))
 				must(t, err)
 				must(t, json.Unmarshal(b, &realDoc))
 				simKeys, realKeys := map[string]bool{}, map[string]bool{}

@@ -73,6 +73,10 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  *       when the container completes; answers "OK APP_ID CONTAINER_ID"</li>
  *   <li>restart HOST — stops (if running) and starts HOST's NodeManager, as
  *       a service manager restarts one that a decommission stopped</li>
+ *   <li>label HOST — puts HOST's NodeManager into the partition named by
+ *       --label (only with --label)</li>
+ *   <li>submit-labelled QUEUE APP_PRIORITY CONTAINERS GPUS_PER_CONTAINER — as
+ *       submit, asking in the --label partition (nodeLabelExpression)</li>
  *   <li>quit — stops everything and exits</li>
  * </ul>
  * Stdin closing also stops the cluster, so a dying test harness never leaks a
@@ -90,6 +94,8 @@ public final class Launcher {
   private final List<String> hosts = new ArrayList<>();
   private YarnClient yarn;
   private final List<AppHandle> apps = new ArrayList<>();
+  /** label is the exclusive partition root.a may use (--label), or null. */
+  private String label;
 
   private static final class AppHandle {
     ApplicationId id;
@@ -130,12 +136,14 @@ public final class Launcher {
     String ready = null;
     int nodes = 3;
     int gpus = 4;
+    String label = null;
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "--dir": dirArg = args[++i]; break;
         case "--ready": ready = args[++i]; break;
         case "--nodes": nodes = Integer.parseInt(args[++i]); break;
         case "--gpus": gpus = Integer.parseInt(args[++i]); break;
+        case "--label": label = args[++i]; break;
         default:
           System.err.println("usage: Launcher --dir DIR [--ready FILE] [--nodes N] [--gpus G]");
           System.exit(2);
@@ -149,6 +157,7 @@ public final class Launcher {
     PrintStream out = System.out;
     System.setOut(System.err);
     Launcher l = new Launcher(new File(dirArg), nodes, gpus);
+    l.label = label;
     try {
       String readyJson = l.start();
       if (ready != null) {
@@ -235,6 +244,17 @@ public final class Launcher {
       conf.set(p + "user-limit-factor", "100");
       conf.set(p + "maximum-am-resource-percent", "1.0");
     }
+    if (label != null) {
+      // Node labels: one exclusive partition, all of it root.a's.
+      conf.setBoolean(YarnConfiguration.NODE_LABELS_ENABLED, true);
+      conf.set(YarnConfiguration.FS_NODE_LABELS_STORE_ROOT_DIR, new File(dir, "node-labels").toURI().toString());
+      String c = "yarn.scheduler.capacity.root.";
+      conf.set(c + "accessible-node-labels", label);
+      conf.set(c + "accessible-node-labels." + label + ".capacity", "100");
+      conf.set(c + "a.accessible-node-labels", label);
+      conf.set(c + "a.accessible-node-labels." + label + ".capacity", "100");
+      conf.set(c + "a.accessible-node-labels." + label + ".maximum-capacity", "100");
+    }
     // Off-switch placement at once: the test apps name a preferred host.
     conf.setInt("yarn.scheduler.capacity.node-locality-delay", -1);
 
@@ -263,6 +283,10 @@ public final class Launcher {
         }
         System.err.println("RM start attempt " + attempt + " lost a port race; retrying: " + e);
       }
+    }
+    if (label != null) {
+      rm.getRMContext().getNodeLabelManager().addToCluserNodeLabelsWithDefaultExclusivity(
+          Collections.singleton(label));
     }
     // Clients and NodeManagers use the addresses the RM bound.
     Configuration bound = rm.getConfig();
@@ -352,6 +376,22 @@ public final class Launcher {
             restart(f[1]);
             reply = "OK " + f[1];
             break;
+          case "label":
+            if (f.length != 2 || label == null) {
+              throw new IllegalArgumentException("usage: label HOST (with --label)");
+            }
+            rm.getRMContext().getNodeLabelManager().replaceLabelsOnNode(Collections.singletonMap(
+                org.apache.hadoop.yarn.api.records.NodeId.newInstance(f[1], 0), Collections.singleton(label)));
+            reply = "OK " + f[1];
+            break;
+          case "submit-labelled":
+            if (f.length != 5 || label == null) {
+              throw new IllegalArgumentException(
+                  "usage: submit-labelled QUEUE APP_PRIORITY CONTAINERS GPUS_PER_CONTAINER (with --label)");
+            }
+            reply = "OK " + submit(f[1], Integer.parseInt(f[2]), Integer.parseInt(f[3]),
+                Integer.parseInt(f[4]), null, false, label);
+            break;
           case "run":
             if (f.length != 5) {
               throw new IllegalArgumentException("usage: run QUEUE HOST GPUS SECONDS");
@@ -376,11 +416,11 @@ public final class Launcher {
 
   private String submit(String queue, int appPriority, int containers, int gpus, String host)
       throws Exception {
-    return submit(queue, appPriority, containers, gpus, host, false);
+    return submit(queue, appPriority, containers, gpus, host, false, null);
   }
 
   private String submit(String queue, int appPriority, int containers, int gpus, String host,
-      boolean strict) throws Exception {
+      boolean strict, String labelExpression) throws Exception {
     YarnClientApplication app = yarn.createApplication();
     ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
     ApplicationId id = ctx.getApplicationId();
@@ -436,7 +476,8 @@ public final class Launcher {
       Resource cap = Resource.newInstance(1024, 1);
       cap.setResourceValue(GPU, gpus);
       for (int i = 0; i < containers; i++) {
-        amrm.addContainerRequest(new ContainerRequest(cap, nodes, null, Priority.newInstance(1), !strict));
+        amrm.addContainerRequest(new ContainerRequest(cap, nodes, null, Priority.newInstance(1), !strict,
+            labelExpression));
       }
       amrm.allocate(0.0f);
       h.amrm = amrm;
@@ -495,7 +536,7 @@ public final class Launcher {
    * unregisters) as soon as that container completes, however it ends.
    */
   private String run(String queue, String host, int gpus, int seconds) throws Exception {
-    String appId = submit(queue, 0, 1, gpus, host, true);
+    String appId = submit(queue, 0, 1, gpus, host, true, null);
     final AppHandle h;
     synchronized (apps) {
       h = apps.get(apps.size() - 1);
