@@ -44,6 +44,10 @@ type opData struct {
 	Victims   []Workload `json:"victims,omitempty"`
 	Remaining []string   `json:"remaining,omitempty"`
 	BlockedBy string     `json:"blocked_by,omitempty"`
+	// Attrition releases the node without evicting anything (attrition.go);
+	// Cancel is why a pending attrition was cancelled.
+	Attrition bool   `json:"attrition,omitempty"`
+	Cancel    string `json:"cancel,omitempty"`
 }
 
 func firstStep(k ActionKind) string {
@@ -95,7 +99,11 @@ func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected [
 func (r *Runtime) journal(ctx context.Context, now time.Time, actions []Action) []Op {
 	var out []Op
 	for _, a := range actions {
-		data := opData{From: a.From, Victims: a.Victims}
+		if a.Kind == ActRecommission {
+			r.cancelAttrition(ctx, a) // ends the open op on the node (attrition.go)
+			continue
+		}
+		data := opData{From: a.From, Victims: a.Victims, Attrition: a.Attrition}
 		raw, _ := json.Marshal(data)
 		op := Op{Kind: a.Kind, Pool: a.Pool, Node: a.Node, Target: a.Target, To: a.To,
 			Serves: a.Serves, Reason: a.Reason, State: OpPending, Step: firstStep(a.Kind), Data: raw}
@@ -143,6 +151,17 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 		detail, _ := json.Marshal(w)
 		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "wait", Demand: w.Demand,
 			Tenant: tenants[w.Demand], Reason: string(w.Reason) + ": " + w.Detail, Detail: detail})
+	}
+	if r.keptSeen == nil {
+		r.keptSeen = map[string]string{}
+	}
+	for _, k := range plan.Kept {
+		if r.keptSeen[k.Node] == k.Reason {
+			continue
+		}
+		r.keptSeen[k.Node] = k.Reason
+		detail, _ := json.Marshal(k)
+		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "kept", Node: k.Node, Reason: k.Reason, Detail: detail})
 	}
 	r.mu.Unlock()
 	if err := r.cfg.Ledger.RecordDecisions(ctx, ds); err != nil {
@@ -269,7 +288,7 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		// lose capacity, so wait for them; they are bounded by the drain
 		// timeout.
 		for _, o := range open {
-			if o.Pool == op.Pool && o.ID != op.ID && (o.Kind == ActScaleDown || o.Kind == ActReplace) && !o.State.Terminal() {
+			if o.Pool == op.Pool && o.ID != op.ID && (o.Kind == ActScaleDown || o.Kind == ActReplace) && !o.State.Terminal() && !attritionOp(&o) {
 				op.LastError = fmt.Sprintf("waiting for the removal of node %s (op %d) before resizing", o.Node, o.ID)
 				return waitFor(2 * time.Second)
 			}
@@ -342,7 +361,7 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			}
 			return done()
 		}
-		st, err := act.Release(ctx, op.Node, data.Deadline)
+		st, err := r.releaseStep(ctx, act, side, op.Node, data, policy, now)
 		if err != nil {
 			return retry(err)
 		}
@@ -351,12 +370,12 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			r.log.Info("node released", "op", op.ID, "node", op.Node, "side", side)
 			return r.afterRelease(op, data, save, moveTo, done)
 		}
-		if now.After(data.Deadline) {
+		if !data.Attrition && now.After(data.Deadline) {
 			why := fmt.Sprintf("drain of %s timed out after %s with %d workloads left", op.Node, policy.DrainTimeout, len(st.Remaining))
 			if st.BlockedBy != "" {
 				why += ", blocked by " + st.BlockedBy
 			}
-			if op.Kind == ActTransfer {
+			if op.Kind == ActTransfer || op.Kind == ActPreempt {
 				// IMPORTANT: a transfer that cannot drain gives the node
 				// back to its side, so no node stays half-drained.
 				op.LastError = why
@@ -428,7 +447,13 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
 			data.Victims = data.Victims[1:]
 		}
+		if op.To == OwnerK8s || op.To == OwnerYARN {
+			return moveTo(stepRelease) // preemption across sides: hand the node over
+		}
 		return done()
+
+	case stepRecommission:
+		return r.recommissionStep(ctx, save(op), data, now)
 	}
 	return r.fail(save(op), now, fmt.Sprintf("unknown step %q", op.Step)), false
 }
@@ -439,6 +464,10 @@ func (r *Runtime) afterRelease(op Op, data opData, save func(Op) Op, moveTo func
 		return moveTo(stepAdmit)
 	case ActScaleDown, ActReplace:
 		return moveTo(stepTerminate)
+	case ActPreempt:
+		if op.To == OwnerK8s || op.To == OwnerYARN {
+			return moveTo(stepAdmit)
+		}
 	}
 	return done()
 }

@@ -85,6 +85,7 @@ type Runtime struct {
 	stale     map[Source]string
 	firstSeen map[string]time.Time
 	waitSeen  map[string]WaitReason
+	keptSeen  map[string]string // node → why reclaim keeps it, recorded when it changes
 	loaded    bool
 }
 
