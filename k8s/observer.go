@@ -94,7 +94,7 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	o.nodes = o.factory.Core().V1().Nodes().Informer()
 	o.pdbs = o.factory.Policy().V1().PodDisruptionBudgets().Informer()
 	o.classes = o.factory.Scheduling().V1().PriorityClasses().Informer()
-	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache()}
+	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache(), now: func() time.Time { return o.now() }}
 	if _, err := o.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { o.onPod(nil, obj) },
 		UpdateFunc: o.onPod,
