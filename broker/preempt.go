@@ -534,6 +534,11 @@ func preemptReason(node string, victims []Workload, demand string, prio int64, p
 			maxPrio = v.Priority
 		}
 	}
-	return fmt.Sprintf("preempt %d workloads (%d GPUs, priority at most %d) on node %s, losing %.2f GPU-hours of work (at most %s since a last checkpoint), for demand %s at priority %d needing %d GPUs per unit",
-		len(victims), gpus, maxPrio, node, victimHours(victims, now), describeLost(lost), demand, prio, perUnit)
+	hours := victimHours(victims, now)
+	figure := fmt.Sprintf("%.2f", hours)
+	if hours > 0 && hours < 0.01 {
+		figure = fmt.Sprintf("%.4f", hours)
+	}
+	return fmt.Sprintf("preempt %d workloads (%d GPUs, priority at most %d) on node %s, losing %s GPU-hours of work (at most %s since a last checkpoint), for demand %s at priority %d needing %d GPUs per unit",
+		len(victims), gpus, maxPrio, node, figure, describeLost(lost), demand, prio, perUnit)
 }

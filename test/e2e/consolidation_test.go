@@ -20,6 +20,11 @@ import (
 // if its pods lose at most consolidation.max_work_lost (10 min by default)
 // and none is bare or marked do-not-disrupt.
 //
+// A batch pod without a checkpoint costs its whole run time; a pod here
+// has run for seconds, so the test of that rule lowers max_work_lost to 5 s
+// and waits 8 s of underuse (the pod has run longer than that), as the
+// reference test shortens the unneeded time.
+//
 // KWOK's pod-complete stage finishes every Job pod at once, so a running
 // Job pod cannot be held here; the batch pod is a Deployment's pod marked
 // gpubroker.io/training: "true", which classifies exactly as a Job's pod
@@ -28,10 +33,21 @@ import (
 // consolidationWorld builds two GPU nodes through the broker: the one the
 // workload under test runs on (1 of 4 GPUs: underused), and another with
 // 3 of 4 GPUs held by a bare pod, whose free GPU could take the workload.
-// It returns the node of the workload and the other node.
-func consolidationWorld(t *testing.T, ns string, annotations map[string]string) (w *world, x, y string) {
+// It returns the node of the workload and the other node. maxWorkLost,
+// when set, replaces the policy's consolidation.max_work_lost.
+func consolidationWorld(t *testing.T, ns string, unneeded, maxWorkLost time.Duration, annotations map[string]string) (w *world, x, y string) {
 	t.Helper()
-	w = newWorld(t, worldOptions{maxNodes: 2, unneeded: 3 * time.Second, namespace: ns, bootDelay: time.Second})
+	w = newWorld(t, worldOptions{maxNodes: 2, unneeded: unneeded, namespace: ns, bootDelay: time.Second})
+	if maxWorkLost > 0 {
+		pol, err := w.st.GetPolicy(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol.MaxWorkLost = broker.Duration(maxWorkLost)
+		if _, err := w.st.UpdatePolicy(w.ctx, pol); err != nil {
+			t.Fatal(err)
+		}
+	}
 	hold := func(name string) string {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}, Spec: gpuPodSpec(3, "")}
 		if _, err := kubeEnv.Client.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{}); err != nil {
@@ -155,21 +171,21 @@ func assertDrained(t *testing.T, w *world, x, y string) {
 // pod with no checkpoint is not drained by idle reclaim, and the decision
 // says why.
 func TestConsolidationKeepsBatchPodWithoutCheckpoint(t *testing.T) {
-	w, x, _ := consolidationWorld(t, "consolidate-nockpt", map[string]string{k8s.TrainingAnnotation: "true"})
+	w, x, _ := consolidationWorld(t, "consolidate-nockpt", 8*time.Second, 5*time.Second, map[string]string{k8s.TrainingAnnotation: "true"})
 	assertKept(t, w, x, "no known checkpoint")
 }
 
 // TestConsolidationDrainsBatchPodWithFreshCheckpoint: the same pod with a
 // checkpoint 1 min old is drained; its controller recreates it elsewhere.
 func TestConsolidationDrainsBatchPodWithFreshCheckpoint(t *testing.T) {
-	w, x, y := consolidationWorld(t, "consolidate-ckpt", map[string]string{k8s.TrainingAnnotation: "true",
+	w, x, y := consolidationWorld(t, "consolidate-ckpt", 3*time.Second, 0, map[string]string{k8s.TrainingAnnotation: "true",
 		k8s.LastCheckpointAnnotation: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)})
 	assertDrained(t, w, x, y)
 }
 
 // TestConsolidationMovesDeploymentPod: a Deployment's pod costs nothing to move.
 func TestConsolidationMovesDeploymentPod(t *testing.T) {
-	w, x, y := consolidationWorld(t, "consolidate-svc", nil)
+	w, x, y := consolidationWorld(t, "consolidate-svc", 3*time.Second, 0, nil)
 	assertDrained(t, w, x, y)
 }
 
@@ -181,7 +197,7 @@ func TestConsolidationLeavesAnnotatedPods(t *testing.T) {
 		{"consolidate-karpenter", k8s.KarpenterDoNotDisruptAnnotation, "true"},
 	} {
 		t.Run(a.key, func(t *testing.T) {
-			w, x, _ := consolidationWorld(t, a.ns, map[string]string{a.key: a.value})
+			w, x, _ := consolidationWorld(t, a.ns, 3*time.Second, 0, map[string]string{a.key: a.value})
 			assertKept(t, w, x, "do-not-disrupt")
 		})
 	}
