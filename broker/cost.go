@@ -32,10 +32,7 @@ type EvictionCost struct {
 //   - bare pods (WorkBare) and work with DoNotDisrupt set also lose their
 //     work at risk, and consolidation never evicts them.
 func (w *Workload) Cost(now time.Time) EvictionCost {
-	var c EvictionCost
-	if w.Class != WorkService {
-		c.Lost = w.WorkAtRisk(now)
-	}
+	c := EvictionCost{Lost: w.lost(now)}
 	c.GPUHours = gpuHoursOf(c.Lost, w.GPUs)
 	switch {
 	case w.DoNotDisrupt != "":
@@ -44,6 +41,14 @@ func (w *Workload) Cost(now time.Time) EvictionCost {
 		c.Never = fmt.Sprintf("%s is a bare pod that nothing would recreate", w.label())
 	}
 	return c
+}
+
+// lost is Cost's Lost without the rest, for the planner's hot paths.
+func (w *Workload) lost(now time.Time) time.Duration {
+	if w.Class == WorkService {
+		return 0
+	}
+	return w.WorkAtRisk(now)
 }
 
 // gpuHoursOf is lost work held on gpus GPUs, in GPU-hours. Work of unknown

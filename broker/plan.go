@@ -84,6 +84,7 @@ type planner struct {
 	removals  []Action       // scale-down and replace, in decision order
 	kept      []NodeNote     // underused nodes reclaim keeps, and why (scaledown.go)
 	apps      map[string]int // work per Workload.App on all nodes, built lazily (preempt.go)
+	xvict     []xvictim      // per node: what taking it across sides evicts (preempt.go)
 	// undo holds how to roll back the reservations made for the demand
 	// being placed, while rec is set.
 	undo []func()

@@ -47,8 +47,35 @@ func (pl *planner) appCounts() map[string]int {
 // only when it is whole here. Units with a member that may not be preempted
 // are left out; with all set, so is work that frees no GPUs.
 func (pl *planner) victimUnits(n *Node, all bool) (units []victim, whole bool) {
-	apps := pl.appCounts()
 	whole = true
+	grouped := false
+	for i := range n.Work {
+		if !n.Work[i].System && n.Work[i].App != "" {
+			grouped = true
+			break
+		}
+	}
+	if !grouped { // the common case: every workload is a unit of its own
+		for i := range n.Work {
+			w := &n.Work[i]
+			if w.System {
+				continue
+			}
+			if !w.Preemptible {
+				whole = false
+				continue
+			}
+			if w.GPUs <= 0 && !all {
+				continue
+			}
+			lost := w.lost(pl.now)
+			units = append(units, victim{ws: []*Workload{w}, gpus: max(w.GPUs, 0), lost: lost,
+				hours: gpuHoursOf(lost, w.GPUs), prio: w.Priority, started: w.StartedAt})
+		}
+		sortUnits(units)
+		return units, whole
+	}
+	apps := pl.appCounts()
 	groups := map[string][]*Workload{}
 	var order []string
 	hasAM := map[string]bool{}
@@ -81,10 +108,10 @@ func (pl *planner) victimUnits(n *Node, all bool) (units []victim, whole bool) {
 				whole = false
 				return
 			}
-			c := w.Cost(pl.now)
+			lost := w.lost(pl.now)
 			u.gpus += max(w.GPUs, 0)
-			u.lost = addLost(u.lost, c.Lost)
-			u.hours += c.GPUHours
+			u.lost = addLost(u.lost, lost)
+			u.hours += gpuHoursOf(lost, w.GPUs)
 			if w.StartedAt.After(u.started) {
 				u.started = w.StartedAt
 			}
@@ -121,6 +148,12 @@ func (pl *planner) victimUnits(n *Node, all bool) (units []victim, whole bool) {
 			add(ws)
 		}
 	}
+	sortUnits(units)
+	return units, whole
+}
+
+// sortUnits orders preemption units cheapest first.
+func sortUnits(units []victim) {
 	slices.SortFunc(units, func(a, b victim) int {
 		return cmp.Or(
 			cmp.Compare(a.hours, b.hours),
@@ -132,7 +165,6 @@ func (pl *planner) victimUnits(n *Node, all bool) (units []victim, whole bool) {
 			cmp.Compare(a.gpus, b.gpus),
 		)
 	})
-	return units, whole
 }
 
 // buildVictims lists a node's preemption units, cheapest first.
@@ -442,30 +474,12 @@ func (pl *planner) preemptAcross(d *wdemand, g int) bool {
 		if ps := pl.pools[n.pool].st; !ps.Pool.Sides.Serves(d.d.Source) || ps.Stale != "" {
 			continue
 		}
-		units, whole := pl.victimUnits(n.n, true)
-		if !whole {
+		x := pl.wholeNode(ni)
+		if !x.ok || x.top >= prio {
 			continue
 		}
-		hours, top, ok := 0.0, int64(0), true
-		var vs []Workload
-		for i, u := range units {
-			if u.prio >= prio {
-				ok = false
-				break
-			}
-			if i == 0 || u.prio > top {
-				top = u.prio
-			}
-			hours += u.hours
-			for _, w := range u.ws {
-				vs = append(vs, *w)
-			}
-		}
-		if !ok || len(vs) == 0 {
-			continue
-		}
-		if best < 0 || hours < bestHours {
-			best, bestHours, bestVictims, bestPrio = ni, hours, vs, top
+		if best < 0 || x.hours < bestHours {
+			best, bestHours, bestVictims, bestPrio = ni, x.hours, x.victims, x.top
 		}
 	}
 	if best < 0 {
@@ -476,6 +490,45 @@ func (pl *planner) preemptAcross(d *wdemand, g int) bool {
 	pl.startTransfer(t)
 	pl.useTransfer(t, d, g)
 	return true
+}
+
+// xvictim is what taking a node across sides would evict: all its
+// non-system work, when all of it may be preempted (ok), with the GPU-hours
+// lost and the highest priority among it. A node's work does not change
+// while a plan is made, and a node whose work this plan touched is not
+// taken across sides, so it is computed once per node.
+type xvictim struct {
+	built, ok bool
+	hours     float64
+	top       int64
+	victims   []Workload
+}
+
+// wholeNode returns node ni's xvictim, computing it on first use.
+func (pl *planner) wholeNode(ni int32) *xvictim {
+	if pl.xvict == nil {
+		pl.xvict = make([]xvictim, len(pl.nodes))
+	}
+	x := &pl.xvict[ni]
+	if x.built {
+		return x
+	}
+	x.built = true
+	units, whole := pl.victimUnits(pl.nodes[ni].n, true)
+	if !whole || len(units) == 0 {
+		return x
+	}
+	x.ok = true
+	for i, u := range units {
+		if i == 0 || u.prio > x.top {
+			x.top = u.prio
+		}
+		x.hours += u.hours
+		for _, w := range u.ws {
+			x.victims = append(x.victims, *w)
+		}
+	}
+	return x
 }
 
 // preemptAction is the one action of a preemption across sides: evict the
