@@ -96,7 +96,7 @@ func (w *Workload) label() string {
 type nodeCost struct {
 	lost     time.Duration // summed Lost of all non-system work
 	gpuHours float64
-	never    string // the first workload consolidation may never evict, and why
+	never    string // a workload consolidation may never evict (the smallest key), and why
 	// dearest is the batch workload with the most lost work, for reasons.
 	dearest   *Workload
 	dearLost  time.Duration
@@ -108,6 +108,10 @@ type nodeCost struct {
 // consolidationCost sums the eviction cost of node n's non-system work at now.
 func consolidationCost(n *Node, now time.Time) nodeCost {
 	var nc nodeCost
+	var neverBy *Workload
+	// The order of a node's work is not meaningful: ties go to the
+	// smallest key, so the reasons do not depend on it.
+	before := func(a, b *Workload) bool { return a.Source < b.Source || a.Source == b.Source && a.Key < b.Key }
 	for i := range n.Work {
 		w := &n.Work[i]
 		if w.System {
@@ -116,10 +120,10 @@ func consolidationCost(n *Node, now time.Time) nodeCost {
 		c := w.Cost(now)
 		nc.lost = addLost(nc.lost, c.Lost)
 		nc.gpuHours += c.GPUHours
-		if nc.never == "" && c.Never != "" {
-			nc.never = c.Never
+		if c.Never != "" && (neverBy == nil || before(w, neverBy)) {
+			nc.never, neverBy = c.Never, w
 		}
-		if w.Class != WorkService && (nc.dearest == nil || c.Lost > nc.dearLost) {
+		if w.Class != WorkService && (nc.dearest == nil || c.Lost > nc.dearLost || c.Lost == nc.dearLost && before(w, nc.dearest)) {
 			nc.dearest, nc.dearLost = w, c.Lost
 		}
 		if w.GPUs > 0 {

@@ -23,6 +23,8 @@ type transfer struct {
 	// priority of the demand that preempts it.
 	victims []Workload
 	prio    int64
+	// lost is the GPU-hours a reclaiming transfer's drain throws away.
+	lost float64
 }
 
 // startTransfer marks a node as handed over in this plan.
@@ -68,13 +70,14 @@ func (t *transfer) action(pl *planner) Action {
 		what = fmt.Sprintf("drain underused node %s (%s) and hand it", n.Name, t.reclaimed)
 	}
 	return Action{
-		Kind:   ActTransfer,
-		Pool:   n.Pool,
-		Node:   n.Name,
-		From:   t.from,
-		To:     t.to,
-		Serves: slices.Clone(t.serves),
-		Reason: fmt.Sprintf("%s from %s to %s for %d pending demand needing %d GPUs", what, t.from, t.to, len(t.serves), t.gpus),
+		Kind:         ActTransfer,
+		Pool:         n.Pool,
+		Node:         n.Name,
+		From:         t.from,
+		To:           t.to,
+		Serves:       slices.Clone(t.serves),
+		GPUHoursLost: t.lost,
+		Reason:       fmt.Sprintf("%s from %s to %s for %d pending demand needing %d GPUs", what, t.from, t.to, len(t.serves), t.gpus),
 	}
 }
 
@@ -224,6 +227,7 @@ func (pl *planner) reclaim() {
 			why += fmt.Sprintf("; its work loses %s, within the %s consolidation may lose", describeLost(nc.lost), pl.p.MaxWorkLost)
 		}
 		if pl.offer(ni, unmet, why) {
+			pl.transfers[len(pl.transfers)-1].lost = nc.gpuHours
 			continue
 		}
 		if atMin {
@@ -239,10 +243,11 @@ func (pl *planner) reclaim() {
 		pl.clusterGPUs -= pool.GPUsPerNode
 		pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
 		pl.removals = append(pl.removals, Action{
-			Kind: ActScaleDown,
-			Pool: pool.Name,
-			Node: n.Name,
-			From: n.Owner,
+			Kind:         ActScaleDown,
+			Pool:         pool.Name,
+			Node:         n.Name,
+			From:         n.Owner,
+			GPUHoursLost: nc.gpuHours,
 			Reason: fmt.Sprintf("drain and terminate node %s of pool %s: %s (threshold %s); %s; pool goes from %d to %d nodes (min %d)",
 				n.Name, pool.Name, why, unneeded, work, size, size-1, pool.MinNodes),
 		})

@@ -96,8 +96,9 @@ type Action struct {
 	// decommissioned with an infinite graceful timeout (YARN) or cordoned
 	// (Kubernetes, cordon-and-wait) and leaves when its work ends.
 	Attrition bool `json:"attrition,omitempty"`
-	// GPUHoursLost is the work a preemption throws away (time since each
-	// victim's last checkpoint times its GPUs), for the decision record.
+	// GPUHoursLost is the work a preemption, or a drain for idle reclaim,
+	// throws away (time since each workload's last checkpoint times its
+	// GPUs; services lose none), for the decision record and the replay.
 	GPUHoursLost float64 `json:"gpu_hours_lost,omitempty"`
 }
 
