@@ -188,3 +188,43 @@ func TestRuntimeRecordsWhyANodeIsKept(t *testing.T) {
 		t.Fatalf("a YARN node running a GPU container was scaled down: %+v", downs)
 	}
 }
+
+// TestRuntimeCordonAndWaitEvictsNothingUntilBatchWorkEnds: with
+// consolidation.cordon_and_wait a Kubernetes node whose batch pod would lose
+// more than max_work_lost is cordoned, nothing is evicted while the pod
+// runs (well past the drain timeout), and the node is drained and
+// terminated once the pod has finished.
+func TestRuntimeCordonAndWaitEvictsNothingUntilBatchWorkEnds(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.ledger.policy.CordonAndWait = true
+	w.k8s.join("k1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, Instance{ID: "i-k1", Hostname: "k1", Phase: PhaseActive})
+	w.cloud.pools[rtPool].Desired = 1
+	n := w.k8s.nodes["k1"]
+	n.Work = []Workload{{Source: SourceK8s, Key: "train-0", Name: "ml/train-0", Tenant: "training", GPUs: 1,
+		Preemptible: true, Class: WorkBatch, App: "Job/ml/train", StartedAt: t0.Add(-3 * time.Hour), CheckpointAge: -1}}
+	n.GPUsAllocated = 1
+	r := w.runtime()
+	w.tick(r)
+	w.clock.Add(6 * time.Minute)
+	w.tick(r)
+	for range 3 {
+		w.clock.Add(5 * time.Minute)
+		w.tick(r)
+	}
+	downs := w.ledger.opsOf(ActScaleDown)
+	if len(downs) != 1 || downs[0].State.Terminal() || !w.k8s.released["k1"] {
+		t.Fatalf("want k1 cordoned by an open cordon-and-wait op, got ops %+v, released %v", downs, w.k8s.released)
+	}
+	if len(w.k8s.nodes["k1"].Work) != 1 || len(w.k8s.evicted) != 0 || len(w.cloud.terminated) != 0 {
+		t.Fatalf("cordon-and-wait evicted or terminated: work %+v, evicted %v, terminated %v", w.k8s.nodes["k1"].Work, w.k8s.evicted, w.cloud.terminated)
+	}
+	w.k8s.finish("train-0")
+	for range 2 {
+		w.clock.Add(5 * time.Second)
+		w.tick(r)
+	}
+	if downs = w.ledger.opsOf(ActScaleDown); len(downs) != 1 || downs[0].State != OpDone || len(w.cloud.terminated) != 1 {
+		t.Fatalf("after the batch pod ended: ops %+v, terminated %v; want the node reclaimed", downs, w.cloud.terminated)
+	}
+}
