@@ -155,13 +155,20 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 	if r.keptSeen == nil {
 		r.keptSeen = map[string]string{}
 	}
+	kept := make(map[string]bool, len(plan.Kept))
 	for _, k := range plan.Kept {
+		kept[k.Node] = true
 		if r.keptSeen[k.Node] == k.Reason {
 			continue
 		}
 		r.keptSeen[k.Node] = k.Reason
 		detail, _ := json.Marshal(k)
 		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "kept", Node: k.Node, Reason: k.Reason, Detail: detail})
+	}
+	for node := range r.keptSeen {
+		if !kept[node] {
+			delete(r.keptSeen, node) // a later note for it is news again
+		}
 	}
 	r.mu.Unlock()
 	if err := r.cfg.Ledger.RecordDecisions(ctx, ds); err != nil {

@@ -202,7 +202,7 @@ func (pl *planner) reclaim() {
 			w.removed = true
 			pl.clusterGPUs -= pool.GPUsPerNode
 			pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
-			how := "cordon node %s of pool %s and wait for its work to end (consolidation_cordon_and_wait)"
+			how := "cordon node %s of pool %s and wait for its work to end (consolidation.cordon_and_wait)"
 			if w.side == SourceYARN {
 				how = "decommission YARN node %s of pool %s by attrition with an infinite graceful timeout (yarn_drain_by_attrition)"
 			}
