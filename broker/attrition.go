@@ -64,9 +64,10 @@ func (pl *planner) resumeAttrition() {
 		}
 	}
 	slices.SortFunc(ops, compareOps)
+	resumed := map[int]bool{}
 	for _, op := range ops {
 		ni, ok := pl.nodeIdx[op.Node]
-		if !ok {
+		if !ok || resumed[ni] {
 			continue
 		}
 		w := &pl.nodes[ni]
@@ -78,8 +79,12 @@ func (pl *planner) resumeAttrition() {
 			from = n.Owner
 		}
 		side, ok := from.Side()
-		if !ok || pl.stale(side) || !healthy(n) || n.Down != "" || n.GPUsTotal <= 0 ||
-			n.Phase == PhaseTerminating || n.Phase == PhaseGone {
+		switch n.Phase {
+		case PhaseActive, PhaseGPUReady, PhaseDraining, PhaseDrained:
+		default:
+			continue // not serving yet, or already leaving for good
+		}
+		if !ok || pl.stale(side) || !healthy(n) || n.Down != "" || n.GPUsTotal <= 0 {
 			continue
 		}
 		free := n.FreeGPUs()
@@ -98,6 +103,7 @@ func (pl *planner) resumeAttrition() {
 		if side == SourceK8s {
 			how = "uncordon node %s: cancel its cordon-and-wait"
 		}
+		resumed[ni] = true
 		pl.removals = append(pl.removals, Action{
 			Kind: ActRecommission,
 			Pool: n.Pool,
@@ -107,9 +113,10 @@ func (pl *planner) resumeAttrition() {
 			Reason: fmt.Sprintf(how+" (op %d), because pending %s demand %s needing %d GPUs per unit could use its %d free GPUs",
 				n.Name, op.ID, side, user.id, user.d.GPUsPerUnit, free),
 		})
-		// The node serves its side again: its free GPUs take demand.
-		w.busy, w.owned, w.side = false, true, side
-		w.sched = true
+		// The node serves its side again: its free GPUs take pending
+		// demand. It stays out of every other action this plan (moving
+		// work onto it, transfers, preemption): its op is still open
+		// until the executor has recommissioned it.
 		w.touched = true
 		for _, c := range pl.classes {
 			if c.src == side && !c.inFree[ni] && c.c.matches(side, tgt) {

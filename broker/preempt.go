@@ -127,6 +127,9 @@ func (pl *planner) victimUnits(n *Node, all bool) (units []victim, whole bool) {
 	}
 	for _, key := range order {
 		ws := groups[key]
+		// The order of a node's work is not meaningful; victims come out
+		// in key order.
+		slices.SortFunc(ws, func(a, b *Workload) int { return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Key, b.Key)) })
 		app := ws[0].App
 		switch {
 		case strings.HasPrefix(key, "app:") && !hasAM[key]:
