@@ -92,6 +92,10 @@ type opData struct {
 	Victims   []Workload `json:"victims,omitempty"`
 	Remaining []string   `json:"remaining,omitempty"`
 	BlockedBy string     `json:"blocked_by,omitempty"`
+	// Attrition releases the node without evicting anything (attrition.go);
+	// CancelReason is why a pending attrition was cancelled.
+	Attrition    bool   `json:"attrition,omitempty"`
+	CancelReason string `json:"cancel_reason,omitempty"`
 }
 
 func firstStep(k ActionKind) string {
@@ -207,7 +211,16 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, policy Policy, act
 			}
 			continue
 		}
-		data := opData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Expires: now.Add(opTimeout(a.Kind, policy))}
+		if a.Kind == ActRecommission {
+			r.cancelAttrition(ctx, a) // ends the open op on the node (attrition.go)
+			continue
+		}
+		data := opData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Attrition: a.Attrition}
+		if !a.Attrition {
+			// An attrition has no deadline of its own: it ends when the
+			// node's work does, or is cancelled when demand could use it.
+			data.Expires = now.Add(opTimeout(a.Kind, policy))
+		}
 		raw, _ := json.Marshal(data)
 		op := Op{Kind: a.Kind, Pool: a.Pool, Node: a.Node, Target: a.Target, To: a.To,
 			Serves: a.Serves, Reason: a.Reason, State: OpPending, Step: firstStep(a.Kind), Data: raw}
@@ -319,6 +332,24 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 		detail, _ := json.Marshal(w)
 		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "wait", Demand: w.Demand,
 			Tenant: tenants[w.Demand], Reason: string(w.Reason) + ": " + w.Detail, Detail: detail})
+	}
+	if r.keptSeen == nil {
+		r.keptSeen = map[string]string{}
+	}
+	kept := make(map[string]bool, len(plan.Kept))
+	for _, k := range plan.Kept {
+		kept[k.Node] = true
+		if r.keptSeen[k.Node] == k.Reason {
+			continue
+		}
+		r.keptSeen[k.Node] = k.Reason
+		detail, _ := json.Marshal(k)
+		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "kept", Node: k.Node, Reason: k.Reason, Detail: detail})
+	}
+	for node := range r.keptSeen {
+		if !kept[node] {
+			delete(r.keptSeen, node) // a later note for it is news again
+		}
 	}
 	r.mu.Unlock()
 	if err := r.cfg.Ledger.RecordDecisions(ctx, ds); err != nil {
@@ -493,14 +524,14 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		}
 	}
 	s.op.State = OpRunning
-	if s.data.Expires.IsZero() {
+	if s.data.Expires.IsZero() && !s.data.Attrition {
 		// Ops journaled before deadlines existed, and manual ones, get
-		// theirs on their first step.
+		// theirs on their first step. An attrition has none (see journal).
 		s.data.Expires = s.now.Add(opTimeout(op.Kind, policy))
 	}
 	// IMPORTANT: every op ends. Past its deadline it stops where it is
 	// (giving its node back where it holds one), except while giving back.
-	if s.now.After(s.data.Expires) && op.Step != stepGiveBack {
+	if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != stepGiveBack {
 		why := fmt.Sprintf("op deadline %s passed in step %s", s.data.Expires.UTC().Format(time.RFC3339), op.Step)
 		if op.LastError != "" {
 			why += ": " + op.LastError
@@ -611,7 +642,13 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
 			s.data.Victims = s.data.Victims[1:]
 		}
+		if op.To == OwnerK8s || op.To == OwnerYARN {
+			return s.moveTo(stepRelease) // preemption across sides: hand the node over
+		}
 		return s.done()
+
+	case stepRecommission:
+		return r.recommissionStep(ctx, s.save(), s.data, s.now)
 	}
 	return s.fail(fmt.Sprintf("unknown step %q", op.Step))
 }
@@ -637,7 +674,7 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []PoolState,
 		}
 		d := opDataOf(o)
 		switch {
-		case o.Kind == ActScaleDown && (o.Step == stepRelease || o.Step == stepTerminate) && !d.Cancel:
+		case o.Kind == ActScaleDown && (o.Step == stepRelease || o.Step == stepTerminate) && !d.Cancel && !d.Attrition:
 		case o.Kind == ActReplace && d.SurgeTo > 0 && (o.Step == stepSurge || o.Step == stepTerminate):
 		default:
 			continue
@@ -721,7 +758,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, b
 			s.data.Released = append(s.data.Released, o)
 			continue
 		}
-		st, err := act.Release(ctx, op.Node, s.data.Deadline)
+		st, err := r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
 		if err != nil {
 			return s.retry(err)
 		}
@@ -736,14 +773,15 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, b
 			s.data.Released = append(s.data.Released, o)
 			continue
 		}
-		if s.now.After(s.data.Deadline) {
+		if !s.data.Attrition && s.now.After(s.data.Deadline) {
 			why := fmt.Sprintf("drain of %s from %s timed out after %s with %d workloads left", op.Node, side, policy.DrainTimeout, len(st.Remaining))
 			if st.BlockedBy != "" {
 				why += ", blocked by " + st.BlockedBy
 			}
-			if op.Kind == ActTransfer {
-				// IMPORTANT: a transfer that cannot drain gives the node
-				// back to its side, so no node stays half-drained.
+			if op.Kind == ActTransfer || op.Kind == ActPreempt {
+				// IMPORTANT: a transfer (or a preemption handing the node
+				// across) that cannot drain gives the node back to its
+				// side, so no node stays half-drained.
 				s.op.LastError = why
 				return s.moveTo(stepGiveBack)
 			}
@@ -763,6 +801,10 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, b
 		return s.moveTo(stepSurge)
 	case ActScaleDown:
 		return s.moveTo(stepTerminate)
+	case ActPreempt:
+		if op.To == OwnerK8s || op.To == OwnerYARN {
+			return s.moveTo(stepAdmit)
+		}
 	}
 	return s.done()
 }

@@ -101,6 +101,7 @@ func started(ago time.Duration) func(*Workload) {
 func wtenant(t string) func(*Workload) { return func(w *Workload) { w.Tenant = t } }
 func system(w *Workload)               { w.System = true }
 func yarnWork(w *Workload)             { w.Source = SourceYARN }
+func service(w *Workload)              { w.Class = WorkService }
 
 // pod is the reference training pod: 2 GPUs, nodeSelector infra-type=gpu,
 // tolerating the GPU taint, pending for a minute.

@@ -13,7 +13,6 @@ func isDown(why string, since time.Duration) func(*Node) {
 	return func(n *Node) { n.Down, n.DownSince = why, t0.Add(-since) }
 }
 
-func noPreempt(d *Demand) { d.NoPreempt = true }
 
 func schedReason(r string) func(*Demand) { return func(d *Demand) { d.SchedulerReason = r } }
 

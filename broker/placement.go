@@ -133,6 +133,7 @@ func (pl *planner) reopen(ni int32) {
 				c.xfer = append(c.xfer, ni)
 			}
 			c.xferFail = 0
+			c.pfail = nil // preemption across sides may use it again
 		}
 	}
 }
@@ -378,7 +379,9 @@ func (pl *planner) takeSlotIn(pi, g int, src Source) bool {
 func (pl *planner) takeTransfer(d *wdemand, g int) bool {
 	to := ownerOf(d.d.Source)
 	for _, t := range pl.transfers {
-		if t.to == to && t.free >= g && d.cls.c.matches(d.d.Source, pl.nodeTarget(t.node)) {
+		// A node taken by preemption serves only demand that outranks its
+		// victims (preemptAcross).
+		if t.victims == nil && t.to == to && t.free >= g && d.cls.c.matches(d.d.Source, pl.nodeTarget(t.node)) {
 			pl.useTransfer(t, d, g)
 			return true
 		}

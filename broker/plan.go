@@ -39,9 +39,12 @@ import (
 // names keep one entry each.
 func MakePlan(s *Snapshot, p Policy) Plan {
 	pl := newPlanner(s, p)
+	pl.resumeAttrition()
 	pl.place()
 	pl.reclaim()
-	return pl.result()
+	out := pl.result()
+	out.Kept = pl.kept
+	return out
 }
 
 // Plan is MakePlan as a method: s.Plan(policy).
@@ -78,7 +81,10 @@ type planner struct {
 
 	transfers []*transfer
 	preempts  []Action
-	removals  []Action // scale-down and replace, in decision order
+	removals  []Action       // scale-down and replace, in decision order
+	kept      []NodeNote     // underused nodes reclaim keeps, and why (scaledown.go)
+	apps      map[string]int // work per Workload.App on all nodes, built lazily (preempt.go)
+	xvict     []xvictim      // per node: what taking it across sides evicts (preempt.go)
 	// undo holds how to roll back the reservations made for the demand
 	// being placed, while rec is set.
 	undo []func()
@@ -314,8 +320,8 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	}
 	pl.nver = make([]uint32, len(pl.nodes))
 	for _, op := range ops {
-		if op.Kind != ActScaleDown && op.Kind != ActReplace {
-			continue
+		if op.Kind != ActScaleDown && op.Kind != ActReplace || attritionOp(op) {
+			continue // an attrition op is no pending removal for the executor (attrition.go)
 		}
 		ni, ok := pl.nodeIdx[op.Node]
 		if !ok {

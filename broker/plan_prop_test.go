@@ -26,6 +26,7 @@ var (
 	propSides    = []PoolSides{PoolShared, PoolShared, PoolK8s, PoolYARN}
 	propTaint    = Taint{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}
 	propExpander = []Expander{ExpanderLeastWaste, ExpanderMostPods, ExpanderPriority, ExpanderPrice}
+	propClasses  = []WorkClass{WorkService, WorkService, WorkService, WorkBatch, WorkBare, ""}
 )
 
 func minutes(t *rapid.T, label string, hi int) time.Duration {
@@ -142,6 +143,14 @@ func genSnapshot(t *rapid.T, mode genMode) *Snapshot {
 			if rapid.Bool().Draw(t, "has_checkpoint") {
 				w.CheckpointAge = minutes(t, "checkpoint", 60)
 			}
+			w.Class = rapid.SampledFrom(propClasses).Draw(t, "work_class")
+			if rapid.IntRange(0, 5).Draw(t, "do_not_disrupt") == 0 {
+				w.DoNotDisrupt = "karpenter.sh/do-not-disrupt"
+			}
+			if rapid.Bool().Draw(t, "has_app") {
+				w.App = fmt.Sprintf("app%d", rapid.IntRange(0, 3).Draw(t, "app"))
+				w.AM = src == SourceYARN && rapid.IntRange(0, 2).Draw(t, "am") == 0
+			}
 			n.Work = append(n.Work, w)
 			n.GPUsAllocated += g
 		}
@@ -184,8 +193,8 @@ func genSnapshot(t *rapid.T, mode genMode) *Snapshot {
 		d := Demand{Source: src, Key: fmt.Sprintf("d%02d", i), Tenant: rapid.SampledFrom(propTenants).Draw(t, "tenant"),
 			Priority: rapid.SampledFrom(propPrios).Draw(t, "prio"), GPUsPerUnit: rapid.SampledFrom(propPerUnit).Draw(t, "per_unit"),
 			Units: rapid.IntRange(1, 3).Draw(t, "units"), Gang: rapid.Bool().Draw(t, "gang"),
-			Preemptible: rapid.Bool().Draw(t, "d_preemptible"),
-			FirstSeen:   t0.Add(-minutes(t, "first_seen", 60)), LastSeen: t0}
+			Preemptible: rapid.Bool().Draw(t, "d_preemptible"), NoPreempt: rapid.IntRange(0, 5).Draw(t, "no_preempt") == 0,
+			FirstSeen: t0.Add(-minutes(t, "first_seen", 60)), LastSeen: t0}
 		if rapid.IntRange(0, 3).Draw(t, "has_models") == 0 {
 			d.Constraints.GPUModels = []string{rapid.SampledFrom(propModels).Draw(t, "d_model")}
 		}
@@ -232,6 +241,9 @@ func genSnapshot(t *rapid.T, mode genMode) *Snapshot {
 			op.Pool, op.Node = n.Pool, n.Name
 		default:
 			continue
+		}
+		if op.Kind == ActScaleDown && op.State != OpDone && rapid.Bool().Draw(t, "op_attrition") {
+			op.Step, op.Data = stepRelease, []byte(`{"attrition":true}`)
 		}
 		if len(s.Demand) > 0 && rapid.Bool().Draw(t, "op_serves") {
 			op.Serves = []string{rapid.SampledFrom(s.Demand).Draw(t, "op_demand").ID()}
@@ -360,7 +372,7 @@ type fataler interface {
 // invariants are the safety invariants of DESIGN.md as plan checks.
 var invariants = map[string]func(fataler, *view, Policy, Plan){
 	"max": checkMax, "min": checkMin, "up-and-down": checkUpDown, "scale-down": checkScaleDown,
-	"transfer": checkTransfer, "stale": checkStale, "sound": checkSound,
+	"transfer": checkTransfer, "stale": checkStale, "sound": checkSound, "consolidation": checkConsolidation,
 }
 
 func checkPlan(t *rapid.T, check func(fataler, *view, Policy, Plan), modes ...genMode) {
@@ -512,8 +524,8 @@ func checkScaleDown(t fataler, v *view, p Policy, plan Plan) {
 				}
 			}
 		}
-		if a.Kind != ActScaleDown {
-			continue
+		if a.Kind != ActScaleDown || a.Attrition {
+			continue // attrition moves no work: it waits for it to end (checkConsolidation)
 		}
 		n := v.nodes[a.Node]
 		if n != nil && n.Phase.InFlight() && !n.PhaseSince.IsZero() && t0.Sub(n.PhaseSince) > p.MaxProvisionTime.D() {
@@ -661,7 +673,7 @@ func checkSound(t fataler, v *view, p Policy, plan Plan) {
 				t.Fatalf("node %s gets a %s and a %s in one plan", a.Node, k, a.Kind)
 			}
 			onNode[a.Node] = a.Kind
-			if v.busy[a.Node] && !(a.Kind == ActCancelScaleDown && v.onlyScaleDown(a.Node)) {
+			if v.busy[a.Node] && a.Kind != ActRecommission && !(a.Kind == ActCancelScaleDown && v.onlyScaleDown(a.Node)) {
 				t.Fatalf("%s of node %s, which an in-flight op already acts on", a.Kind, a.Node)
 			}
 		}
@@ -680,20 +692,53 @@ func checkSound(t fataler, v *view, p Policy, plan Plan) {
 				t.Fatalf("preemption although the policy forbids it")
 			}
 			n := v.nodes[a.Node]
-			if len(a.Victims) == 0 || len(a.Serves) != 1 {
-				t.Fatalf("preemption without victims or one demand: %+v", a)
+			if len(a.Victims) == 0 || len(a.Serves) == 0 {
+				t.Fatalf("preemption without victims or demand: %+v", a)
 			}
 			d := demand[a.Serves[0]]
-			if side, _ := n.Owner.Side(); side != d.Source {
-				t.Fatalf("demand %s preempts on node %s of the other side", d.ID(), n.Name)
+			side, _ := n.Owner.Side()
+			switch to, _ := a.To.Side(); {
+			case side == d.Source && len(a.Serves) != 1:
+				t.Fatalf("preemption on its own side serves %d demands: %+v", len(a.Serves), a)
+			case side != d.Source && (to != d.Source || a.From != n.Owner || !p.OwnershipTransfer):
+				t.Fatalf("demand %s preempts on node %s of the other side without handing it over: %+v", d.ID(), n.Name, a)
+			case side != d.Source:
+				// The node leaves its side: all its work must be a victim.
+				for _, w := range n.Work {
+					if !w.System && !slices.ContainsFunc(a.Victims, func(x Workload) bool { return x.Key == w.Key }) {
+						t.Fatalf("node %s is handed over by preemption but %s keeps running on it", n.Name, w.Key)
+					}
+				}
+			}
+			for _, id := range a.Serves {
+				if demand[id].NoPreempt {
+					t.Fatalf("demand %s may not preempt", id)
+				}
+			}
+			victims := map[string]bool{}
+			for _, w := range a.Victims {
+				victims[w.Key] = true
 			}
 			for _, w := range a.Victims {
 				i := slices.IndexFunc(n.Work, func(x Workload) bool { return x.Key == w.Key })
 				if i < 0 {
 					t.Fatalf("victim %s is not on node %s", w.Key, n.Name)
 				}
-				if !w.Preemptible || w.System || w.Priority >= d.Priority {
-					t.Fatalf("victim %+v may not be preempted for demand at priority %d", w, d.Priority)
+				for _, id := range a.Serves {
+					if !w.Preemptible || w.System || w.Priority >= demand[id].Priority {
+						t.Fatalf("victim %+v may not be preempted for demand at priority %d", w, demand[id].Priority)
+					}
+				}
+				if !w.AM {
+					continue
+				}
+				// Never an AM unless its whole application is the victim.
+				for _, m := range v.s.Nodes {
+					for _, x := range m.Work {
+						if x.App == w.App && !victims[x.Key] {
+							t.Fatalf("AM %s preempted but %s of its application %s keeps running on %s", w.Key, x.Key, w.App, m.Name)
+						}
+					}
 				}
 			}
 		}
@@ -791,3 +836,56 @@ func cloneMap(m map[string]int) map[string]int {
 }
 
 func cmpDiff(a, b any) string { return cmp.Diff(a, b) }
+
+func TestPropConsolidationNeverThrowsAwayWork(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s, p := genCase(t, modeReclaim, modeReclaim, modeMixed)
+		p.MaxWorkLost = Duration(minutes(t, "max_work_lost", 30))
+		p.YARNDrainByAttrition = rapid.Bool().Draw(t, "attrition")
+		p.CordonAndWait = rapid.Bool().Draw(t, "cordon_and_wait")
+		checkConsolidation(t, newView(s), p, MakePlan(s, p))
+	})
+}
+
+// checkConsolidation: idle reclaim (scale-down, and transfers of nodes
+// with work) never drains a node with a bare pod, work marked
+// do-not-disrupt, YARN GPU containers, or work that would lose more than
+// MaxWorkLost; such a node leaves only by attrition, which the policy of
+// its side must allow.
+func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
+	t.Helper()
+	for _, a := range plan.Actions {
+		if a.Kind != ActScaleDown && a.Kind != ActTransfer {
+			continue
+		}
+		n := v.nodes[a.Node]
+		if n == nil {
+			t.Fatalf("%s of unknown node %s", a.Kind, a.Node)
+		}
+		side, _ := n.Owner.Side()
+		if a.Attrition {
+			if a.Kind != ActScaleDown || (side == SourceYARN && !p.YARNDrainByAttrition) || (side == SourceK8s && !p.CordonAndWait) {
+				t.Fatalf("%s of node %s by attrition, which the policy does not allow for %s", a.Kind, n.Name, side)
+			}
+			continue
+		}
+		var lost time.Duration
+		for i := range n.Work {
+			w := &n.Work[i]
+			if w.System {
+				continue
+			}
+			c := w.Cost(t0)
+			switch {
+			case c.Never != "":
+				t.Fatalf("%s of node %s drains %s: %s", a.Kind, n.Name, w.Key, c.Never)
+			case side == SourceYARN && w.GPUs > 0:
+				t.Fatalf("%s of YARN node %s drains GPU container %s", a.Kind, n.Name, w.Key)
+			}
+			lost = addLost(lost, c.Lost)
+		}
+		if lost > p.MaxWorkLost.D() {
+			t.Fatalf("%s of node %s loses %s of work, more than %s", a.Kind, n.Name, lost, p.MaxWorkLost)
+		}
+	}
+}

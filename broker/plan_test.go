@@ -64,7 +64,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 			before := cloneSnapshot(tc.snap)
 			got := MakePlan(tc.snap, tc.policy)
 			opts := cmp.Options{
-				cmpopts.IgnoreFields(Action{}, "Reason", "InstanceID"),
+				cmpopts.IgnoreFields(Action{}, "Reason", "InstanceID", "GPUHoursLost"), // consolidation_test.go checks the figure
 				cmpopts.IgnoreFields(Wait{}, "Detail"),
 				cmpopts.EquateEmpty(),
 			}
@@ -525,9 +525,9 @@ func TestPlanPreemption(t *testing.T) {
 			waits:  []Wait{wait("k8s/hi", WaitNoPreemptible)},
 		},
 		{
-			name:   "never work of the other side",
+			name:   "never work of the other side without ownership transfer",
 			snap:   snap(pools, []Node{gpuNode("n1", gtg, OwnerYARN, 4, 0, work(job("a", 4, 0, true, yarnWork)))}, hi),
-			policy: refPolicy(),
+			policy: refPolicy(noTransfer),
 			waits:  []Wait{wait("k8s/hi", WaitNoPreemptible)},
 		},
 		{
@@ -569,10 +569,10 @@ func TestPlanScaleDown(t *testing.T) {
 	runPlanCases(t, []planCase{
 		{"not before the unneeded time", snap(two, []Node{gpuNode("n1", gtg, OwnerK8s, 4, 0, underused(4*time.Minute)), busy("n2", 4)}, nil), refPolicy(), nil, nil},
 		{"not above the threshold", snap(two, []Node{idle("n1", work(job("a", 3, 0, false))), busy("n2", 0)}, nil), refPolicy(), nil, nil},
-		{"at the threshold when the work fits elsewhere", snap(two, []Node{idle("n1", work(job("a", 2, 0, false))), busy("n2", 2)}, nil), refPolicy(),
+		{"at the threshold when the work fits elsewhere", snap(two, []Node{idle("n1", work(job("a", 2, 0, false, service))), busy("n2", 2)}, nil), refPolicy(),
 			[]Action{down(gtg, "n1", OwnerK8s)}, nil},
 		{"not when the work fits nowhere else", snap(two, []Node{idle("n1", work(job("a", 2, 0, false))), busy("n2", 3)}, nil), refPolicy(), nil, nil},
-		{"CPU-only work does not keep a GPU node", snap(two, []Node{idle("n1", work(job("cpu", 0, 0, false))), busy("n2", 4)}, nil), refPolicy(),
+		{"CPU-only work does not keep a GPU node", snap(two, []Node{idle("n1", work(job("cpu", 0, 0, false, service))), busy("n2", 4)}, nil), refPolicy(),
 			[]Action{down(gtg, "n1", OwnerK8s)}, nil},
 		{"never a protected node", snap(two, []Node{idle("n1", protected), busy("n2", 4)}, nil), refPolicy(), nil, nil},
 		{"never below the pool minimum", snap([]PoolState{gpuPool(gtg, 2, bounds(1, 5))}, []Node{idle("n1"), idle("n2")}, nil), refPolicy(),
@@ -591,7 +591,7 @@ func TestPlanScaleDown(t *testing.T) {
 		},
 		{
 			name: "offered to the other side first",
-			snap: snap([]PoolState{gpuPool(gtg, 2, bounds(0, 2))}, []Node{idle("n1", work(job("a", 1, 0, false))), busy("n2", 2)},
+			snap: snap([]PoolState{gpuPool(gtg, 2, bounds(0, 2))}, []Node{idle("n1", work(job("a", 1, 0, false, service))), busy("n2", 2)},
 				[]Demand{yarnApp("a/1", 1, 2)}),
 			policy:  refPolicy(),
 			actions: []Action{move(gtg, "n1", OwnerK8s, OwnerYARN, "yarn/a/1")},

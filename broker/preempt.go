@@ -4,45 +4,183 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
-// victim is one preemptible workload on a node, with its cost.
+// victim is one unit of preemptible work on a node, with its cost: a
+// workload, or work that must go together — a YARN application with its
+// ApplicationMaster (killing the AM ends the application), or a gang of
+// batch pods of one controller.
 type victim struct {
-	w     *Workload
-	risk  time.Duration
-	taken bool
+	ws      []*Workload
+	gpus    int
+	lost    time.Duration // summed eviction cost (cost.go)
+	hours   float64       // GPU-hours lost
+	prio    int64         // the highest priority in the unit
+	started time.Time     // the latest start in the unit
+	taken   bool
 }
 
-// buildVictims lists a node's preemptible non-system work cheapest first:
-// least work at risk (time since the last checkpoint, else run time), then
-// lowest priority, then youngest, then key.
-func (pl *planner) buildVictims(n *wnode) {
-	n.vbuilt = true
-	for i := range n.n.Work {
-		w := &n.n.Work[i]
-		if !w.Preemptible || w.System || w.GPUs <= 0 {
+// appCounts counts the work of every application (Workload.App) on all
+// nodes, so a unit can tell whether it holds the whole application.
+func (pl *planner) appCounts() map[string]int {
+	if pl.apps == nil {
+		pl.apps = map[string]int{}
+		for i := range pl.nodes {
+			for _, w := range pl.nodes[i].n.Work {
+				if w.App != "" {
+					pl.apps[w.App]++
+				}
+			}
+		}
+	}
+	return pl.apps
+}
+
+// victimUnits groups node n's non-system work into preemption units,
+// cheapest first: the fewest GPU-hours lost, then the least work lost, then
+// the lowest priority, then the youngest, then key. A YARN AM is never a
+// unit of its own: only its whole application is, and only when all of the
+// application's work runs on this node. A batch pod that shares its
+// controller with other pods is a gang member: the gang is one unit, again
+// only when it is whole here. Units with a member that may not be preempted
+// are left out; with all set, so is work that frees no GPUs.
+func (pl *planner) victimUnits(n *Node, all bool) (units []victim, whole bool) {
+	whole = true
+	grouped := false
+	for i := range n.Work {
+		if !n.Work[i].System && n.Work[i].App != "" {
+			grouped = true
+			break
+		}
+	}
+	if !grouped { // the common case: every workload is a unit of its own
+		for i := range n.Work {
+			w := &n.Work[i]
+			if w.System {
+				continue
+			}
+			if !w.Preemptible {
+				whole = false
+				continue
+			}
+			if w.GPUs <= 0 && !all {
+				continue
+			}
+			lost := w.lost(pl.now)
+			units = append(units, victim{ws: []*Workload{w}, gpus: max(w.GPUs, 0), lost: lost,
+				hours: gpuHoursOf(lost, w.GPUs), prio: w.Priority, started: w.StartedAt})
+		}
+		sortUnits(units)
+		return units, whole
+	}
+	apps := pl.appCounts()
+	groups := map[string][]*Workload{}
+	var order []string
+	hasAM := map[string]bool{}
+	for i := range n.Work {
+		w := &n.Work[i]
+		if w.System {
 			continue
 		}
-		n.victims = append(n.victims, victim{w: w, risk: w.WorkAtRisk(pl.now)})
+		key := "\x00" + string(w.Source) + "/" + w.Key // a unit of its own
+		switch {
+		case w.App == "":
+		case w.Source == SourceYARN:
+			key = "app:" + w.App // grouped below only if its AM is here
+		case w.Class != WorkService && apps[w.App] > 1:
+			key = "gang:" + w.App
+		}
+		if w.AM {
+			hasAM[key] = true
+		}
+		if _, ok := groups[key]; !ok {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], w)
 	}
-	slices.SortFunc(n.victims, func(a, b victim) int {
+	slices.Sort(order)
+	add := func(ws []*Workload) {
+		u := victim{ws: ws}
+		for _, w := range ws {
+			if !w.Preemptible {
+				whole = false
+				return
+			}
+			lost := w.lost(pl.now)
+			u.gpus += max(w.GPUs, 0)
+			u.lost = addLost(u.lost, lost)
+			u.hours += gpuHoursOf(lost, w.GPUs)
+			if w.StartedAt.After(u.started) {
+				u.started = w.StartedAt
+			}
+		}
+		u.prio = ws[0].Priority
+		for _, w := range ws[1:] {
+			u.prio = max(u.prio, w.Priority)
+		}
+		if u.gpus == 0 && !all {
+			return
+		}
+		units = append(units, u)
+	}
+	for _, key := range order {
+		ws := groups[key]
+		// The order of a node's work is not meaningful; victims come out
+		// in key order.
+		slices.SortFunc(ws, func(a, b *Workload) int { return cmp.Or(cmp.Compare(a.Source, b.Source), cmp.Compare(a.Key, b.Key)) })
+		app := ws[0].App
+		switch {
+		case strings.HasPrefix(key, "app:") && !hasAM[key]:
+			for _, w := range ws { // containers of an app whose AM runs elsewhere
+				add([]*Workload{w})
+			}
+		case (strings.HasPrefix(key, "app:") || strings.HasPrefix(key, "gang:")) && apps[app] != len(ws):
+			// IMPORTANT: never an AM (or part of a gang) unless the whole
+			// application is the victim; part of it runs on other nodes.
+			whole = false
+			if strings.HasPrefix(key, "app:") {
+				for _, w := range ws {
+					if !w.AM {
+						add([]*Workload{w})
+					}
+				}
+			}
+		default:
+			add(ws)
+		}
+	}
+	sortUnits(units)
+	return units, whole
+}
+
+// sortUnits orders preemption units cheapest first.
+func sortUnits(units []victim) {
+	slices.SortFunc(units, func(a, b victim) int {
 		return cmp.Or(
-			cmp.Compare(a.risk, b.risk),
-			cmp.Compare(a.w.Priority, b.w.Priority),
-			b.w.StartedAt.Compare(a.w.StartedAt),
-			cmp.Compare(a.w.Source, b.w.Source),
-			cmp.Compare(a.w.Key, b.w.Key),
-			cmp.Compare(a.w.GPUs, b.w.GPUs),
+			cmp.Compare(a.hours, b.hours),
+			cmp.Compare(a.lost, b.lost),
+			cmp.Compare(a.prio, b.prio),
+			b.started.Compare(a.started),
+			cmp.Compare(a.ws[0].Source, b.ws[0].Source),
+			cmp.Compare(a.ws[0].Key, b.ws[0].Key),
+			cmp.Compare(a.gpus, b.gpus),
 		)
 	})
+}
+
+// buildVictims lists a node's preemption units, cheapest first.
+func (pl *planner) buildVictims(n *wnode) {
+	n.vbuilt = true
+	n.victims, _ = pl.victimUnits(n.n, false)
 }
 
 // gpuHours is the work a victim set would lose, in GPU-hours.
 func gpuHours(vs []victim, idx []int) float64 {
 	h := 0.0
 	for _, i := range idx {
-		h += float64(vs[i].w.GPUs) * vs[i].risk.Hours()
+		h += vs[i].hours
 	}
 	return h
 }
@@ -56,11 +194,11 @@ func victimSet(n *wnode, g int, prio int64, buf []int) ([]int, bool) {
 	idx := buf[:0]
 	for i := range n.victims {
 		v := &n.victims[i]
-		if v.taken || v.w.Priority >= prio {
+		if v.taken || v.prio >= prio {
 			continue
 		}
 		idx = append(idx, i)
-		f += v.w.GPUs
+		f += v.gpus
 		if f >= g {
 			break
 		}
@@ -69,7 +207,7 @@ func victimSet(n *wnode, g int, prio int64, buf []int) ([]int, bool) {
 		return nil, false
 	}
 	for k := len(idx) - 1; k >= 0; k-- {
-		if gp := n.victims[idx[k]].w.GPUs; f-gp >= g {
+		if gp := n.victims[idx[k]].gpus; f-gp >= g {
 			f -= gp
 			idx = slices.Delete(idx, k, k+1)
 		}
@@ -193,9 +331,12 @@ func (pl *planner) pheapFor(c *dclass, k pkey) *pheap {
 }
 
 // preempt frees g GPUs for one unit of d by evicting strictly lower-priority
-// preemptible work on a matching node of d's side, choosing the node whose
-// victims lose the fewest GPU-hours (then the first node by name). It
-// reports whether a unit was placed.
+// preemptible work: first on a matching node of d's side, choosing the node
+// whose victims lose the fewest GPU-hours (then the first node by name);
+// else, when ownership transfer is allowed, on a matching node of the other
+// side whose work is all preemptible, which is then handed over (see
+// preemptAcross). It reports whether a unit was placed. Demand that may not
+// preempt (NoPreempt) never does.
 func (pl *planner) preempt(d *wdemand, g int) bool {
 	if !pl.p.Preemption || pl.stale(d.d.Source) || d.d.NoPreempt {
 		return false
@@ -207,6 +348,17 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 			return false
 		}
 	}
+	if pl.preemptOwn(d, g) || pl.preemptAcross(d, g) {
+		return true
+	}
+	c.pfail = append(c.pfail, pfail{gpus: g, prio: prio})
+	return false
+}
+
+// preemptOwn preempts on a node of d's own side.
+func (pl *planner) preemptOwn(d *wdemand, g int) bool {
+	c := d.cls
+	prio := d.d.Priority
 	k := pkey{gpus: g, prio: prio}
 	h := pl.pheapFor(c, k)
 	best := int32(-1)
@@ -225,7 +377,6 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 		}
 	}
 	if best < 0 {
-		c.pfail = append(c.pfail, pfail{gpus: g, prio: prio})
 		return false
 	}
 	bestIdx, _, _ := pl.candidate(best, k, nil) // the undo below keeps it
@@ -236,11 +387,13 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 	}
 	n := &pl.nodes[best]
 	freed := 0
-	victims := make([]Workload, 0, len(bestIdx))
+	var victims []Workload
 	for _, i := range bestIdx {
 		n.victims[i].taken = true
-		freed += n.victims[i].w.GPUs
-		victims = append(victims, *n.victims[i].w)
+		freed += n.victims[i].gpus
+		for _, w := range n.victims[i].ws {
+			victims = append(victims, *w)
+		}
 	}
 	wasTouched := n.touched
 	n.free += freed - g
@@ -256,15 +409,17 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 		prevAction = *prev
 		prevAction.Victims = slices.Clone(prev.Victims)
 		prev.Victims = append(prev.Victims, victims...)
-		prev.Reason = preemptReason(n.n.Name, prev.Victims, d, pl.now)
+		prev.GPUHoursLost = victimHours(prev.Victims, pl.now)
+		prev.Reason = preemptReason(n.n.Name, prev.Victims, d.id, d.d.Priority, d.d.GPUsPerUnit, pl.now)
 	} else {
 		pl.preempts = append(pl.preempts, Action{
-			Kind:    ActPreempt,
-			Pool:    n.n.Pool,
-			Node:    n.n.Name,
-			Victims: victims,
-			Serves:  []string{d.id},
-			Reason:  preemptReason(n.n.Name, victims, d, pl.now),
+			Kind:         ActPreempt,
+			Pool:         n.n.Pool,
+			Node:         n.n.Name,
+			Victims:      victims,
+			Serves:       []string{d.id},
+			GPUHoursLost: victimHours(victims, pl.now),
+			Reason:       preemptReason(n.n.Name, victims, d.id, d.d.Priority, d.d.GPUsPerUnit, pl.now),
 		})
 	}
 	if pl.rec {
@@ -288,16 +443,158 @@ func (pl *planner) preempt(d *wdemand, g int) bool {
 	return true
 }
 
-func preemptReason(node string, victims []Workload, d *wdemand, now time.Time) string {
+// preemptAcross takes a node of the other side for d by preempting all of
+// its work: a Kubernetes preemptor of YARN containers, or a YARN preemptor
+// of pods. Every non-system workload on the node must be preemptible and of
+// strictly lower priority than d, and a YARN AM or a gang only goes with its
+// whole application. The node with the fewest GPU-hours lost wins (then
+// node order). The plan records one preemption action that evicts the
+// victims, then releases the node from its side and admits it to d's side
+// (preempt, then transfer), so capacity freed for d never goes back to the
+// side it was taken from.
+func (pl *planner) preemptAcross(d *wdemand, g int) bool {
+	if !pl.p.OwnershipTransfer || pl.stale(SourceYARN) || pl.stale(SourceK8s) {
+		return false
+	}
+	to := ownerOf(d.d.Source)
+	prio := d.d.Priority
+	// A node this plan already takes for higher-priority demand than its
+	// victims may serve more of it.
+	for _, t := range pl.transfers {
+		if t.victims != nil && t.to == to && t.free >= g && prio > t.prio && d.cls.c.matches(d.d.Source, pl.nodeTarget(t.node)) {
+			pl.useTransfer(t, d, g)
+			return true
+		}
+	}
+	best, bestHours := int32(-1), 0.0
+	var bestVictims []Workload
+	var bestPrio int64
+	for _, ni := range d.cls.xall {
+		n := &pl.nodes[ni]
+		if !n.sched || n.idle || n.touched || n.removed || n.busy || n.n.Protected || n.n.GPUsTotal < g {
+			continue
+		}
+		if ps := pl.pools[n.pool].st; !ps.Pool.Sides.Serves(d.d.Source) || ps.Stale != "" {
+			continue
+		}
+		x := pl.wholeNode(ni)
+		if !x.ok || x.top >= prio {
+			continue
+		}
+		if best < 0 || x.hours < bestHours {
+			best, bestHours, bestVictims, bestPrio = ni, x.hours, x.victims, x.top
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	n := &pl.nodes[best]
+	t := &transfer{node: best, from: n.n.Owner, to: to, free: n.n.GPUsTotal, victims: bestVictims, prio: bestPrio}
+	pl.startTransfer(t)
+	pl.useTransfer(t, d, g)
+	return true
+}
+
+// xvictim is what taking a node across sides would evict: all its
+// non-system work, when all of it may be preempted (ok), with the GPU-hours
+// lost and the highest priority among it. A node's work does not change
+// while a plan is made, and a node whose work this plan touched is not
+// taken across sides, so it is computed once per node.
+type xvictim struct {
+	built, ok bool
+	hours     float64
+	top       int64
+	victims   []Workload
+}
+
+// wholeNode returns node ni's xvictim, computing it on first use.
+func (pl *planner) wholeNode(ni int32) *xvictim {
+	if pl.xvict == nil {
+		pl.xvict = make([]xvictim, len(pl.nodes))
+	}
+	x := &pl.xvict[ni]
+	if x.built {
+		return x
+	}
+	x.built = true
+	units, whole := pl.victimUnits(pl.nodes[ni].n, true)
+	if !whole || len(units) == 0 {
+		return x
+	}
+	x.ok = true
+	for i, u := range units {
+		if i == 0 || u.prio > x.top {
+			x.top = u.prio
+		}
+		x.hours += u.hours
+		for _, w := range u.ws {
+			x.victims = append(x.victims, *w)
+		}
+	}
+	return x
+}
+
+// preemptAction is the one action of a preemption across sides: evict the
+// victims, release the node from its side, admit it to the other.
+func (t *transfer) preemptAction(pl *planner) Action {
+	n := pl.nodes[t.node].n
+	first := ""
+	var prio int64
+	var per int
+	if len(t.serves) > 0 {
+		if d := pl.byIDLookup(t.serves[0]); d != nil {
+			first, prio, per = d.id, d.d.Priority, d.d.GPUsPerUnit
+		}
+	}
+	reason := preemptReason(n.Name, t.victims, first, prio, per, pl.now)
+	return Action{
+		Kind:         ActPreempt,
+		Pool:         n.Pool,
+		Node:         n.Name,
+		From:         t.from,
+		To:           t.to,
+		Victims:      slices.Clone(t.victims),
+		Serves:       slices.Clone(t.serves),
+		GPUHoursLost: victimHours(t.victims, pl.now),
+		Reason: fmt.Sprintf("%s, then release node %s from %s and hand it to %s for %d pending demand needing %d GPUs",
+			reason, n.Name, t.from, t.to, len(t.serves), t.gpus),
+	}
+}
+
+// byIDLookup finds pending demand by ID.
+func (pl *planner) byIDLookup(id string) *wdemand {
+	i, ok := slices.BinarySearchFunc(pl.byID, id, func(d *wdemand, id string) int { return cmp.Compare(d.id, id) })
+	if !ok {
+		return nil
+	}
+	return pl.byID[i]
+}
+
+// victimHours is the work the victims lose, in GPU-hours (cost.go).
+func victimHours(victims []Workload, now time.Time) float64 {
+	h := 0.0
+	for i := range victims {
+		h += victims[i].Cost(now).GPUHours
+	}
+	return h
+}
+
+func preemptReason(node string, victims []Workload, demand string, prio int64, perUnit int, now time.Time) string {
 	gpus, maxPrio := 0, int64(0)
-	hours := 0.0
-	for i, v := range victims {
+	var lost time.Duration
+	for i := range victims {
+		v := &victims[i]
 		gpus += v.GPUs
-		hours += float64(v.GPUs) * v.WorkAtRisk(now).Hours()
+		lost = max(lost, v.Cost(now).Lost)
 		if i == 0 || v.Priority > maxPrio {
 			maxPrio = v.Priority
 		}
 	}
-	return fmt.Sprintf("preempt %d workloads (%d GPUs, priority at most %d, %.2f GPU-hours at risk since their last checkpoint) on node %s for demand %s at priority %d needing %d GPUs per unit",
-		len(victims), gpus, maxPrio, hours, node, d.id, d.d.Priority, d.d.GPUsPerUnit)
+	hours := victimHours(victims, now)
+	figure := fmt.Sprintf("%.2f", hours)
+	if hours > 0 && hours < 0.01 {
+		figure = fmt.Sprintf("%.4f", hours)
+	}
+	return fmt.Sprintf("preempt %d workloads (%d GPUs, priority at most %d) on node %s, losing %s GPU-hours of work (at most %s since a last checkpoint), for demand %s at priority %d needing %d GPUs per unit",
+		len(victims), gpus, maxPrio, node, figure, describeLost(lost), demand, prio, perUnit)
 }

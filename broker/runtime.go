@@ -86,6 +86,7 @@ type Runtime struct {
 	stale     map[Source]string
 	firstSeen map[string]time.Time
 	waitSeen  map[string]WaitReason
+	keptSeen  map[string]string // node → why reclaim keeps it, recorded when it changes
 	loaded    bool
 	// lastNodes are the latest merged nodes, for the executor.
 	lastNodes []Node

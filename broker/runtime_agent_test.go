@@ -17,7 +17,7 @@ func agentWorld(t *testing.T, measured bool) *rtWorld {
 		w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, Instance{ID: "i-" + n, Hostname: n, Phase: PhaseActive})
 	}
 	w.cloud.pools[rtPool].Desired = 2
-	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "idle-job", Name: "default/idle-job", GPUs: 3, Preemptible: true, CheckpointAge: -1}}
+	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "idle-job", Name: "default/idle-job", GPUs: 3, Preemptible: true, CheckpointAge: -1, Class: WorkService}}
 	w.k8s.nodes["n1"].GPUsAllocated = 3
 	w.ledger.nodes["n2"] = Node{Name: "n2", Protected: true}
 	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{

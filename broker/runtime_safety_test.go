@@ -337,7 +337,7 @@ func TestRuntimeUnknownReleaseIsNeverTerminated(t *testing.T) {
 func blockedDrain(t *testing.T) (*rtWorld, *Runtime) {
 	w := newRTWorld(t, 5)
 	w.machine(w.k8s, "busy")
-	w.k8s.nodes["busy"].Work = []Workload{{Source: SourceK8s, Key: "cpu-only", Name: "default/cpu-only", CheckpointAge: -1}}
+	w.k8s.nodes["busy"].Work = []Workload{{Source: SourceK8s, Key: "cpu-only", Name: "default/cpu-only", CheckpointAge: -1, Class: WorkService}}
 	w.k8s.drainBlocked = true
 	r := w.runtime()
 	w.tick(r)

@@ -168,7 +168,7 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 	w.k8s.finish("web")
 	// Only a CPU pod is left: GPU use decides, so the node is reclaimable,
 	// but a PodDisruptionBudget holds the drain.
-	w.k8s.nodes["busy"].Work = []Workload{{Source: SourceK8s, Key: "cpu-only", Name: "default/cpu-only", GPUs: 0, CheckpointAge: -1}}
+	w.k8s.nodes["busy"].Work = []Workload{{Source: SourceK8s, Key: "cpu-only", Name: "default/cpu-only", GPUs: 0, CheckpointAge: -1, Class: WorkService}}
 	w.k8s.drainBlocked = true
 	w.clock.Add(6 * time.Minute)
 	w.tick(r1) // underused since the first tick: journals the scale-down, the drain starts

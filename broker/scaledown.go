@@ -18,6 +18,13 @@ type transfer struct {
 	// reclaimed says why an underused node with work is moved (scale-down
 	// offered to the other side); empty for an idle node.
 	reclaimed string
+	// victims, when set, is the work preempted on the node before it is
+	// handed over (preemption across sides, preempt.go); prio is the
+	// priority of the demand that preempts it.
+	victims []Workload
+	prio    int64
+	// lost is the GPU-hours a reclaiming transfer's drain throws away.
+	lost float64
 }
 
 // startTransfer marks a node as handed over in this plan.
@@ -55,18 +62,22 @@ func (pl *planner) useTransfer(t *transfer, d *wdemand, g int) {
 
 func (t *transfer) action(pl *planner) Action {
 	n := pl.nodes[t.node].n
+	if t.victims != nil {
+		return t.preemptAction(pl)
+	}
 	what := fmt.Sprintf("hand idle node %s (%d GPUs of %s, pool %s)", n.Name, n.GPUsTotal, orAny(pl.nodes[t.node].model), n.Pool)
 	if t.reclaimed != "" {
 		what = fmt.Sprintf("drain underused node %s (%s) and hand it", n.Name, t.reclaimed)
 	}
 	return Action{
-		Kind:   ActTransfer,
-		Pool:   n.Pool,
-		Node:   n.Name,
-		From:   t.from,
-		To:     t.to,
-		Serves: slices.Clone(t.serves),
-		Reason: fmt.Sprintf("%s from %s to %s for %d pending demand needing %d GPUs", what, t.from, t.to, len(t.serves), t.gpus),
+		Kind:         ActTransfer,
+		Pool:         n.Pool,
+		Node:         n.Name,
+		From:         t.from,
+		To:           t.to,
+		Serves:       slices.Clone(t.serves),
+		GPUHoursLost: t.lost,
+		Reason:       fmt.Sprintf("%s from %s to %s for %d pending demand needing %d GPUs", what, t.from, t.to, len(t.serves), t.gpus),
 	}
 }
 
@@ -138,6 +149,13 @@ func (pl *planner) reclaim() {
 	for i := range pl.pools {
 		pendingDownGPUs += pl.pools[i].pendingDown * pl.pools[i].st.Pool.GPUsPerNode
 	}
+	// Attrition scale-downs in flight are not pending removals for the
+	// executor (their node may stay for days), but they will remove a node:
+	// count them against the pool and cluster minimum.
+	attr := pl.attritionDowns()
+	for pi, k := range attr {
+		pendingDownGPUs += k * pl.pools[pi].st.Pool.GPUsPerNode
+	}
 	unmet := pl.unmet()
 	pl.undo, pl.rec = pl.undo[:0], true
 	for _, ni := range cands {
@@ -148,20 +166,53 @@ func (pl *planner) reclaim() {
 		if w.touched || w.removed || wp.add > 0 {
 			continue
 		}
+		why := fmt.Sprintf("%d of %d GPUs allocated, at or under %.0f%% for %s",
+			n.GPUsAllocated, n.GPUsTotal, 100*pl.p.ScaleDownUtilisation, pl.now.Sub(n.UnderusedSince).Round(time.Second))
+		size := wp.size - wp.pendingDown - wp.downs - attr[w.pool]
+		cluster := pl.clusterGPUs - pendingDownGPUs
+		atMin := size-1 < pool.MinNodes || cluster-pool.GPUsPerNode < pl.p.ClusterMinGPUs
+		nc := consolidationCost(n, pl.now)
+		if keep, attrition := pl.consolidation(w, nc); keep != "" {
+			if !attrition {
+				pl.keep(n.Name, keep)
+				continue
+			}
+			if atMin {
+				continue
+			}
+			wp.downs++
+			w.removed = true
+			pl.clusterGPUs -= pool.GPUsPerNode
+			pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
+			how := "cordon node %s of pool %s and wait for its work to end (consolidation.cordon_and_wait)"
+			if w.side == SourceYARN {
+				how = "decommission YARN node %s of pool %s by attrition with an infinite graceful timeout (yarn_drain_by_attrition)"
+			}
+			pl.removals = append(pl.removals, Action{
+				Kind:      ActScaleDown,
+				Pool:      pool.Name,
+				Node:      n.Name,
+				From:      n.Owner,
+				Attrition: true,
+				Reason: fmt.Sprintf(how+": %s (threshold %s); %s, so nothing is evicted: no new work lands, and the node is terminated once its work has ended; pool goes from %d to %d nodes (min %d)",
+					n.Name, pool.Name, why, unneeded, keep, size, size-1, pool.MinNodes),
+			})
+			continue
+		}
 		mark := len(pl.undo)
 		moved, ok := pl.moveWork(ni, poolNodes[w.pool])
 		if !ok {
 			pl.rollback(mark)
 			continue
 		}
-		why := fmt.Sprintf("%d of %d GPUs allocated, at or under %.0f%% for %s",
-			n.GPUsAllocated, n.GPUsTotal, 100*pl.p.ScaleDownUtilisation, pl.now.Sub(n.UnderusedSince).Round(time.Second))
+		if nc.lost > 0 {
+			why += fmt.Sprintf("; its work loses %s, within the %s consolidation may lose", describeLost(nc.lost), pl.p.MaxWorkLost)
+		}
 		if pl.offer(ni, unmet, why) {
+			pl.transfers[len(pl.transfers)-1].lost = nc.gpuHours
 			continue
 		}
-		size := wp.size - wp.pendingDown - wp.downs
-		cluster := pl.clusterGPUs - pendingDownGPUs
-		if size-1 < pool.MinNodes || cluster-pool.GPUsPerNode < pl.p.ClusterMinGPUs {
+		if atMin {
 			pl.rollback(mark)
 			continue
 		}
@@ -174,14 +225,61 @@ func (pl *planner) reclaim() {
 		pl.clusterGPUs -= pool.GPUsPerNode
 		pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
 		pl.removals = append(pl.removals, Action{
-			Kind: ActScaleDown,
-			Pool: pool.Name,
-			Node: n.Name,
-			From: n.Owner,
+			Kind:         ActScaleDown,
+			Pool:         pool.Name,
+			Node:         n.Name,
+			From:         n.Owner,
+			GPUHoursLost: nc.gpuHours,
 			Reason: fmt.Sprintf("drain and terminate node %s of pool %s: %s (threshold %s); %s; pool goes from %d to %d nodes (min %d)",
 				n.Name, pool.Name, why, unneeded, work, size, size-1, pool.MinNodes),
 		})
 	}
+}
+
+// consolidation decides whether idle reclaim may drain node w, whose work
+// costs nc. It returns "" when the node may be drained (if its work fits
+// elsewhere); otherwise why not, and whether the node may instead leave by
+// attrition: decommissioned (YARN) or cordoned (Kubernetes) without
+// evicting anything, terminated when its work has ended.
+//
+// IMPORTANT: idle reclaim never throws away work beyond the policy. A YARN
+// node running GPU containers is never drained for idleness (the RM would
+// kill them when a finite graceful timeout runs out); a Kubernetes node is
+// drained only if its pods lose at most MaxWorkLost in all and none is a
+// bare pod or marked do-not-disrupt. Only a recorded preemption for
+// higher-priority demand may cut such work short.
+func (pl *planner) consolidation(w *wnode, nc nodeCost) (string, bool) {
+	n := w.n
+	attrition := (w.side == SourceYARN && pl.p.YARNDrainByAttrition) || (w.side == SourceK8s && pl.p.CordonAndWait)
+	switch {
+	case n.GPUsAllocated > nc.knownGPUs:
+		// Unknown is never idle: allocated GPUs without the work that
+		// holds them listed could be anything.
+		return fmt.Sprintf("%d of its %d allocated GPUs are held by work the %s side does not list; unknown work is never idle",
+			n.GPUsAllocated-nc.knownGPUs, n.GPUsAllocated, w.side), false
+	case w.side == SourceYARN && nc.gpuWork > 0:
+		if attrition {
+			return fmt.Sprintf("it runs %d YARN GPU containers (%d GPUs)", nc.gpuWork, nc.gpusHeld), true
+		}
+		return fmt.Sprintf("runs %d YARN GPU containers (%d GPUs); idle reclaim never stops YARN work (yarn_drain_by_attrition is off)",
+			nc.gpuWork, nc.gpusHeld), false
+	case nc.never != "":
+		if attrition {
+			return nc.never, true
+		}
+		return nc.never + "; consolidation never evicts it", false
+	case nc.lost > pl.p.MaxWorkLost.D():
+		if attrition {
+			return nc.batchReason(), true
+		}
+		return fmt.Sprintf("%s, more than the %s consolidation may lose (consolidation.max_work_lost)", nc.batchReason(), pl.p.MaxWorkLost), false
+	}
+	return "", false
+}
+
+// keep records why an underused node is not reclaimed.
+func (pl *planner) keep(node, reason string) {
+	pl.kept = append(pl.kept, NodeNote{Node: node, Reason: "not reclaimed: " + reason})
 }
 
 // allocation is the fraction of a node's GPUs held by running work.

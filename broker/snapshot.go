@@ -51,6 +51,15 @@ type Plan struct {
 	Actions []Action `json:"actions"`
 	// Waits explains every pending demand that no action serves.
 	Waits []Wait `json:"waits"`
+	// Kept explains every node that idle reclaim would have taken (underused
+	// for the unneeded time) but keeps because of the work it runs.
+	Kept []NodeNote `json:"kept,omitempty"`
+}
+
+// NodeNote is a non-decision about a node: why it was not reclaimed.
+type NodeNote struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
 }
 
 // ActionKind names what an action does.
@@ -73,11 +82,17 @@ const (
 	// ActCancelScaleDown gives a node whose scale-down has not reached the
 	// cloud yet back to its side, because pending demand fits it.
 	ActCancelScaleDown ActionKind = "cancel-scale-down"
+	// ActRecommission cancels the attrition (or cordon-and-wait) scale-down
+	// in flight on Node and gives the node back to its side, because demand
+	// there could use it. It journals no op of its own: the open op on the
+	// node is ended.
+	ActRecommission ActionKind = "recommission"
 )
 
 // Destructive reports whether the action removes work or capacity; those are
 // re-validated against fresh observations and never taken on a stale side.
-func (k ActionKind) Destructive() bool { return k != ActScaleUp }
+// A recommission gives capacity back and removes nothing.
+func (k ActionKind) Destructive() bool { return k != ActScaleUp && k != ActRecommission }
 
 // Action is one change the planner wants, with a reason a person can read.
 type Action struct {
@@ -100,6 +115,14 @@ type Action struct {
 	Serves []string `json:"serves,omitempty"`
 	// Reason explains the action in one sentence.
 	Reason string `json:"reason"`
+	// Attrition marks a scale-down that evicts nothing: the node is
+	// decommissioned with an infinite graceful timeout (YARN) or cordoned
+	// (Kubernetes, cordon-and-wait) and leaves when its work ends.
+	Attrition bool `json:"attrition,omitempty"`
+	// GPUHoursLost is the work a preemption, or a drain for idle reclaim,
+	// throws away (time since each workload's last checkpoint times its
+	// GPUs; services lose none), for the decision record and the replay.
+	GPUHoursLost float64 `json:"gpu_hours_lost,omitempty"`
 }
 
 // WaitReason classifies why pending demand gets nothing this tick.

@@ -231,6 +231,13 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		if pod.Status.StartTime != nil {
 			w.StartedAt = pod.Status.StartTime.Time
 		}
+		if !w.System {
+			var now time.Time
+			if c.now != nil {
+				now = c.now()
+			}
+			classifyWork(pod, &w, now) // class, app, do-not-disrupt, checkpoint (pods.go)
+		}
 		bn.GPUsAllocated += w.GPUs
 		if !w.System {
 			userWork++

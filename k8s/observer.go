@@ -96,7 +96,7 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	o.nodes = o.factory.Core().V1().Nodes().Informer()
 	o.pdbs = o.factory.Policy().V1().PodDisruptionBudgets().Informer()
 	o.classes = o.factory.Scheduling().V1().PriorityClasses().Informer()
-	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache()}
+	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache(), now: func() time.Time { return o.now() }}
 	o.health = &health{client: client, staleAfter: cfg.StaleAfter, now: func() time.Time { return o.now() },
 		failing: map[string]watchFailure{}}
 	for name, inf := range o.informers() {

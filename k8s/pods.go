@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -97,6 +98,9 @@ type classifier struct {
 	tenants sync.Map // namespace -> tenantResult
 	// readySeen holds the UIDs of nodes seen Ready (see wasReady).
 	readySeen sync.Map // types.UID -> struct{}
+	// now is the observation clock, for checkpoint ages (classifyWork);
+	// nil leaves annotated checkpoint ages unknown.
+	now func() time.Time
 }
 
 type tenantResult struct {
@@ -353,4 +357,68 @@ func ConstraintsString(cs broker.Constraints) string {
 		return "-"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// Annotations that tell consolidation what evicting a running pod costs.
+const (
+	// TrainingAnnotation "true" marks a pod as batch (training) work,
+	// whatever its controller.
+	TrainingAnnotation = "gpubroker.io/training"
+	// LastCheckpointAnnotation is the RFC 3339 time of the pod's newest
+	// checkpoint, written by the workload; the work since is what an
+	// eviction loses.
+	LastCheckpointAnnotation = "gpubroker.io/last-checkpoint"
+	// DoNotDisruptAnnotation (any value but "false") forbids evicting the
+	// pod for consolidation, as do the cluster autoscaler's and
+	// Karpenter's own annotations below.
+	DoNotDisruptAnnotation          = "gpubroker.io/do-not-disrupt"
+	SafeToEvictAnnotation           = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+	KarpenterDoNotDisruptAnnotation = "karpenter.sh/do-not-disrupt"
+)
+
+// classifyWork fills in what consolidation and preemption need to know
+// about running pod w at now: its class from the controller (Job → batch,
+// ReplicaSet or StatefulSet → service, none → bare; the training
+// annotation makes any controlled pod batch; other controllers stay unknown, which
+// costs like batch), the application (the controller as
+// "<kind>/<namespace>/<name>"), what forbids disrupting it, and the age of
+// its last checkpoint when the workload annotates it.
+func classifyWork(pod *corev1.Pod, w *broker.Workload, now time.Time) {
+	var ctrl *metav1.OwnerReference
+	for i := range pod.OwnerReferences {
+		if ref := &pod.OwnerReferences[i]; ref.Controller != nil && *ref.Controller {
+			ctrl = ref
+			break
+		}
+	}
+	switch {
+	case ctrl == nil:
+		w.Class = broker.WorkBare
+	case ctrl.Kind == "Job":
+		w.Class = broker.WorkBatch
+	case ctrl.Kind == "ReplicaSet" || ctrl.Kind == "StatefulSet":
+		w.Class = broker.WorkService
+	}
+	if ctrl != nil {
+		w.App = ctrl.Kind + "/" + pod.Namespace + "/" + ctrl.Name
+	}
+	if ctrl != nil && strings.EqualFold(pod.Annotations[TrainingAnnotation], "true") {
+		// A bare pod stays bare: nothing would recreate it.
+		w.Class = broker.WorkBatch
+	}
+	switch {
+	case strings.EqualFold(pod.Annotations[SafeToEvictAnnotation], "false"):
+		w.DoNotDisrupt = SafeToEvictAnnotation + "=false"
+	case strings.EqualFold(pod.Annotations[KarpenterDoNotDisruptAnnotation], "true"):
+		w.DoNotDisrupt = KarpenterDoNotDisruptAnnotation + "=true"
+	default:
+		if v, ok := pod.Annotations[DoNotDisruptAnnotation]; ok && !strings.EqualFold(v, "false") {
+			w.DoNotDisrupt = DoNotDisruptAnnotation
+		}
+	}
+	if v, ok := pod.Annotations[LastCheckpointAnnotation]; ok && !now.IsZero() {
+		if at, err := time.Parse(time.RFC3339, strings.TrimSpace(v)); err == nil {
+			w.CheckpointAge = max(now.Sub(at), 0)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -25,7 +26,8 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 	c := kubeEnv.Client
 
 	// A GPU Job brings one node; it completes. A CPU-only pod guarded by
-	// a PodDisruptionBudget stays on the node.
+	// a PodDisruptionBudget stays on the node. It is a Deployment's pod:
+	// consolidation never evicts a bare pod (nothing would recreate it).
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "warmup", Namespace: w.ns},
 		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: gpuPodSpec(1, "high-priority-training")}}}
 	job.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
@@ -38,11 +40,23 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 	})
 	guardedSpec := gpuPodSpec(1, "")
 	guardedSpec.Containers[0].Resources = corev1.ResourceRequirements{}
-	guarded := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: w.ns, Labels: map[string]string{"app": "guarded"}},
-		Spec: guardedSpec}
-	if _, err := c.CoreV1().Pods(w.ns).Create(ctx, guarded, metav1.CreateOptions{}); err != nil {
+	replicas := int32(1)
+	guardedLabels := map[string]string{"app": "guarded"}
+	guarded := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: w.ns},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: guardedLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: guardedLabels}, Spec: guardedSpec}}}
+	if _, err := c.AppsV1().Deployments(w.ns).Create(ctx, guarded, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var guardedPod string
+	w.eventually(60*time.Second, "the guarded pod to run", func() bool {
+		pods, err := c.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName == "" {
+			return false
+		}
+		guardedPod = pods.Items[0].Name
+		return true
+	})
 	one := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guard", Namespace: w.ns},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
@@ -94,7 +108,7 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 	if n := w.aws.Operations("SetDesiredCapacity") - setBefore; n != 1 {
 		t.Errorf("SetDesiredCapacity operations after the restart: %d, want exactly 1", n)
 	}
-	if _, left := w.pod("guarded"); left {
+	if _, left := w.pod(guardedPod); left {
 		t.Error("the guarded pod must have been evicted before the node was terminated")
 	}
 	for _, k := range []broker.ActionKind{broker.ActScaleDown, broker.ActScaleUp} {

@@ -1,0 +1,266 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/k8s"
+	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/yarn/yarnsim"
+)
+
+// Consolidation on the real control plane: idle reclaim drains a node only
+// if its pods lose at most consolidation.max_work_lost (10 min by default)
+// and none is bare or marked do-not-disrupt.
+//
+// A batch pod without a checkpoint costs its whole run time; a pod here
+// has run for seconds, so the test of that rule lowers max_work_lost to 5 s
+// and waits 8 s of underuse (the pod has run longer than that), as the
+// reference test shortens the unneeded time.
+//
+// KWOK's pod-complete stage finishes every Job pod at once, so a running
+// Job pod cannot be held here; the batch pod is a Deployment's pod marked
+// gpubroker.io/training: "true", which classifies exactly as a Job's pod
+// (k8s.TestClassifyRunningPods covers the Job owner reference itself).
+
+// consolidationWorld builds two GPU nodes through the broker: the one the
+// workload under test runs on (1 of 4 GPUs: underused), and another with
+// 3 of 4 GPUs held by a bare pod, whose free GPU could take the workload.
+// It returns the node of the workload and the other node. maxWorkLost,
+// when set, replaces the policy's consolidation.max_work_lost.
+func consolidationWorld(t *testing.T, ns string, unneeded, maxWorkLost time.Duration, annotations map[string]string) (w *world, x, y string) {
+	t.Helper()
+	w = newWorld(t, worldOptions{maxNodes: 2, unneeded: unneeded, namespace: ns, bootDelay: time.Second})
+	if maxWorkLost > 0 {
+		pol, err := w.st.GetPolicy(w.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol.MaxWorkLost = broker.Duration(maxWorkLost)
+		if _, err := w.st.UpdatePolicy(w.ctx, pol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold := func(name string) string {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}, Spec: gpuPodSpec(3, "")}
+		if _, err := kubeEnv.Client.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var node string
+		w.eventually(60*time.Second, "pod "+name+" to run", func() bool {
+			p, ok := w.pod(name)
+			if ok && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+				node = p.Spec.NodeName
+				return true
+			}
+			return false
+		})
+		return node
+	}
+	n1 := hold("hold-a")
+	n2 := hold("hold-b")
+	if n1 == n2 {
+		t.Fatalf("both 3-GPU pods on node %s", n1)
+	}
+	one := int32(1)
+	labels := map[string]string{"app": "work"}
+	spec := gpuPodSpec(1, "")
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: w.ns},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec}}}
+	if _, err := kubeEnv.Client.AppsV1().Deployments(w.ns).Create(w.ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.eventually(60*time.Second, "the workload to run", func() bool {
+		p, ok := w.workPod()
+		if ok {
+			x = p.Spec.NodeName
+		}
+		return ok
+	})
+	// Free the workload's node of its hold pod: it is now at 1 of 4 GPUs.
+	gone, y := "hold-a", n2
+	if x == n2 {
+		gone, y = "hold-b", n1
+	}
+	zero := int64(0)
+	if err := kubeEnv.Client.CoreV1().Pods(w.ns).Delete(w.ctx, gone, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	return w, x, y
+}
+
+// workPod returns the running pod of the "work" Deployment.
+func (w *world) workPod() (*corev1.Pod, bool) {
+	pods, err := kubeEnv.Client.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{LabelSelector: "app=work"})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// decisions lists the decisions of kind on node, newest first.
+func (w *world) decisions(kind, node string) []broker.Decision {
+	ds, err := w.st.ListDecisions(w.ctx, store.DecisionFilter{Kind: kind, Node: node, Limit: 20})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return ds
+}
+
+// assertKept waits for the planner's note that node x is kept for its
+// work, then checks that nothing drained it.
+func assertKept(t *testing.T, w *world, x, phrase string) {
+	t.Helper()
+	var note string
+	w.eventually(60*time.Second, "a note that node "+x+" is kept", func() bool {
+		if ds := w.decisions("kept", x); len(ds) > 0 {
+			note = ds[0].Reason
+			return true
+		}
+		return false
+	})
+	t.Logf("kept: %s", note)
+	if !strings.Contains(note, phrase) {
+		t.Fatalf("note %q does not say %q", note, phrase)
+	}
+	// The plan that wrote the note ran its actions before: none drains x.
+	if ds := w.decisions(string(broker.ActScaleDown), x); len(ds) > 0 {
+		t.Fatalf("node %s was scaled down: %s", x, ds[0].Reason)
+	}
+	n, err := kubeEnv.Client.CoreV1().Nodes().Get(w.ctx, x, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.Unschedulable {
+		t.Fatalf("node %s was cordoned", x)
+	}
+	if p, ok := w.workPod(); !ok || p.Spec.NodeName != x {
+		t.Fatalf("the workload left node %s", x)
+	}
+}
+
+// assertDrained waits until node x is reclaimed and the workload runs on y.
+func assertDrained(t *testing.T, w *world, x, y string) {
+	t.Helper()
+	w.eventually(90*time.Second, "node "+x+" to be drained and terminated", func() bool {
+		g, _ := w.aws.Group(poolName)
+		return g.Desired == 1 && len(g.Instances) == 1 && len(w.decisions(string(broker.ActScaleDown), x)) > 0
+	})
+	t.Logf("scale-down: %s", w.decisions(string(broker.ActScaleDown), x)[0].Reason)
+	w.eventually(60*time.Second, "the workload to run again on "+y, func() bool {
+		p, ok := w.workPod()
+		return ok && p.Spec.NodeName == y
+	})
+}
+
+// TestConsolidationKeepsBatchPodWithoutCheckpoint: a node running a batch
+// pod with no checkpoint is not drained by idle reclaim, and the decision
+// says why.
+func TestConsolidationKeepsBatchPodWithoutCheckpoint(t *testing.T) {
+	w, x, _ := consolidationWorld(t, "consolidate-nockpt", 8*time.Second, 5*time.Second, map[string]string{k8s.TrainingAnnotation: "true"})
+	assertKept(t, w, x, "no known checkpoint")
+}
+
+// TestConsolidationDrainsBatchPodWithFreshCheckpoint: the same pod with a
+// checkpoint 1 min old is drained; its controller recreates it elsewhere.
+func TestConsolidationDrainsBatchPodWithFreshCheckpoint(t *testing.T) {
+	w, x, y := consolidationWorld(t, "consolidate-ckpt", 3*time.Second, 0, map[string]string{k8s.TrainingAnnotation: "true",
+		k8s.LastCheckpointAnnotation: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)})
+	assertDrained(t, w, x, y)
+}
+
+// TestConsolidationMovesDeploymentPod: a Deployment's pod costs nothing to move.
+func TestConsolidationMovesDeploymentPod(t *testing.T) {
+	w, x, y := consolidationWorld(t, "consolidate-svc", 3*time.Second, 0, nil)
+	assertDrained(t, w, x, y)
+}
+
+// TestConsolidationLeavesAnnotatedPods: pods annotated do-not-disrupt (the
+// cluster autoscaler's, Karpenter's or gpubroker's annotation) are left.
+func TestConsolidationLeavesAnnotatedPods(t *testing.T) {
+	for _, a := range []struct{ ns, key, value string }{
+		{"consolidate-ca", k8s.SafeToEvictAnnotation, "false"},
+		{"consolidate-karpenter", k8s.KarpenterDoNotDisruptAnnotation, "true"},
+	} {
+		t.Run(a.key, func(t *testing.T) {
+			w, x, _ := consolidationWorld(t, a.ns, 3*time.Second, 0, map[string]string{a.key: a.value})
+			assertKept(t, w, x, "do-not-disrupt")
+		})
+	}
+}
+
+// TestPreemptionRecordsWorkLost: with the pool at max, a YARN application
+// at priority 1000000 (its tenant's base priority) takes the GPUs of a
+// Kubernetes pod at priority 0: one preemption evicts the pod, releases the
+// node from Kubernetes and hands it to YARN, and its decision records the
+// GPU-hours lost.
+//
+// The other direction (a pod at 1000000 over a YARN container) needs the
+// YARN side to report running containers per node, which yarn.BrokerNodes
+// does not do yet; broker.TestRuntimePreemptsAcrossSidesAndHandsNodeOver
+// covers it at the tick-loop level.
+func TestPreemptionRecordsWorkLost(t *testing.T) {
+	ensurePriorityClass(t, "low-priority", 0)
+	w := newWorld(t, worldOptions{maxNodes: 1, unneeded: 10 * time.Minute, namespace: "preempt-cost", bootDelay: time.Second, preemption: true})
+	tn, err := w.st.GetTenant(w.ctx, "training")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn.BasePriority = 1000000
+	if _, err := w.st.UpdateTenant(w.ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	low := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "low", Namespace: w.ns}, Spec: gpuPodSpec(4, "low-priority")}
+	if _, err := kubeEnv.Client.CoreV1().Pods(w.ns).Create(w.ctx, low, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.eventually(60*time.Second, "the low-priority pod to run", func() bool {
+		p, ok := w.pod("low")
+		return ok && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning
+	})
+	app, err := w.ysim.Submit(yarnsim.AppSpec{Name: "urgent-train", Queue: "root.training",
+		Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.eventually(90*time.Second, "the YARN app to run on the node taken from Kubernetes", func() bool {
+		obs, err := w.yclient.Observe(w.ctx)
+		if err != nil {
+			return false
+		}
+		a, ok := obs.App(app)
+		return ok && a.PendingContainers() == 0 && a.RunningContainers == 1
+	})
+	if _, ok := w.pod("low"); ok {
+		t.Fatal("the low-priority pod still exists")
+	}
+	ds := w.decisions(string(broker.ActPreempt), "")
+	if len(ds) == 0 {
+		t.Fatal("no preemption decision recorded")
+	}
+	var a broker.Action
+	if err := json.Unmarshal(ds[0].Detail, &a); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("preemption: %s (%.4f GPU-hours)", ds[0].Reason, a.GPUHoursLost)
+	if a.GPUHoursLost <= 0 || !strings.Contains(ds[0].Reason, "GPU-hours of work") || a.To != broker.OwnerYARN || len(a.Victims) != 1 {
+		t.Fatalf("preemption decision %+v does not record the work lost and the hand-over", a)
+	}
+	if w.desired() != 1 {
+		t.Fatalf("desired %d: preemption must not grow a pool at max", w.desired())
+	}
+}
