@@ -572,6 +572,16 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			return s.waitFor(5*time.Second, "observe pools: "+err.Error())
 		}
 		ps, _ := findPool(fresh, op.Pool)
+		// The desired capacity is set before the provider has launched the
+		// instances: until they exist, none of them can be in flight, and
+		// ending now would let the demand buy a second node.
+		want := s.data.SetTo
+		if want == 0 {
+			want = op.Target
+		}
+		if have := ps.InService(); have < want {
+			return s.waitFor(2*time.Second, fmt.Sprintf("waiting for pool %s to launch its instances (%d of %d)", op.Pool, have, want))
+		}
 		if n := r.poolInFlight(ps); n > 0 {
 			return s.waitFor(2*time.Second, fmt.Sprintf("waiting for %d nodes of pool %s to become gpu-ready", n, op.Pool))
 		}

@@ -224,6 +224,21 @@ type rtCloud struct {
 	// the adapter does when one group's describe fails.
 	failAll error
 	stale   map[string]string
+	// launchLater makes SetDesired only raise the desired capacity, as a
+	// real group does; launch then starts the missing instances.
+	launchLater bool
+}
+
+// launch starts the instances a launchLater pool's desired capacity asks for.
+func (c *rtCloud) launch(pool string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pools[pool]
+	for p.InService() < p.Desired {
+		c.next++
+		id := fmt.Sprintf("i-%04d", c.next)
+		p.Instances = append(p.Instances, Instance{ID: id, Hostname: "node-" + id, Phase: PhaseBooting})
+	}
 }
 
 func newRTCloud(pools ...PoolState) *rtCloud {
@@ -265,6 +280,10 @@ func (c *rtCloud) SetDesired(_ context.Context, pool string, target int) error {
 		return ErrNotFound
 	}
 	c.setCalls = append(c.setCalls, target)
+	if c.launchLater {
+		p.Desired = max(p.Desired, target)
+		return nil
+	}
 	for p.Desired < target {
 		c.next++
 		id := fmt.Sprintf("i-%04d", c.next)

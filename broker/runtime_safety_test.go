@@ -415,6 +415,35 @@ func TestRuntimeScaleUpStaysLinkedUntilGPUReady(t *testing.T) {
 	}
 }
 
+// TestRuntimeScaleUpWaitsForInstancesToLaunch: a group takes a while to
+// launch the instances its new desired capacity asks for. Until they
+// exist none of them is in flight, yet the scale-up must stay open and
+// linked to its demand: ending it then let the pod buy a second node (seen
+// on the real control plane with awssim's launch delay).
+func TestRuntimeScaleUpWaitsForInstancesToLaunch(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.cloud.launchLater = true
+	w.k8s.submit(trainingPod("p", 2, 0))
+	r := w.runtime()
+	w.ticks(r, 4, 2*time.Second)
+	ups := w.ledger.opsOf(ActScaleUp)
+	if len(ups) != 1 || ups[0].State.Terminal() {
+		t.Fatalf("scale-ups %+v: want one, still open while the group launches", ups)
+	}
+	if !strings.Contains(ups[0].LastError, "launch its instances") {
+		t.Fatalf("scale-up waits with %q, want it to say it waits for the launch", ups[0].LastError)
+	}
+	if len(w.cloud.setCalls) != 1 {
+		t.Fatalf("SetDesired calls %v: the pod bought more than one node", w.cloud.setCalls)
+	}
+	w.cloud.launch(rtPool)
+	w.boot(w.k8s)
+	w.ticks(r, 2, 2*time.Second)
+	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 1 || ups[0].State != OpDone || len(w.cloud.setCalls) != 1 {
+		t.Fatalf("scale-ups %+v, SetDesired %v: want the one scale-up done once its node is ready", ups, w.cloud.setCalls)
+	}
+}
+
 // TestRuntimeBothSidesClaimANode: a node both sides list as theirs is
 // raised (decision, status counter) and cordoned on the side without work.
 func TestRuntimeBothSidesClaimANode(t *testing.T) {

@@ -256,10 +256,10 @@ func (w *world) stop() {
 	c.CoreV1().Namespaces().Delete(ctx, w.ns, metav1.DeleteOptions{})
 	zero := int64(0)
 	c.CoreV1().Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-	c.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "infra-type=gpu"})
+	c.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "infra-type in (gpu,other)"})
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "infra-type=gpu"})
+		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "infra-type in (gpu,other)"})
 		if err == nil && len(nodes.Items) == 0 {
 			return
 		}
@@ -274,6 +274,12 @@ func (w *world) eventually(d time.Duration, what string, cond func() bool) {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			// The broker's latest decisions usually say why.
+			if ds, err := w.st.ListDecisions(context.WithoutCancel(w.ctx), store.DecisionFilter{Limit: 15}); err == nil {
+				for _, d := range ds {
+					w.t.Logf("decision %s %s demand=%s node=%s: %s", d.At.Format(time.RFC3339), d.Kind, d.Demand, d.Node, d.Reason)
+				}
+			}
 			w.t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
 		time.Sleep(200 * time.Millisecond)
