@@ -53,7 +53,7 @@ func TestYARNDecommissionAndRecommission(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "recommissioned") {
 		t.Fatalf("recommission: exit %d: %s%s", code, out, errOut)
 	}
-	if err := admin.Restart("gpu-1"); err != nil {
+	if err := admin.RestartNodeManager(t.Context(), "gpu-1"); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut = runCLI(t, nil, append([]string{"yarn", "recommission", "gpu-1", "--wait", "1m"}, conn...)...)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/gpubroker/gpubroker/test/k8senv"
 	"github.com/gpubroker/gpubroker/test/pgtest"
 	"github.com/gpubroker/gpubroker/yarn"
+	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
@@ -67,6 +69,8 @@ type world struct {
 	rt       *broker.Runtime
 	aws      *awssim.Server
 	ysim     *yarnsim.Sim
+	yadmin   *yarnsim.AdminServer
+	yexclude *yarn.ExcludeFile
 	yclient  *yarn.Client
 	ns       string
 	calls    *callLog
@@ -154,9 +158,48 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 
-	w := &world{t: t, ctx: ctx, st: st, ysim: ysim, yclient: yclient, ns: o.namespace, calls: &callLog{}}
+	// YARN's admin port and exclude file: nodes move through the real
+	// graceful decommission and recommission.
+	exPath := filepath.Join(t.TempDir(), "exclude.xml")
+	yadmin, err := yarnsim.NewAdminServer(ysim, yarnsim.AdminConfig{ExcludePath: exPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yadminAddr, err := yadmin.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { yadmin.Close() })
+	yexclude, err := yarn.NewExcludeFile(exPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yrpc, err := rmadmin.New(rmadmin.Config{Addrs: []string{yadminAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, ctx: ctx, st: st, ysim: ysim, yadmin: yadmin, yexclude: yexclude, yclient: yclient, ns: o.namespace, calls: &callLog{}}
+	// The restart hook restarts the NodeManager of a running instance; a
+	// terminated one's host is gone.
+	var liveMu sync.Mutex
+	live := map[string]bool{}
+	restart := func(ctx context.Context, host string) error {
+		liveMu.Lock()
+		ok := live[host]
+		liveMu.Unlock()
+		if !ok {
+			return fmt.Errorf("restart nodemanager of %s: its instance is gone", host)
+		}
+		return yadmin.RestartNodeManager(ctx, host)
+	}
+	ydec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: yclient, Admin: yrpc, Exclude: yexclude,
+		RestartNodeManager: restart, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Booted instances join Kubernetes as KWOK nodes, and YARN as
-	// NodeManagers left decommissioned until the broker hands them over.
+	// NodeManagers of excluded hosts (the RM turns them away as
+	// DECOMMISSIONED) until the broker hands them over.
 	w.aws = awssim.New(awssim.Config{LaunchDelay: 200 * time.Millisecond, BootDelay: o.bootDelay,
 		TerminateDelay: 200 * time.Millisecond, Logger: log,
 		BootHook: func(in awssim.Instance) {
@@ -164,13 +207,23 @@ func newWorld(t *testing.T, o worldOptions) *world {
 				Labels: gpuLabels, Taints: []corev1.Taint{gpuTaint}, ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
 				t.Errorf("boot %s: %v", in.ID, err)
 			}
-			if err := ysim.AddNode(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err == nil {
-				ysim.SetNodeState(in.PrivateDNSName, "DECOMMISSIONED")
+			if _, err := yexclude.Add(in.PrivateDNSName, 0); err != nil {
+				t.Errorf("boot %s: exclude from yarn: %v", in.ID, err)
+			}
+			liveMu.Lock()
+			live[in.PrivateDNSName] = true
+			liveMu.Unlock()
+			if err := yadmin.StartNodeManager(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err != nil && ctx.Err() == nil {
+				t.Errorf("boot %s: start nodemanager: %v", in.ID, err)
 			}
 		},
 		TerminateHook: func(in awssim.Instance) {
 			kubeEnv.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), in.PrivateDNSName, metav1.DeleteOptions{})
+			liveMu.Lock()
+			delete(live, in.PrivateDNSName)
+			liveMu.Unlock()
 			ysim.RemoveNode(in.PrivateDNSName)
+			yexclude.Remove(in.PrivateDNSName)
 		}})
 	endpoint, err := w.aws.Start("127.0.0.1:0")
 	if err != nil {
@@ -204,7 +257,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	yside := yarn.NewSide(yclient, yarn.MapOptions{})
 	w.cfg = broker.RuntimeConfig{
 		Observers: []broker.SideObserver{yside, kside},
-		Actions:   []broker.SideActions{yarnsim.Actions{Sim: ysim, Client: yclient}, kside},
+		Actions:   []broker.SideActions{ydec, kside},
 		Pools:     recordingPool{Provider: provider, log: w.calls}, Ledger: st.Ledger(), Logger: log,
 		Period: time.Second, BatchWindow: 200 * time.Millisecond}
 	w.trigger = obs.Unschedulable()

@@ -69,7 +69,7 @@ func simDecomTarget(t *testing.T) decomTarget {
 		_, err := admin.RunOn("a", host, gpus, time.Duration(seconds)*time.Second)
 		return err
 	}
-	tg.restart = func(_ context.Context, host string) error { return admin.Restart(host) }
+	tg.restart = admin.RestartNodeManager
 	return tg
 }
 

@@ -167,6 +167,8 @@ type Sim struct {
 	live []*node
 	// srv is the listener Start opened.
 	srv *http.Server
+	// ctrs gives allocations container ids (containers.go).
+	ctrs containerTable
 }
 
 // New returns a simulator with no nodes and no apps.
