@@ -95,3 +95,9 @@ func (s *Sim) nodeState(host string) (string, bool) {
 	}
 	return "", false
 }
+
+// NodeState returns host's state as the RM lists it ("" when it does not).
+func (s *Sim) NodeState(host string) string {
+	st, _ := s.nodeState(host)
+	return st
+}
