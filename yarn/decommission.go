@@ -79,7 +79,7 @@ type Decommissioner struct {
 	// evicting remembers when each evicted container was sent
 	// GRACEFUL_SHUTDOWN (see preempt.go). It is a cache: after a restart
 	// the grace period starts again.
-	evicting map[string]time.Time
+	evicting map[string]eviction
 }
 
 type restartRun struct {
@@ -124,7 +124,7 @@ func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 		return nil, errors.New("yarn decommissioner: RestartInterval and EvictGrace must not be negative")
 	}
 	return &Decommissioner{cfg: cfg, seen: map[string]*decomState{}, restarted: map[string]restartRun{},
-		evicting: map[string]time.Time{}}, nil
+		evicting: map[string]eviction{}}, nil
 }
 
 // Source reports the YARN side.
@@ -186,6 +186,9 @@ func (d *Decommissioner) Decommission(ctx context.Context, host string, timeout 
 		}
 		d.cfg.Logger.Info("yarn node decommission requested", "node", host, "timeout", timeoutText(timeout), "state", n.State)
 		d.mu.Lock()
+		if added {
+			delete(d.restarted, host) // a new cycle: the next Admit restarts it
+		}
 		if d.seen[host] == nil || added {
 			ds := &decomState{}
 			if timeout > 0 {
@@ -303,7 +306,8 @@ func (d *Decommissioner) Cordon(ctx context.Context, node string) error {
 // Admit recommissions node: it leaves the exclude file and the RM
 // refreshes. A node still DECOMMISSIONING becomes RUNNING at once; a
 // DECOMMISSIONED NodeManager has shut down, so Admit then runs the
-// RestartNodeManager hook (when configured) to start it again. A failing
+// RestartNodeManager hook (when configured; once per RestartInterval) to
+// start it again. A failing
 // hook is logged and reported by Admitted, not returned: the host may be
 // gone for good (the executor also admits a terminated host, to clear the
 // exclude file). Admitted tells when the node is back.
@@ -329,7 +333,7 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 	// exclude file and the RM refreshed: the RM tells a NodeManager that
 	// registers while excluded to shut down again.
 	if nmDown(n.State) {
-		d.restart(ctx, node, true)
+		d.restart(ctx, node)
 	}
 	return nil
 }
@@ -340,16 +344,17 @@ func nmDown(s string) bool {
 	return s == "" || s == "DECOMMISSIONED" || s == "SHUTDOWN" || s == "LOST"
 }
 
-// restart runs the RestartNodeManager hook for host: always when force,
-// else only when the last run is RestartInterval old.
-func (d *Decommissioner) restart(ctx context.Context, host string, force bool) {
+// restart runs the RestartNodeManager hook for host unless it ran less
+// than RestartInterval ago in this decommission cycle (a repeated Admit
+// does not restart a NodeManager that is still coming up).
+func (d *Decommissioner) restart(ctx context.Context, host string) {
 	if d.cfg.RestartNodeManager == nil {
 		return
 	}
 	d.mu.Lock()
 	last, ran := d.restarted[host]
 	d.mu.Unlock()
-	if !force && ran && d.cfg.Now().Sub(last.at) < d.cfg.RestartInterval {
+	if ran && d.cfg.Now().Sub(last.at) < d.cfg.RestartInterval {
 		return
 	}
 	err := d.cfg.RestartNodeManager(ctx, host)
@@ -399,7 +404,7 @@ func (d *Decommissioner) Admitted(ctx context.Context, node string) (bool, strin
 		why = fmt.Sprintf("node %s is %s", node, n.State)
 	}
 	if nmDown(n.State) {
-		d.restart(ctx, node, false)
+		d.restart(ctx, node)
 		if d.cfg.RestartNodeManager == nil {
 			why += " (no yarn.nodemanager_restart hook: waiting for its service manager to restart the NodeManager)"
 		}

@@ -50,8 +50,9 @@ type decomEnv struct {
 	mu       sync.Mutex
 	requests []string
 	// noSignal makes the RM answer the container signal API with 404, as
-	// an RM that does not serve it.
-	noSignal bool
+	// an RM that does not serve it; dropSignals answers 200 and forwards
+	// nothing, as when the NodeManager never gets the signal.
+	noSignal, dropSignals bool
 }
 
 func (e *decomEnv) calls(method string) []string {
@@ -83,12 +84,16 @@ func newDecomEnv(t *testing.T, exName string, hosts []string, cfg yarn.Decommiss
 		if r.URL.Path != "/ws/v1/cluster/nodes" {
 			e.mu.Lock()
 			e.requests = append(e.requests, r.Method+" "+r.URL.Path)
-			noSignal := e.noSignal
+			noSignal, drop := e.noSignal, e.dropSignals
 			e.mu.Unlock()
 			if noSignal && strings.Contains(r.URL.Path, "/signal/") {
 				w.Header().Set("Content-Type", "text/html")
 				w.WriteHeader(http.StatusNotFound)
 				_, _ = w.Write([]byte("<html><head><title>Not Found</title></head></html>"))
+				return
+			}
+			if drop && strings.Contains(r.URL.Path, "/signal/") {
+				w.WriteHeader(http.StatusOK)
 				return
 			}
 		}
@@ -419,7 +424,12 @@ func TestAdmitRestartsNodeManager(t *testing.T) {
 	if n := hookRuns(); n != 1 {
 		t.Fatalf("restart hook ran %d times within the restart interval, want once", n)
 	}
-	if _, err := e.ex.Add("g1", time.Minute); err != nil {
+	// A second Admit within the interval does not restart it again; a
+	// new decommission cycle does.
+	if err := e.d.Admit(ctx, "g1"); err != nil || hookRuns() != 1 {
+		t.Fatalf("second Admit: %v, hook runs %d, want 1", err, hookRuns())
+	}
+	if _, err := e.d.Decommission(ctx, "g1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	hookMu.Lock()
@@ -551,6 +561,77 @@ func TestEvictContainerGracefulThenForceful(t *testing.T) {
 	if n, _ := obs.Node("g1"); n.Containers != 0 || n.GPUsUsed != 0 {
 		t.Fatalf("g1 after the eviction: %d containers, %d GPUs used", n.Containers, n.GPUsUsed)
 	}
+
+	// A container whose signals are lost: after FORCEFUL_SHUTDOWN and
+	// another grace, its app is killed.
+	e.mu.Lock()
+	e.dropSignals, e.requests = true, nil
+	e.mu.Unlock()
+	app, err = e.admin.RunOn("a", "g1", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ = e.sim.Containers(app)
+	w = broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app}
+	for range 3 { // graceful, forceful, then nothing within the grace
+		if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+			t.Fatalf("Evict = %v, want in progress", err)
+		}
+		e.clk.Add(20 * time.Second)
+	}
+	if len(e.calls("PUT")) != 0 {
+		t.Fatalf("app killed within the grace after FORCEFUL_SHUTDOWN: %q", e.calls("PUT"))
+	}
+	e.clk.Add(20 * time.Second)
+	if err := e.d.Evict(ctx, "g1", w); err != nil && !errors.Is(err, broker.ErrInProgress) {
+		t.Fatal(err)
+	}
+	if got := e.calls("PUT"); len(got) != 1 || !strings.Contains(got[0], app) {
+		t.Fatalf("PUT calls: %q, want %s killed after its container survived FORCEFUL_SHUTDOWN", got, app)
+	}
+	if err := e.d.Evict(ctx, "g1", w); err != nil {
+		t.Fatalf("Evict after the kill = %v, want done", err)
+	}
+}
+
+// TestEvictOnDecommissioningNodeKillsApp: the RM drops container signals
+// to a DECOMMISSIONING node (Hadoop 3.3.6 and 3.5.0 alike), so Evict kills
+// the container's app there instead of waiting on a signal that never
+// arrives.
+func TestEvictOnDecommissioningNodeKillsApp(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{})
+	app, err := e.admin.RunOn("a", "g1", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.sim.Containers(app)
+	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || st.Drained {
+		t.Fatalf("Release(g1, infinite) = %+v, %v", st, err)
+	}
+	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app}
+	for i := 0; ; i++ {
+		err := e.d.Evict(ctx, "g1", w)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, broker.ErrInProgress) || i > 3 {
+			t.Fatalf("Evict on a decommissioning node = %v", err)
+		}
+	}
+	if len(e.calls("POST")) != 0 {
+		t.Fatalf("signals sent to a decommissioning node: %q", e.calls("POST"))
+	}
+	if got := e.calls("PUT"); len(got) != 1 || !strings.Contains(got[0], app) {
+		t.Fatalf("PUT calls: %q, want %s killed", got, app)
+	}
+	until(t, "g1 drained by attrition", func() bool {
+		st, err := e.d.Release(ctx, "g1", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
 }
 
 // TestEvictKillsApplication: an AM (the whole app is the victim), and any

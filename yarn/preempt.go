@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -46,9 +47,11 @@ var errNoSignal = errors.New("the RM does not serve the container signal API")
 // gone when the RM no longer lists it among its app attempt's live
 // containers, or its application has ended. An ApplicationMaster
 // (w.AM: the whole application is the victim), work without a container
-// id, and RMs that do not serve the signal API have their application
-// killed instead (PUT .../apps/{id}/state KILLED); that is done when the
-// RM reports the app KILLED, FINISHED or FAILED.
+// id, a container on a DECOMMISSIONING node (the RM drops signals there),
+// one still running EvictGrace after FORCEFUL_SHUTDOWN, and RMs that do
+// not serve the signal API have their application killed instead (PUT
+// .../apps/{id}/state KILLED); that is done when the RM reports the app
+// KILLED, FINISHED or FAILED.
 func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Workload) error {
 	cid := containerID(w)
 	app := w.App
@@ -79,15 +82,37 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 		d.cfg.Logger.Info("yarn container stopped", "node", node, "container", cid, "app", app)
 		return nil
 	}
+	// IMPORTANT: the RM drops container signals to a DECOMMISSIONING node
+	// (RMNodeImpl has no SIGNAL_CONTAINER transition there: Hadoop 3.3.6
+	// and 3.5.0 log "Invalid event" and answer 200), so on such a node the
+	// app is killed; evict YARN victims before decommissioning their node
+	// to stop only the containers.
+	n, err := d.node(ctx, node)
+	if err != nil {
+		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
+	}
+	if n.State == "DECOMMISSIONING" {
+		d.cfg.Logger.Warn("yarn rm drops container signals to decommissioning nodes; killing the application", "node", node, "container", cid, "app", app)
+		return d.killApp(ctx, node, app, "container "+cid+" on a decommissioning node")
+	}
 	d.mu.Lock()
-	since, signalled := d.evicting[cid]
+	ev, signalled := d.evicting[cid]
 	d.mu.Unlock()
+	now := d.cfg.Now()
 	cmd := SignalGraceful
-	if signalled {
-		if d.cfg.Now().Sub(since) < d.cfg.EvictGrace {
-			return fmt.Errorf("container %s on %s is shutting down gracefully: %w", cid, node, broker.ErrInProgress)
-		}
+	switch {
+	case !signalled:
+	case ev.forceful.IsZero() && now.Sub(ev.graceful) < d.cfg.EvictGrace,
+		!ev.forceful.IsZero() && now.Sub(ev.forceful) < d.cfg.EvictGrace:
+		return fmt.Errorf("container %s on %s is shutting down (%s sent): %w", cid, node, ev.last(), broker.ErrInProgress)
+	case ev.forceful.IsZero():
 		cmd = SignalForceful
+	default:
+		// FORCEFUL_SHUTDOWN did not stop it within the grace: the signal
+		// was lost (the node began decommissioning meanwhile, or the
+		// NodeManager did not get it). The app is the only thing left.
+		d.cfg.Logger.Warn("yarn container survived FORCEFUL_SHUTDOWN; killing the application", "node", node, "container", cid, "app", app)
+		return d.killApp(ctx, node, app, "container "+cid+" that survived FORCEFUL_SHUTDOWN")
 	}
 	err = d.signal(ctx, cid, cmd)
 	if errors.Is(err, errNoSignal) {
@@ -97,13 +122,28 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 	if err != nil {
 		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
 	}
-	if !signalled {
-		d.mu.Lock()
-		d.evicting[cid] = d.cfg.Now()
-		d.mu.Unlock()
+	d.mu.Lock()
+	if cmd == SignalGraceful {
+		d.evicting[cid] = eviction{graceful: now}
+	} else {
+		ev.forceful = now
+		d.evicting[cid] = ev
 	}
+	d.mu.Unlock()
 	d.cfg.Logger.Info("yarn container signalled", "node", node, "container", cid, "app", app, "command", cmd)
 	return fmt.Errorf("container %s on %s sent %s: %w", cid, node, cmd, broker.ErrInProgress)
+}
+
+// eviction is when an evicted container was sent each signal.
+type eviction struct {
+	graceful, forceful time.Time
+}
+
+func (e eviction) last() string {
+	if e.forceful.IsZero() {
+		return SignalGraceful
+	}
+	return SignalForceful
 }
 
 // killApp kills app unless it has ended; nil once it has.

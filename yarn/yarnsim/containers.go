@@ -169,6 +169,7 @@ func (s *Sim) stopContainer(a *app, k slotKey, cid string) (finish string) {
 	i := slices.IndexFunc(ids, func(c Container) bool { return c.ID == cid })
 	ac.slots[k] = slices.Delete(ids, i, i+1)
 	if s.ctrs.oneShot[a.id] {
+		s.ctrs.ended[a.id] = "FINISHED" // its AM unregisters
 		return a.id
 	}
 	n := s.nodes[k.host]
@@ -334,7 +335,10 @@ func (s *Sim) serveContainer(w http.ResponseWriter, r *http.Request) {
 
 // serveSignal signals a container as the RM forwards it to its
 // NodeManager: GRACEFUL_SHUTDOWN (SIGTERM) and FORCEFUL_SHUTDOWN
-// (SIGKILL) end it, OUTPUT_THREAD_DUMP changes nothing.
+// (SIGKILL) end it, OUTPUT_THREAD_DUMP changes nothing. Like Hadoop 3.3.6
+// and 3.5.0, whose RMNodeImpl has no SIGNAL_CONTAINER transition outside
+// RUNNING, a signal to a container on a node in any other state (notably
+// DECOMMISSIONING) is answered 200 and dropped.
 func (s *Sim) serveSignal(w http.ResponseWriter, r *http.Request) {
 	cid, cmd := r.PathValue("cid"), r.PathValue("command")
 	// The RM answers these two failures in plain text (with a JSON
@@ -348,7 +352,8 @@ func (s *Sim) serveSignal(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	a, k, ok := s.findContainer(cid)
 	finish := ""
-	if ok && (cmd == "FORCEFUL_SHUTDOWN" || cmd == "GRACEFUL_SHUTDOWN" && !s.ctrs.ignoreTERM[a.id]) {
+	if ok && s.nodes[k.host].state == "RUNNING" &&
+		(cmd == "FORCEFUL_SHUTDOWN" || cmd == "GRACEFUL_SHUTDOWN" && !s.ctrs.ignoreTERM[a.id]) {
 		finish = s.stopContainer(a, k, cid)
 	}
 	s.mu.Unlock()
