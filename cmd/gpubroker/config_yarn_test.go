@@ -34,9 +34,9 @@ yarn:
 		t.Fatalf("no command: hook %v, %v; want none", hook != nil, err)
 	}
 	for body, field := range map[string]string{
-		"yarn:\n  nodemanager_restart: {timeout: 1m}\n":               "yarn.nodemanager_restart",
+		"yarn:\n  nodemanager_restart: {timeout: 1m}\n":                "yarn.nodemanager_restart",
 		"yarn:\n  nodemanager_restart: {command: [x], timeout: -1s}\n": "yarn.nodemanager_restart",
-		"yarn:\n  evict_grace: -5s\n":                                 "yarn.evict_grace",
+		"yarn:\n  evict_grace: -5s\n":                                  "yarn.evict_grace",
 		"yarn:\n  nodemanager_restart: {cmd: [x]}\n":                   "yarn.nodemanager_restart",
 	} {
 		if _, err := parseConfig("t.yaml", []byte(body)); err == nil || !strings.Contains(err.Error(), field) {
