@@ -338,6 +338,27 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 	return nil
 }
 
+// Forget takes a terminated host out of the exclude file and refreshes the
+// RM, so a later machine that reuses its name is not turned away, without
+// running the restart hook (Admit would try to start a NodeManager on a
+// machine that is going away).
+func (d *Decommissioner) Forget(ctx context.Context, host string) error {
+	removed, err := d.cfg.Exclude.Remove(host)
+	if err != nil {
+		return err
+	}
+	if removed {
+		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Normal, 0); err != nil {
+			return fmt.Errorf("forget %s: %w", host, err)
+		}
+	}
+	d.mu.Lock()
+	delete(d.seen, host)
+	delete(d.restarted, host)
+	d.mu.Unlock()
+	return nil
+}
+
 // nmDown reports whether a node in RM state s has no NodeManager running
 // for it ("" : the RM does not list it).
 func nmDown(s string) bool {

@@ -488,6 +488,22 @@ func TestAdmitRestartsNodeManager(t *testing.T) {
 	if ok, why, err := e.d.Admitted(ctx, "g1"); err != nil || !ok {
 		t.Fatalf("Admitted after the retried hook = %v %q %v", ok, why, err)
 	}
+
+	// Forget (a terminated host) clears the exclude file without the hook.
+	until(t, "drained g1", func() bool {
+		st, err := e.d.Release(ctx, "g1", e.clk.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+	before := hookRuns()
+	if err := e.d.Forget(ctx, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := e.ex.Contains("g1"); ok || hookRuns() != before || state(t, ctx, e.client, "g1") != "DECOMMISSIONED" {
+		t.Fatalf("after Forget: excluded %v, hook runs %d (was %d), g1 %s", ok, hookRuns(), before, state(t, ctx, e.client, "g1"))
+	}
 }
 
 // TestNodeManagerRestartCommand runs a real command with the host as its
