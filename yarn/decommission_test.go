@@ -283,6 +283,12 @@ func TestReleaseUnknownIsNeverDrained(t *testing.T) {
 		t.Fatalf("g2 is %s after a refresh that failed", s)
 	}
 	e.admin.SetStandby(false)
+	// The REST API fails: unknown too.
+	e.sim.SetFault(yarnsim.FaultServerError)
+	if st, err := e.d.Release(ctx, "g2", deadline); err != nil || st.Drained || st.Unknown == "" {
+		t.Fatalf("Release with the REST API failing = %+v, %v; want Unknown", st, err)
+	}
+	e.sim.SetFault(yarnsim.FaultNone)
 	until(t, "drained g2", func() bool {
 		st, err := e.d.Release(ctx, "g2", deadline)
 		if err != nil {
@@ -705,6 +711,19 @@ func TestEvictKillsApplication(t *testing.T) {
 	}
 	if got := e.calls("PUT"); len(got) != 2 || !strings.Contains(got[1], app2) {
 		t.Fatalf("PUT calls: %q, want %s killed", got, app2)
+	}
+	// A victim that is not on the node named: refused, nothing signalled.
+	app3, err := e.admin.RunOn("a", "g1", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ = e.sim.Containers(app3)
+	before := len(e.calls("POST")) + len(e.calls("PUT"))
+	if err := e.d.Evict(ctx, "g2", broker.Workload{Key: cs[0].ID, App: app3}); !errors.Is(err, broker.ErrConflict) {
+		t.Fatalf("Evict of a container on g1 from g2 = %v, want a conflict", err)
+	}
+	if after := len(e.calls("POST")) + len(e.calls("PUT")); after != before {
+		t.Fatalf("a misplaced victim was signalled or killed")
 	}
 	// Nothing to name: an error, not a silent success.
 	if err := e.d.Evict(ctx, "g2", broker.Workload{Key: "pod/x"}); err == nil {

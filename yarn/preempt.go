@@ -71,7 +71,7 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 	if w.AM || cid == "" {
 		return d.killApp(ctx, node, app, "application master "+cid)
 	}
-	gone, err := d.containerGone(ctx, app, cid)
+	gone, err := d.containerGone(ctx, node, app, cid)
 	if err != nil {
 		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
 	}
@@ -179,8 +179,9 @@ func finalAppState(s string) bool { return s == "KILLED" || s == "FINISHED" || s
 // containerGone reports whether the RM no longer lists container cid of
 // app as live: the container report answers 404 with a RemoteException
 // (ContainerNotFoundException, or the app or attempt is gone), or its app
-// has ended.
-func (d *Decommissioner) containerGone(ctx context.Context, app, cid string) (bool, error) {
+// has ended. A live container on another host than node is an error: the
+// victim is not where the preemption was planned.
+func (d *Decommissioner) containerGone(ctx context.Context, node, app, cid string) (bool, error) {
 	var st struct {
 		State string `json:"state"`
 	}
@@ -197,8 +198,9 @@ func (d *Decommissioner) containerGone(ctx context.Context, app, cid string) (bo
 	}
 	// Hadoop 3.3 answers the bare ContainerInfo, 3.5 wraps it.
 	type containerInfo struct {
-		ID    string `json:"containerId"`
-		State string `json:"containerState"`
+		ID     string `json:"containerId"`
+		State  string `json:"containerState"`
+		NodeID string `json:"assignedNodeId"`
 	}
 	var report struct {
 		containerInfo
@@ -214,7 +216,13 @@ func (d *Decommissioner) containerGone(ctx context.Context, app, cid string) (bo
 	if report.Container != nil {
 		report.containerInfo = *report.Container
 	}
-	return report.State == "COMPLETE", nil
+	if report.State == "COMPLETE" {
+		return true, nil
+	}
+	if host, _, _ := strings.Cut(report.NodeID, ":"); host != "" && host != node {
+		return false, fmt.Errorf("container %s runs on %s, not on %s: %w", cid, host, node, broker.ErrConflict)
+	}
+	return false, nil
 }
 
 // signal sends cmd to container cid. It returns errNoSignal when the RM
