@@ -58,6 +58,12 @@ type DecommissionConfig struct {
 	// EvictGrace is how long an evicted container has after
 	// GRACEFUL_SHUTDOWN before Evict sends FORCEFUL_SHUTDOWN (default 30s).
 	EvictGrace time.Duration
+	// DeadlineMargin is taken off the time left until a Release deadline
+	// to give the graceful timeout (default 30s): the RM enforces the
+	// timeout only on its decommissioning watcher's poll (20s by default),
+	// and the node must be DECOMMISSIONED before the executor's deadline,
+	// or a transfer gives it back instead.
+	DeadlineMargin time.Duration
 }
 
 // Decommissioner takes NodeManagers away from YARN and gives them back:
@@ -120,8 +126,11 @@ func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 	if cfg.EvictGrace == 0 {
 		cfg.EvictGrace = 30 * time.Second
 	}
-	if cfg.RestartInterval < 0 || cfg.EvictGrace < 0 {
-		return nil, errors.New("yarn decommissioner: RestartInterval and EvictGrace must not be negative")
+	if cfg.DeadlineMargin == 0 {
+		cfg.DeadlineMargin = 30 * time.Second
+	}
+	if cfg.RestartInterval < 0 || cfg.EvictGrace < 0 || cfg.DeadlineMargin < 0 {
+		return nil, errors.New("yarn decommissioner: RestartInterval, EvictGrace and DeadlineMargin must not be negative")
 	}
 	return &Decommissioner{cfg: cfg, seen: map[string]*decomState{}, restarted: map[string]restartRun{},
 		evicting: map[string]eviction{}}, nil
@@ -251,8 +260,9 @@ func (d *Decommissioner) status(ctx context.Context, host string, n restNode) De
 // in state s, i.e. a refresh has not taken effect.
 func schedulable(s string) bool { return s == "RUNNING" || s == "UNHEALTHY" || s == "NEW" }
 
-// Release decommissions node gracefully with the time left until deadline
-// as its timeout, and reports the containers still running. A zero
+// Release decommissions node gracefully with the time left until deadline,
+// less DeadlineMargin, as its timeout, and reports the containers still
+// running. A zero
 // deadline asks for an infinite graceful timeout (-1 in the exclude file):
 // the node takes no new containers and leaves YARN when its running work
 // ends, which is how idle reclaim drains a busy node by attrition. A
@@ -269,7 +279,7 @@ func schedulable(s string) bool { return s == "RUNNING" || s == "UNHEALTHY" || s
 func (d *Decommissioner) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
 	timeout := InfiniteTimeout
 	if !deadline.IsZero() {
-		timeout = max(deadline.Sub(d.cfg.Now()), time.Second)
+		timeout = max(deadline.Sub(d.cfg.Now())-d.cfg.DeadlineMargin, time.Second)
 	}
 	st, err := d.Decommission(ctx, node, timeout)
 	if err != nil {
