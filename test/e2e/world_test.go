@@ -78,6 +78,10 @@ type world struct {
 	trigger  <-chan struct{}
 	cancelRT context.CancelFunc
 	rtDone   chan struct{}
+
+	// terminations are the Terminate calls, with the host's RM state.
+	termMu       sync.Mutex
+	terminations []terminated
 }
 
 // callLog records every SetDesired call the runtime makes.
@@ -92,10 +96,25 @@ type desiredCall struct {
 	Target int
 }
 
-// recordingPool wraps the real provider to time its scale-up calls.
+// recordingPool wraps the real provider to time its scale-up calls and
+// to see each termination as it is asked for.
 type recordingPool struct {
 	*cloud.Provider
 	log *callLog
+	// onTerminate, when set, runs before each Terminate call.
+	onTerminate func(instanceID string)
+}
+
+func (r recordingPool) Terminate(ctx context.Context, pool, instanceID string) error {
+	if r.onTerminate != nil {
+		r.onTerminate(instanceID)
+	}
+	return r.Provider.Terminate(ctx, pool, instanceID)
+}
+
+// terminated is a Terminate call with the RM's state of its host then.
+type terminated struct {
+	Host, YARNState string
 }
 
 func (r recordingPool) SetDesired(ctx context.Context, pool string, target int) error {
@@ -183,6 +202,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	// terminated one's host is gone.
 	var liveMu sync.Mutex
 	live := map[string]bool{}
+	hostOf := map[string]string{} // instance id → host
 	restart := func(ctx context.Context, host string) error {
 		liveMu.Lock()
 		ok := live[host]
@@ -212,6 +232,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 			}
 			liveMu.Lock()
 			live[in.PrivateDNSName] = true
+			hostOf[in.ID] = in.PrivateDNSName
 			liveMu.Unlock()
 			if err := yadmin.StartNodeManager(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err != nil && ctx.Err() == nil {
 				t.Errorf("boot %s: start nodemanager: %v", in.ID, err)
@@ -258,7 +279,17 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	w.cfg = broker.RuntimeConfig{
 		Observers: []broker.SideObserver{yside, kside},
 		Actions:   []broker.SideActions{ydec, kside},
-		Pools:     recordingPool{Provider: provider, log: w.calls}, Ledger: st.Ledger(), Logger: log,
+		Pools: recordingPool{Provider: provider, log: w.calls, onTerminate: func(id string) {
+			// A terminating machine's NodeManager cannot be restarted.
+			liveMu.Lock()
+			host := hostOf[id]
+			delete(live, host)
+			liveMu.Unlock()
+			w.termMu.Lock()
+			w.terminations = append(w.terminations, terminated{Host: host, YARNState: ysim.NodeState(host)})
+			w.termMu.Unlock()
+		}},
+		Ledger: st.Ledger(), Logger: log,
 		Period: time.Second, BatchWindow: 200 * time.Millisecond}
 	w.trigger = obs.Unschedulable()
 	w.start(w.cfg)
