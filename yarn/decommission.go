@@ -351,7 +351,8 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 // Forget takes a terminated host out of the exclude file and refreshes the
 // RM, so a later machine that reuses its name is not turned away, without
 // running the restart hook (Admit would try to start a NodeManager on a
-// machine that is going away).
+// machine that is going away). The executor calls it after terminating a
+// node taken from YARN.
 func (d *Decommissioner) Forget(ctx context.Context, host string) error {
 	removed, err := d.cfg.Exclude.Remove(host)
 	if err != nil {
@@ -399,7 +400,10 @@ func (d *Decommissioner) restart(ctx context.Context, host string) {
 	d.cfg.Logger.Info("yarn nodemanager restart hook ran", "node", host)
 }
 
-var _ broker.AdmitChecker = (*Decommissioner)(nil)
+var (
+	_ broker.AdmitChecker = (*Decommissioner)(nil)
+	_ broker.Forgetter    = (*Decommissioner)(nil)
+)
 
 // Admitted reports whether the RM lists node RUNNING with yarn.io/gpu and
 // the host is out of the exclude file: only then has a hand-over to YARN
