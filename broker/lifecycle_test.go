@@ -13,7 +13,6 @@ func isDown(why string, since time.Duration) func(*Node) {
 	return func(n *Node) { n.Down, n.DownSince = why, t0.Add(-since) }
 }
 
-
 func schedReason(r string) func(*Demand) { return func(d *Demand) { d.SchedulerReason = r } }
 
 func capacitySince(id string, ago time.Duration) func(*Snapshot) {
