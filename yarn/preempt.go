@@ -79,6 +79,7 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 		d.mu.Lock()
 		delete(d.evicting, cid)
 		d.mu.Unlock()
+		d.cfg.Client.refreshContainers(app, node)
 		d.cfg.Logger.Info("yarn container stopped", "node", node, "container", cid, "app", app)
 		return nil
 	}
@@ -122,6 +123,7 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 	if err != nil {
 		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
 	}
+	d.cfg.Client.refreshContainers(app, node)
 	d.mu.Lock()
 	if cmd == SignalGraceful {
 		d.evicting[cid] = eviction{graceful: now}
@@ -157,6 +159,7 @@ func (d *Decommissioner) killApp(ctx context.Context, node, app, why string) err
 		return fmt.Errorf("evict application %s from %s: %w", app, node, err)
 	}
 	if err != nil || finalAppState(st.State) {
+		d.cfg.Client.refreshContainers(app, node)
 		d.cfg.Logger.Info("yarn application ended", "node", node, "app", app, "state", st.State)
 		return nil
 	}
@@ -167,6 +170,7 @@ func (d *Decommissioner) killApp(ctx context.Context, node, app, why string) err
 	if code != http.StatusOK && code != http.StatusAccepted {
 		return fmt.Errorf("kill application %s on %s: the RM answered %d", app, node, code)
 	}
+	d.cfg.Client.refreshContainers(app, node)
 	d.cfg.Logger.Info("yarn application kill requested", "node", node, "app", app, "victim", why)
 	if finalAppState(st.State) {
 		return nil
