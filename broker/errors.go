@@ -20,6 +20,11 @@ var (
 	ErrStale = errors.New("stale observation")
 )
 
+// ErrInProgress means an idempotent step has been started and is not done
+// yet (a YARN container told to shut down that is still running): call it
+// again later. It is progress, not a failure.
+var ErrInProgress = errors.New("in progress")
+
 // ValidationError reports one bad input value: which field, and what is
 // allowed instead. The API answers it with 400 or 422 and this JSON shape.
 type ValidationError struct {

@@ -600,7 +600,13 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		// The terminated machine's host stays in YARN's exclude file
 		// otherwise, and a later machine that reuses its name (cloud
 		// hostnames follow private IPs) would be refused by the RM.
-		if err := r.actions[SourceYARN].Admit(ctx, op.Node); err != nil {
+		// IMPORTANT: Forget, never Admit: admitting would run the side's
+		// NodeManager restart hook against a machine being terminated.
+		f, ok := r.actions[SourceYARN].(Forgetter)
+		if !ok {
+			return s.done()
+		}
+		if err := f.Forget(ctx, op.Node); err != nil {
 			return s.retry(err)
 		}
 		return s.done()
@@ -646,7 +652,13 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			if act == nil {
 				return s.fail(fmt.Sprintf("no actions configured for %s", w.Source))
 			}
-			if err := act.Evict(ctx, op.Node, w); err != nil {
+			err := act.Evict(ctx, op.Node, w)
+			if errors.Is(err, ErrInProgress) {
+				// The victim is stopping (a YARN container told to shut
+				// down): progress, not a failed attempt.
+				return s.waitFor(2*time.Second, err.Error())
+			}
+			if err != nil {
 				return s.retry(err)
 			}
 			r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
@@ -884,7 +896,7 @@ func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []PoolState) 
 		return s.retry(err)
 	}
 	if slices.Contains(s.data.Released, OwnerYARN) || s.data.From == OwnerYARN {
-		if r.actions[SourceYARN] != nil {
+		if _, ok := r.actions[SourceYARN].(Forgetter); ok {
 			return s.moveTo(stepForget)
 		}
 	}

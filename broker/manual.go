@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Manual operations from the API. Each is journaled like a planned action
@@ -50,14 +51,25 @@ func (r *Runtime) manual(ctx context.Context, node string, to Owner, cordonOnly 
 			return Invalid("node", "no actions are configured for %s, which node %q would move from or to", src, node)
 		}
 	}
-	raw, _ := json.Marshal(opData{From: from, CordonOnly: cordonOnly})
-	op, err := r.cfg.Ledger.InsertOp(ctx, Op{Kind: ActTransfer, Node: node, To: to, Reason: reason,
-		State: OpPending, Step: stepRelease, Data: raw})
+	op, err := r.cfg.Ledger.InsertOp(ctx, ManualOp(node, from, to, cordonOnly, time.Time{}, reason))
 	if err != nil {
 		return err
 	}
 	r.log.Info("manual action", "op", op.ID, "node", node, "to", to, "reason", reason)
 	return nil
+}
+
+// ManualOp returns the journal entry of a manual operation on node: a
+// transfer from side from (OwnerNone: nothing to drain) to side to
+// (OwnerNone: the node stays with no side, a drain), without a drain when
+// cordonOnly, with the release's deadline (zero: now plus the policy's
+// drain timeout when the executor starts it). Operators' tools outside the
+// API (gpubroker yarn decommission) journal it directly, so the leader's
+// executor carries it out and the planner sees it, instead of undoing a
+// change made behind its back.
+func ManualOp(node string, from, to Owner, cordonOnly bool, deadline time.Time, reason string) Op {
+	raw, _ := json.Marshal(opData{From: from, CordonOnly: cordonOnly, Deadline: deadline})
+	return Op{Kind: ActTransfer, Node: node, To: to, Reason: reason, State: OpPending, Step: stepRelease, Data: raw}
 }
 
 // knows reports whether any side observed node in its last good observation.

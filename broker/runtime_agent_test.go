@@ -63,8 +63,10 @@ func TestRuntimeUnhealthyReportReplacesNode(t *testing.T) {
 }
 
 // TestRuntimeScaleDownOfYARNNodeForgetsIt: after terminating a node taken
-// from YARN, the broker admits its host name again (removing it from the
-// exclude file), so a later machine reusing the name can join.
+// from YARN, the broker forgets its host name (removing it from the
+// exclude file), so a later machine reusing the name can join; it does not
+// admit it, which would run the NodeManager restart hook against the
+// terminated machine.
 func TestRuntimeScaleDownOfYARNNodeForgetsIt(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.yarn.join("y1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
@@ -78,8 +80,9 @@ func TestRuntimeScaleDownOfYARNNodeForgetsIt(t *testing.T) {
 	if len(downs) != 1 || downs[0].State != OpDone {
 		t.Fatalf("scale-down: %+v", downs)
 	}
-	if len(w.cloud.terminated) != 1 || len(w.yarn.admitted) != 1 || w.yarn.admitted[0] != "y1" {
-		t.Fatalf("terminated %v, YARN admitted %v; want i-y1 terminated and y1 forgotten", w.cloud.terminated, w.yarn.admitted)
+	if len(w.cloud.terminated) != 1 || len(w.yarn.forgotten) != 1 || w.yarn.forgotten[0] != "y1" || len(w.yarn.admitted) != 0 {
+		t.Fatalf("terminated %v, YARN forgot %v and admitted %v; want i-y1 terminated, y1 forgotten and not admitted",
+			w.cloud.terminated, w.yarn.forgotten, w.yarn.admitted)
 	}
 }
 

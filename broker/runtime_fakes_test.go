@@ -342,7 +342,14 @@ type rtSide struct {
 	err      error
 	released map[string]bool
 	admitted []string
-	evicted  []string
+	// forgotten lists the nodes Forget was called for (terminated).
+	forgotten []string
+	evicted   []string
+	// evictInProgress makes Evict answer ErrInProgress that many times
+	// per workload before the workload is gone (a YARN container
+	// shutting down).
+	evictInProgress int
+	evictCalls      map[string]int
 	// drainBlocked keeps work on released nodes (a PDB that never allows).
 	drainBlocked bool
 	// unknown makes Release report that the side cannot tell (the RM does
@@ -501,8 +508,24 @@ func (s *rtSide) Admit(_ context.Context, node string) error {
 	return nil
 }
 
+// Forget makes rtSide a Forgetter, as YARN's Decommissioner is.
+func (s *rtSide) Forget(_ context.Context, node string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgotten = append(s.forgotten, node)
+	return nil
+}
+
 func (s *rtSide) Evict(_ context.Context, node string, w Workload) error {
 	s.mu.Lock()
+	if s.evictCalls == nil {
+		s.evictCalls = map[string]int{}
+	}
+	s.evictCalls[w.Key]++
+	if s.evictCalls[w.Key] <= s.evictInProgress {
+		s.mu.Unlock()
+		return fmt.Errorf("workload %s is shutting down: %w", w.Key, ErrInProgress)
+	}
 	s.evicted = append(s.evicted, w.Key)
 	n := s.nodes[node]
 	s.mu.Unlock()

@@ -66,6 +66,16 @@ type AdmitChecker interface {
 	Admitted(ctx context.Context, node string) (ok bool, why string, err error)
 }
 
+// Forgetter is implemented by SideActions that keep state about a node
+// after it left them (YARN keeps a released host in its exclude file).
+// After the node's machine is terminated the executor calls Forget instead
+// of Admit, so nothing meant for a live node (the NodeManager restart
+// hook) runs against a machine that is going away.
+type Forgetter interface {
+	// Forget drops what the side keeps about node, a terminated machine.
+	Forget(ctx context.Context, node string) error
+}
+
 // SideActions changes node ownership on one side. Every method is
 // idempotent: the executor calls it again after a crash or an error.
 type SideActions interface {
@@ -78,7 +88,8 @@ type SideActions interface {
 	Cordon(ctx context.Context, node string) error
 	// Admit makes node schedulable for this side (uncordon; recommission).
 	Admit(ctx context.Context, node string) error
-	// Evict preempts one workload running on node.
+	// Evict preempts one workload running on node. An error wrapping
+	// ErrInProgress means the eviction is under way: call it again later.
 	Evict(ctx context.Context, node string, w Workload) error
 }
 

@@ -6,7 +6,9 @@
 //     /readyz probes, Service, PodDisruptionBudget) and the node agent
 //     (DaemonSet on nodes labelled gpu.vendor=nvidia). Apply them in file
 //     order: kubectl apply -f deploy/kubernetes/
-//   - systemd/: units for running the agent, or the broker, next to YARN.
+//   - systemd/: units for running the agent, or the broker, next to YARN,
+//     and hadoop-yarn-nodemanager.service: a NodeManager with
+//     Restart=always, so a decommissioned one comes back for a hand-over.
 //   - gpubroker.yaml: the sample configuration of the reference scenario,
 //     also embedded in the ConfigMap.
 //   - docker/Dockerfile: the broker and agent images the manifests name.

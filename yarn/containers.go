@@ -73,6 +73,23 @@ type containerCache struct {
 	apps map[string]*appContainers
 }
 
+// refreshContainers makes the next poll list app's containers, and
+// host's NodeManager, again instead of trusting the cached answers: Evict
+// stopped one of them, and a replacement of the same size on the same
+// node would leave the allocation the cache is checked against as it was.
+func (c *Client) refreshContainers(app, host string) {
+	c.cache.mu.Lock()
+	if e := c.cache.apps[app]; e != nil {
+		e.fetched = time.Time{}
+	}
+	c.cache.mu.Unlock()
+	c.nm.mu.Lock()
+	if e := c.nm.nodes[host]; e != nil {
+		e.fetched = time.Time{}
+	}
+	c.nm.mu.Unlock()
+}
+
 // PathAppAttempts and PathAttemptContainers are the per-app REST paths
 // (with %s for the escaped app and attempt ids).
 const (

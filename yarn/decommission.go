@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,24 @@ type DecommissionConfig struct {
 	Now func() time.Time
 	// Logger receives one line per action (default: discarded).
 	Logger *slog.Logger
+	// RestartNodeManager brings a host's NodeManager back after a
+	// recommission (a DECOMMISSIONED NodeManager has shut down). Admit
+	// runs it after the exclude file and refreshNodes let the host in;
+	// Admitted runs it again, at most every RestartInterval, while the
+	// host is not RUNNING. Nil: the NodeManager's service manager restarts
+	// it on its own (systemd Restart=always). See NodeManagerRestartCommand.
+	RestartNodeManager func(ctx context.Context, host string) error
+	// RestartInterval spaces repeated restart attempts (default 1m).
+	RestartInterval time.Duration
+	// EvictGrace is how long an evicted container has after
+	// GRACEFUL_SHUTDOWN before Evict sends FORCEFUL_SHUTDOWN (default 30s).
+	EvictGrace time.Duration
+	// DeadlineMargin is taken off the time left until a Release deadline
+	// to give the graceful timeout (default 30s): the RM enforces the
+	// timeout only on its decommissioning watcher's poll (20s by default),
+	// and the node must be DECOMMISSIONED before the executor's deadline,
+	// or a transfer gives it back instead.
+	DeadlineMargin time.Duration
 }
 
 // Decommissioner takes NodeManagers away from YARN and gives them back:
@@ -60,6 +79,18 @@ type Decommissioner struct {
 	// which containers a timeout cut off. It is a cache: after a restart
 	// a cut-off is reported as a count at most.
 	seen map[string]*decomState
+	// restarted is when the restart hook last ran for a host, and what it
+	// answered, so repeated checks do not run it in a tight loop.
+	restarted map[string]restartRun
+	// evicting remembers when each evicted container was sent
+	// GRACEFUL_SHUTDOWN (see preempt.go). It is a cache: after a restart
+	// the grace period starts again.
+	evicting map[string]eviction
+}
+
+type restartRun struct {
+	at  time.Time
+	err error
 }
 
 type decomState struct {
@@ -89,7 +120,20 @@ func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Decommissioner{cfg: cfg, seen: map[string]*decomState{}}, nil
+	if cfg.RestartInterval == 0 {
+		cfg.RestartInterval = time.Minute
+	}
+	if cfg.EvictGrace == 0 {
+		cfg.EvictGrace = 30 * time.Second
+	}
+	if cfg.DeadlineMargin == 0 {
+		cfg.DeadlineMargin = 30 * time.Second
+	}
+	if cfg.RestartInterval < 0 || cfg.EvictGrace < 0 || cfg.DeadlineMargin < 0 {
+		return nil, errors.New("yarn decommissioner: RestartInterval, EvictGrace and DeadlineMargin must not be negative")
+	}
+	return &Decommissioner{cfg: cfg, seen: map[string]*decomState{}, restarted: map[string]restartRun{},
+		evicting: map[string]eviction{}}, nil
 }
 
 // Source reports the YARN side.
@@ -97,14 +141,17 @@ func (d *Decommissioner) Source() broker.Source { return broker.SourceYARN }
 
 // DecommissionStatus is how far a graceful decommission has come.
 type DecommissionStatus struct {
-	// State is the node's RM state ("" when the RM does not know the host).
+	// State is the node's RM state ("" when the RM does not list the host).
 	State string
 	// NodeID is host:port as the RM knows the node.
 	NodeID string
 	// Containers are the containers running on the node: their ids when
 	// the NodeManager's REST API answers, else "N containers".
 	Containers []string
-	// Done is true when the node is DECOMMISSIONED (or unknown to the RM).
+	// Done is true when the RM has confirmed the node gone from YARN:
+	// DECOMMISSIONED, or LOST or SHUTDOWN with no containers. A host the
+	// RM does not list is never done: after an RM restart or failover the
+	// active RM lists NodeManagers only as they register again.
 	Done bool
 	// TimedOut is true when the graceful timeout ended the decommission
 	// with containers still running; CutOff names them.
@@ -112,13 +159,23 @@ type DecommissionStatus struct {
 	CutOff   []string
 }
 
+// InfiniteTimeout asks Decommission for a graceful decommission without a
+// timeout: the exclude file carries -1, so no new containers land on the
+// node and the RM lets it leave only when its running work has ended.
+const InfiniteTimeout time.Duration = -1
+
 // Decommission runs one step of a graceful decommission of host with the
-// given timeout: it puts host in the exclude file with the timeout (an
-// entry already there keeps its own), asks the RM to refresh gracefully
-// while the node is still schedulable, and reports the node's state and
+// given timeout (InfiniteTimeout or any negative value: none; otherwise
+// at least a second): it puts host in the exclude file with the timeout
+// (an entry already there keeps its own, except that an infinite one is
+// shortened to a finite timeout), asks the RM to refresh gracefully while
+// the node is still schedulable, and reports the node's state and
 // containers. Calling it again only reports progress.
 func (d *Decommissioner) Decommission(ctx context.Context, host string, timeout time.Duration) (DecommissionStatus, error) {
-	if timeout < time.Second {
+	switch {
+	case timeout < 0:
+		timeout = InfiniteTimeout
+	case timeout < time.Second:
 		timeout = time.Second
 	}
 	// IMPORTANT: the exclude file is written before refreshNodes: the RM
@@ -130,23 +187,45 @@ func (d *Decommissioner) Decommission(ctx context.Context, host string, timeout 
 	}
 	n, err := d.node(ctx, host)
 	if err != nil {
-		return DecommissionStatus{}, err
+		return DecommissionStatus{}, rmError{err}
 	}
 	if added || schedulable(n.State) {
 		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
-			return DecommissionStatus{}, fmt.Errorf("decommission %s: %w", host, err)
+			return DecommissionStatus{}, rmError{fmt.Errorf("decommission %s: %w", host, err)}
 		}
-		d.cfg.Logger.Info("yarn node decommission requested", "node", host, "timeout", timeout, "state", n.State)
+		d.cfg.Logger.Info("yarn node decommission requested", "node", host, "timeout", timeoutText(timeout), "state", n.State)
 		d.mu.Lock()
+		if added {
+			delete(d.restarted, host) // a new cycle: the next Admit restarts it
+		}
 		if d.seen[host] == nil || added {
-			d.seen[host] = &decomState{until: d.cfg.Now().Add(timeout)}
+			ds := &decomState{}
+			if timeout > 0 {
+				ds.until = d.cfg.Now().Add(timeout)
+			}
+			d.seen[host] = ds
 		}
 		d.mu.Unlock()
 		if n, err = d.node(ctx, host); err != nil {
-			return DecommissionStatus{}, err
+			return DecommissionStatus{}, rmError{err}
 		}
 	}
 	return d.status(ctx, host, n), nil
+}
+
+// rmError marks a failure to reach or convince the RM (REST or admin
+// RPC), as opposed to one of the exclude file: Release reports it as
+// Unknown.
+type rmError struct{ err error }
+
+func (e rmError) Error() string { return e.err.Error() }
+func (e rmError) Unwrap() error { return e.err }
+
+func timeoutText(t time.Duration) string {
+	if t < 0 {
+		return "infinite"
+	}
+	return t.String()
 }
 
 // status turns a node's REST view into a DecommissionStatus.
@@ -155,14 +234,17 @@ func (d *Decommissioner) status(ctx context.Context, host string, n restNode) De
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	mem := d.seen[host]
-	switch n.State {
-	case "", "DECOMMISSIONED":
+	switch {
+	case n.State == "DECOMMISSIONED",
+		(n.State == "LOST" || n.State == "SHUTDOWN") && n.NumContainers == 0:
 		st.Done = true
 		// The RM ends a graceful decommission at its timeout with whatever
 		// still runs; what ran at the last look before it was cut off.
-		if mem != nil && len(mem.containers) > 0 && !d.cfg.Now().Before(mem.until) {
+		if mem != nil && len(mem.containers) > 0 && !mem.until.IsZero() && !d.cfg.Now().Before(mem.until) {
 			st.TimedOut, st.CutOff = true, slices.Clone(mem.containers)
 		}
+		return st
+	case n.State == "":
 		return st
 	}
 	if n.NumContainers > 0 {
@@ -178,18 +260,44 @@ func (d *Decommissioner) status(ctx context.Context, host string, n restNode) De
 // in state s, i.e. a refresh has not taken effect.
 func schedulable(s string) bool { return s == "RUNNING" || s == "UNHEALTHY" || s == "NEW" }
 
-// Release decommissions node gracefully with the time left until deadline
-// as its timeout, and reports the containers still running.
+// Release decommissions node gracefully with the time left until deadline,
+// less DeadlineMargin, as its timeout, and reports the containers still
+// running. A zero
+// deadline asks for an infinite graceful timeout (-1 in the exclude file):
+// the node takes no new containers and leaves YARN when its running work
+// ends, which is how idle reclaim drains a busy node by attrition. A
+// deadline already past gives the shortest timeout (1s), never an
+// infinite one.
+//
+// Drained is reported only once the RM lists the host DECOMMISSIONED (or
+// LOST or SHUTDOWN with no containers). When the RM does not list the
+// host (an RM restart or HA failover: the new active RM lists
+// NodeManagers as they re-register) or cannot be asked (refreshNodes
+// failed or reached only a standby, the REST API failed), the status is
+// Unknown with the reason and nil error: unknown is never drained, and the
+// executor waits, never terminates.
 func (d *Decommissioner) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
-	st, err := d.Decommission(ctx, node, deadline.Sub(d.cfg.Now()))
+	timeout := InfiniteTimeout
+	if !deadline.IsZero() {
+		timeout = max(deadline.Sub(d.cfg.Now())-d.cfg.DeadlineMargin, time.Second)
+	}
+	st, err := d.Decommission(ctx, node, timeout)
 	if err != nil {
-		return broker.ReleaseStatus{}, err
+		var re rmError
+		if !errors.As(err, &re) || ctx.Err() != nil {
+			return broker.ReleaseStatus{}, err // the exclude file itself: an error of ours
+		}
+		d.cfg.Logger.Warn("yarn release state unknown", "node", node, "err", err)
+		return broker.ReleaseStatus{Unknown: err.Error()}, nil
 	}
 	if st.Done {
 		if st.TimedOut {
 			d.cfg.Logger.Warn("yarn graceful decommission timed out", "node", node, "cut_off", st.CutOff)
 		}
 		return broker.ReleaseStatus{Drained: true}, nil
+	}
+	if st.State == "" {
+		return broker.ReleaseStatus{Unknown: fmt.Sprintf("the RM does not list host %s (an RM restart or failover lists NodeManagers only as they register again)", node)}, nil
 	}
 	rs := broker.ReleaseStatus{Remaining: st.Containers}
 	if st.State != "DECOMMISSIONING" {
@@ -207,8 +315,12 @@ func (d *Decommissioner) Cordon(ctx context.Context, node string) error {
 
 // Admit recommissions node: it leaves the exclude file and the RM
 // refreshes. A node still DECOMMISSIONING becomes RUNNING at once; a
-// DECOMMISSIONED NodeManager has shut down and registers again when its
-// service manager restarts it (see Recommission to wait for that).
+// DECOMMISSIONED NodeManager has shut down, so Admit then runs the
+// RestartNodeManager hook (when configured; once per RestartInterval) to
+// start it again. A failing
+// hook is logged and reported by Admitted, not returned: the host may be
+// gone for good (the executor also admits a terminated host, to clear the
+// exclude file). Admitted tells when the node is back.
 func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 	removed, err := d.cfg.Exclude.Remove(node)
 	if err != nil {
@@ -227,36 +339,140 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 	d.mu.Lock()
 	delete(d.seen, node)
 	d.mu.Unlock()
+	// IMPORTANT: the NodeManager is restarted only after the host left the
+	// exclude file and the RM refreshed: the RM tells a NodeManager that
+	// registers while excluded to shut down again.
+	if nmDown(n.State) {
+		d.restart(ctx, node)
+	}
 	return nil
 }
 
-// Recommission admits host and waits, polling every poll, until its
-// NodeManager is RUNNING again or ctx ends.
+// Forget takes a terminated host out of the exclude file and refreshes the
+// RM, so a later machine that reuses its name is not turned away, without
+// running the restart hook (Admit would try to start a NodeManager on a
+// machine that is going away). The executor calls it after terminating a
+// node taken from YARN.
+func (d *Decommissioner) Forget(ctx context.Context, host string) error {
+	removed, err := d.cfg.Exclude.Remove(host)
+	if err != nil {
+		return err
+	}
+	if removed {
+		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Normal, 0); err != nil {
+			return fmt.Errorf("forget %s: %w", host, err)
+		}
+	}
+	d.mu.Lock()
+	delete(d.seen, host)
+	delete(d.restarted, host)
+	d.mu.Unlock()
+	return nil
+}
+
+// nmDown reports whether a node in RM state s has no NodeManager running
+// for it ("" : the RM does not list it).
+func nmDown(s string) bool {
+	return s == "" || s == "DECOMMISSIONED" || s == "SHUTDOWN" || s == "LOST"
+}
+
+// restart runs the RestartNodeManager hook for host unless it ran less
+// than RestartInterval ago in this decommission cycle (a repeated Admit
+// does not restart a NodeManager that is still coming up).
+func (d *Decommissioner) restart(ctx context.Context, host string) {
+	if d.cfg.RestartNodeManager == nil {
+		return
+	}
+	d.mu.Lock()
+	last, ran := d.restarted[host]
+	d.mu.Unlock()
+	if ran && d.cfg.Now().Sub(last.at) < d.cfg.RestartInterval {
+		return
+	}
+	err := d.cfg.RestartNodeManager(ctx, host)
+	d.mu.Lock()
+	d.restarted[host] = restartRun{at: d.cfg.Now(), err: err}
+	d.mu.Unlock()
+	if err != nil {
+		d.cfg.Logger.Warn("yarn nodemanager restart hook failed", "node", host, "err", err)
+		return
+	}
+	d.cfg.Logger.Info("yarn nodemanager restart hook ran", "node", host)
+}
+
+var (
+	_ broker.AdmitChecker = (*Decommissioner)(nil)
+	_ broker.Forgetter    = (*Decommissioner)(nil)
+)
+
+// Admitted reports whether the RM lists node RUNNING with yarn.io/gpu and
+// the host is out of the exclude file: only then has a hand-over to YARN
+// completed. While the NodeManager is down it runs the restart hook again,
+// at most every RestartInterval; why says what the RM reports instead,
+// with the hook's last error. A failed REST read is an error.
+func (d *Decommissioner) Admitted(ctx context.Context, node string) (bool, string, error) {
+	excluded, err := d.cfg.Exclude.Contains(node)
+	if err != nil {
+		return false, "", err
+	}
+	if excluded {
+		return false, fmt.Sprintf("host %s is still in the exclude file %s", node, d.cfg.Exclude.Path()), nil
+	}
+	n, err := d.node(ctx, node)
+	if err != nil {
+		return false, "", err
+	}
+	gpus := resourceValue(n.TotalResource, GPUResource, func(*resourceInfo) flexInt { return 0 })
+	if n.State == "RUNNING" && gpus > 0 {
+		d.mu.Lock()
+		delete(d.restarted, node)
+		d.mu.Unlock()
+		return true, "", nil
+	}
+	var why string
+	switch {
+	case n.State == "":
+		why = fmt.Sprintf("the RM does not list host %s: its NodeManager has not registered", node)
+	case n.State == "RUNNING":
+		why = fmt.Sprintf("node %s is RUNNING without %s", node, GPUResource)
+	default:
+		why = fmt.Sprintf("node %s is %s", node, n.State)
+	}
+	if nmDown(n.State) {
+		d.restart(ctx, node)
+		if d.cfg.RestartNodeManager == nil {
+			why += " (no yarn.nodemanager_restart hook: waiting for its service manager to restart the NodeManager)"
+		}
+	}
+	d.mu.Lock()
+	last, ran := d.restarted[node]
+	d.mu.Unlock()
+	if ran && last.err != nil {
+		why += "; restart hook: " + last.err.Error()
+	}
+	return false, why, nil
+}
+
+// Recommission admits host and waits, polling every poll, until Admitted
+// reports it RUNNING with its GPUs or ctx ends.
 func (d *Decommissioner) Recommission(ctx context.Context, host string, poll time.Duration) error {
 	if err := d.Admit(ctx, host); err != nil {
 		return err
 	}
 	for {
-		n, err := d.node(ctx, host)
+		ok, why, err := d.Admitted(ctx, host)
 		if err != nil {
 			return err
 		}
-		if n.State == "RUNNING" {
+		if ok {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("recommission %s: node is %s: %w", host, n.State, ctx.Err())
+			return fmt.Errorf("recommission %s: %s: %w", host, why, ctx.Err())
 		case <-time.After(poll):
 		}
 	}
-}
-
-// Evict is not supported on YARN: the RM admin protocol has no call that
-// kills one container, and killing applications is the YARN client
-// protocol's business.
-func (d *Decommissioner) Evict(_ context.Context, node string, w broker.Workload) error {
-	return fmt.Errorf("evict %s from %s: yarn container preemption is not implemented: %w", w.Key, node, errors.ErrUnsupported)
 }
 
 // SetGPUs sets the node's total yarn.io/gpu to gpus through
@@ -383,4 +599,38 @@ func (d *Decommissioner) containers(ctx context.Context, n restNode) []string {
 		return count // the RM still counts them: not yet reported done
 	}
 	return out
+}
+
+// NodeManagerRestartCommand returns a RestartNodeManager hook that runs
+// argv with the host name appended as the last argument, bounded by
+// timeout: ["/usr/local/bin/restart-nm"] runs "restart-nm gpu-7", a script
+// that might ssh to the host and "systemctl restart
+// hadoop-yarn-nodemanager". A non-zero exit is an error carrying the end
+// of its output.
+func NodeManagerRestartCommand(argv []string, timeout time.Duration) (func(ctx context.Context, host string) error, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return nil, errors.New("nodemanager restart command: the command must be set")
+	}
+	if timeout <= 0 {
+		return nil, errors.New("nodemanager restart command: the timeout must be positive")
+	}
+	argv = slices.Clone(argv)
+	return func(ctx context.Context, host string) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:], host)...)
+		cmd.WaitDelay = time.Second
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() == context.DeadlineExceeded {
+			return fmt.Errorf("restart nodemanager of %s: %s did not finish within %s", host, argv[0], timeout)
+		}
+		if err != nil {
+			msg := strings.TrimSpace(string(out))
+			if len(msg) > 300 {
+				msg = "..." + msg[len(msg)-300:]
+			}
+			return fmt.Errorf("restart nodemanager of %s: %s: %w: %s", host, argv[0], err, msg)
+		}
+		return nil
+	}, nil
 }

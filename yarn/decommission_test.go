@@ -3,8 +3,13 @@ package yarn_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,25 +19,89 @@ import (
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
-// TestDecommissionerSideActions drives the SideActions contract the way
-// the executor does (repeated calls) against yarnsim's REST and admin
-// ports.
-func TestDecommissionerSideActions(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// clock is a settable clock for the Decommissioner and the admin server.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// decomEnv is yarnsim's REST and admin ports with a Decommissioner on
+// them; requests records the REST calls other than GETs of the node list.
+type decomEnv struct {
+	sim    *yarnsim.Sim
+	admin  *yarnsim.AdminServer
+	client *yarn.Client
+	ex     *yarn.ExcludeFile
+	d      *yarn.Decommissioner
+	clk    *clock
+
+	mu       sync.Mutex
+	requests []string
+	// noSignal makes the RM answer the container signal API with 404, as
+	// an RM that does not serve it; dropSignals answers 200 and forwards
+	// nothing, as when the NodeManager never gets the signal.
+	noSignal, dropSignals bool
+}
+
+func (e *decomEnv) calls(method string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, r := range e.requests {
+		if strings.HasPrefix(r, method+" ") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func newDecomEnv(t *testing.T, exName string, hosts []string, cfg yarn.DecommissionConfig) *decomEnv {
+	t.Helper()
+	e := &decomEnv{clk: &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}}
 	sim, err := yarnsim.New(yarnsim.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range []string{"g1", "g2"} {
+	for _, h := range hosts {
 		if err := sim.AddNode(yarnsim.NodeSpec{Host: h, GPUs: 4}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(sim.Handler())
-	defer srv.Close()
-	exPath := filepath.Join(t.TempDir(), "exclude.xml")
-	as, err := yarnsim.NewAdminServer(sim, yarnsim.AdminConfig{ExcludePath: exPath, Tick: 10 * time.Millisecond})
+	h := sim.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ws/v1/cluster/nodes" {
+			e.mu.Lock()
+			e.requests = append(e.requests, r.Method+" "+r.URL.Path)
+			noSignal, drop := e.noSignal, e.dropSignals
+			e.mu.Unlock()
+			if noSignal && strings.Contains(r.URL.Path, "/signal/") {
+				w.Header().Set("Content-Type", "text/html")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = w.Write([]byte("<html><head><title>Not Found</title></head></html>"))
+				return
+			}
+			if drop && strings.Contains(r.URL.Path, "/signal/") {
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	exPath := filepath.Join(t.TempDir(), exName)
+	as, err := yarnsim.NewAdminServer(sim, yarnsim.AdminConfig{ExcludePath: exPath, Tick: 5 * time.Millisecond, Now: e.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,59 +109,71 @@ func TestDecommissionerSideActions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer as.Close()
-	client, _ := yarn.NewClient(yarn.Config{RMs: []string{srv.URL}})
+	t.Cleanup(func() { _ = as.Close() })
+	e.sim, e.admin = sim, as
+	e.client, _ = yarn.NewClient(yarn.Config{RMs: []string{srv.URL}})
 	admin, _ := rmadmin.New(rmadmin.Config{Addrs: []string{addr}})
-	ex, _ := yarn.NewExcludeFile(exPath)
-	d, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: client, Admin: admin, Exclude: ex})
-	if err != nil {
+	e.ex, _ = yarn.NewExcludeFile(exPath)
+	cfg.Client, cfg.Admin, cfg.Exclude, cfg.Now = e.client, admin, e.ex, e.clk.Now
+	if e.d, err = yarn.NewDecommissioner(cfg); err != nil {
 		t.Fatal(err)
 	}
-	var act broker.SideActions = d
+	return e
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// until polls cond every 5ms for at most a minute.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after a minute", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDecommissionerSideActions drives the SideActions contract the way
+// the executor does (repeated calls) against yarnsim's REST and admin
+// ports.
+func TestDecommissionerSideActions(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2"}, yarn.DecommissionConfig{})
+	var act broker.SideActions = e.d
 
 	// g1 runs a container for 300 ms: Release waits for it.
-	if _, err := as.RunOn("a", "g1", 2, 300*time.Millisecond); err != nil {
+	if _, err := e.admin.RunOn("a", "g1", 2, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := e.clk.Now().Add(time.Minute)
 	st, err := act.Release(ctx, "g1", deadline)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Drained || len(st.Remaining) != 1 {
+	if st.Drained || len(st.Remaining) != 1 || st.Unknown != "" {
 		t.Fatalf("first Release = %+v, want one container remaining", st)
 	}
-	for !st.Drained {
-		if time.Now().After(deadline) {
-			t.Fatalf("g1 not drained: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
+	until(t, "drained g1", func() bool {
 		if st, err = act.Release(ctx, "g1", deadline); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if hs, _ := ex.Hosts(); len(hs) != 1 || hs[0].Name != "g1" || hs[0].Timeout < 50*time.Second {
-		t.Fatalf("exclude file = %+v, want g1 with about a minute", hs)
-	}
-
-	// Admit takes it out of the file; after its NodeManager restarts it
-	// is RUNNING.
-	if err := act.Admit(ctx, "g1"); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _ := ex.Contains("g1"); ok {
-		t.Fatal("g1 still excluded")
-	}
-	if err := as.Restart("g1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Recommission(ctx, "g1", 10*time.Millisecond); err != nil {
-		t.Fatal(err)
+		return st.Drained
+	})
+	// The RM's timeout ends before the executor's deadline (by the 30s
+	// margin), so the node is DECOMMISSIONED before the executor gives up.
+	if hs, _ := e.ex.Hosts(); len(hs) != 1 || hs[0].Name != "g1" || hs[0].Timeout != 30*time.Second {
+		t.Fatalf("exclude file = %+v, want g1 with the minute left less 30s", hs)
 	}
 
 	// Cordon starts a graceful decommission; Admit before it ends makes
 	// the node RUNNING again without a restart.
-	if _, err := as.RunOn("a", "g2", 1, time.Hour); err != nil {
+	if _, err := e.admin.RunOn("a", "g2", 1, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if err := act.Cordon(ctx, "g2"); err != nil {
@@ -101,27 +182,554 @@ func TestDecommissionerSideActions(t *testing.T) {
 	if err := act.Cordon(ctx, "g2"); err != nil {
 		t.Fatal(err)
 	}
-	if s := state(t, ctx, client, "g2"); s != "DECOMMISSIONING" {
+	if s := state(t, ctx, e.client, "g2"); s != "DECOMMISSIONING" {
 		t.Fatalf("g2 is %s after Cordon, want DECOMMISSIONING", s)
 	}
 	if err := act.Admit(ctx, "g2"); err != nil {
 		t.Fatal(err)
 	}
-	if s := state(t, ctx, client, "g2"); s != "RUNNING" {
+	if s := state(t, ctx, e.client, "g2"); s != "RUNNING" {
 		t.Fatalf("g2 is %s after Admit, want RUNNING", s)
 	}
-
-	// A host YARN does not know is released at once.
-	if st, err := act.Release(ctx, "unknown", deadline); err != nil || !st.Drained {
-		t.Fatalf("Release(unknown) = %+v, %v", st, err)
-	}
-	if err := act.Evict(ctx, "g2", broker.Workload{Key: "application_1_0001/1"}); !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("Evict = %v, want ErrUnsupported", err)
-	}
 	// An unreachable admin port is an error, not a silent success.
-	as.Close()
-	if _, err := d.Decommission(ctx, "g2", time.Minute); err == nil {
+	e.admin.Close()
+	if _, err := e.d.Decommission(ctx, "g2", time.Minute); err == nil {
 		t.Fatal("decommission with the admin port closed succeeded")
+	}
+}
+
+// TestReleaseDrainedOnlyWhenDecommissioned: an idle node is reported
+// drained only once the RM lists it DECOMMISSIONED, never while it is
+// still DECOMMISSIONING or RUNNING.
+func TestReleaseDrainedOnlyWhenDecommissioned(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{})
+	deadline := e.clk.Now().Add(10 * time.Minute)
+	calls := 0
+	until(t, "drained g1", func() bool {
+		calls++
+		st, err := e.d.Release(ctx, "g1", deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := state(t, ctx, e.client, "g1"); st.Drained && s != "DECOMMISSIONED" {
+			t.Fatalf("Release reported drained with g1 %s", s)
+		}
+		return st.Drained
+	})
+	t.Logf("drained after %d Release calls", calls)
+	// Once DECOMMISSIONED, a SHUTDOWN or LOST node without containers
+	// also counts as gone; one with containers does not.
+	if err := e.sim.AddNode(yarnsim.NodeSpec{Host: "g2", GPUs: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.SetNodeState("g2", "LOST"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.d.Release(ctx, "g2", deadline); err != nil || !st.Drained {
+		t.Fatalf("Release of a LOST node without containers = %+v, %v; want drained", st, err)
+	}
+}
+
+// TestReleaseUnknownIsNeverDrained: a host the RM does not list (RM
+// restart, failover), or a refresh that reaches only a standby, is
+// reported Unknown with the reason, never drained.
+func TestReleaseUnknownIsNeverDrained(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2"}, yarn.DecommissionConfig{})
+	deadline := e.clk.Now().Add(10 * time.Minute)
+	if _, err := e.admin.RunOn("a", "g1", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := e.d.Release(ctx, "g1", deadline); err != nil || st.Drained || st.Unknown != "" {
+		t.Fatalf("first Release = %+v, %v", st, err)
+	}
+	// The RM restarts and has not seen g1's NodeManager again yet.
+	if err := e.sim.RemoveNode("g1"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		st, err := e.d.Release(ctx, "g1", deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Drained || !strings.Contains(st.Unknown, "does not list host g1") {
+			t.Fatalf("Release of an unlisted host = %+v, want Unknown, not drained", st)
+		}
+	}
+	// A host YARN never knew is unknown too.
+	if st, _ := e.d.Release(ctx, "never-seen", deadline); st.Drained || st.Unknown == "" {
+		t.Fatalf("Release(never-seen) = %+v, want Unknown", st)
+	}
+	// The NodeManager registers again (still excluded): the decommission
+	// goes on and ends drained.
+	if err := e.sim.AddNode(yarnsim.NodeSpec{Host: "g1", GPUs: 4}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "drained g1", func() bool {
+		st, err := e.d.Release(ctx, "g1", deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+
+	// refreshNodes reaches only a standby: unknown, and the node is not
+	// drained whatever the file says.
+	e.admin.SetStandby(true)
+	st, err := e.d.Release(ctx, "g2", deadline)
+	if err != nil || st.Drained || !strings.Contains(st.Unknown, "StandbyException") {
+		t.Fatalf("Release through a standby = %+v, %v; want Unknown naming the StandbyException", st, err)
+	}
+	if s := state(t, ctx, e.client, "g2"); s != "RUNNING" {
+		t.Fatalf("g2 is %s after a refresh that failed", s)
+	}
+	e.admin.SetStandby(false)
+	// The REST API fails: unknown too.
+	e.sim.SetFault(yarnsim.FaultServerError)
+	if st, err := e.d.Release(ctx, "g2", deadline); err != nil || st.Drained || st.Unknown == "" {
+		t.Fatalf("Release with the REST API failing = %+v, %v; want Unknown", st, err)
+	}
+	e.sim.SetFault(yarnsim.FaultNone)
+	until(t, "drained g2", func() bool {
+		st, err := e.d.Release(ctx, "g2", deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+}
+
+// TestReleaseInfiniteTimeout: a zero deadline writes -1 into the exclude
+// file and the RM never cuts the node's container off, while a finite
+// timeout on another node runs out; a past deadline is never infinite.
+func TestReleaseInfiniteTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2", "g3"}, yarn.DecommissionConfig{})
+	for _, h := range []string{"g1", "g2"} {
+		if _, err := e.admin.RunOn("a", h, 1, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := e.d.Release(ctx, "g1", time.Time{})
+	if err != nil || st.Drained || len(st.Remaining) != 1 {
+		t.Fatalf("Release(g1, infinite) = %+v, %v", st, err)
+	}
+	b, _ := os.ReadFile(e.ex.Path())
+	if !strings.Contains(string(b), "<name>g1</name>\n    <timeout>-1</timeout>") {
+		t.Fatalf("exclude file, want g1 with timeout -1:\n%s", b)
+	}
+	if _, err := e.d.Release(ctx, "g2", e.clk.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Hours pass; g2's timeout ends it (the same pass of the RM looks at
+	// g1), g1 keeps its container.
+	e.clk.Add(5 * time.Hour)
+	until(t, "g2 decommissioned", func() bool { return state(t, ctx, e.client, "g2") == "DECOMMISSIONED" })
+	obs, err := e.client.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := obs.Node("g1"); n.State != "DECOMMISSIONING" || n.Containers != 1 {
+		t.Fatalf("g1 after hours with an infinite timeout: %s with %d containers, want DECOMMISSIONING with 1", n.State, n.Containers)
+	}
+	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || st.Drained {
+		t.Fatalf("Release(g1) again = %+v, %v", st, err)
+	}
+	// A deadline already past asks for the shortest timeout, not -1.
+	if _, err := e.d.Release(ctx, "g3", e.clk.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	hs, _ := e.ex.Hosts()
+	want := []yarn.ExcludedHost{{Name: "g1", Timeout: -time.Second}, {Name: "g2", Timeout: time.Second}, {Name: "g3", Timeout: time.Second}}
+	if !slices.Equal(hs, want) {
+		t.Fatalf("exclude file = %+v, want %+v", hs, want)
+	}
+	// A preemption shortens the infinite timeout.
+	if _, err := e.d.Decommission(ctx, "g1", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if hs, _ := e.ex.Hosts(); hs[0] != (yarn.ExcludedHost{Name: "g1", Timeout: 30 * time.Second}) {
+		t.Fatalf("g1 after a finite decommission: %+v, want 30s", hs[0])
+	}
+
+	// The plain exclude file has no timeouts: an infinite one is refused
+	// rather than left to the RM's default, which would cut work off.
+	p := newDecomEnv(t, "exclude.txt", []string{"g1"}, yarn.DecommissionConfig{})
+	if st, err := p.d.Release(ctx, "g1", time.Time{}); err == nil || !strings.Contains(err.Error(), "XML form") {
+		t.Fatalf("infinite Release with a plain exclude file = %+v, %v; want an error", st, err)
+	}
+	if ok, _ := p.ex.Contains("g1"); ok {
+		t.Fatal("g1 excluded through a plain file without a timeout")
+	}
+}
+
+// TestAdmitRestartsNodeManager: after a full decommission the NodeManager
+// is down; Admit takes the host out of the file, refreshes and runs the
+// restart hook, and Admitted is true only once the RM lists the node
+// RUNNING with its GPUs.
+func TestAdmitRestartsNodeManager(t *testing.T) {
+	ctx := testCtx(t)
+	var hookMu sync.Mutex
+	var hooked []string
+	var hookErr error
+	var e *decomEnv
+	e = newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{
+		RestartInterval: time.Minute,
+		RestartNodeManager: func(ctx context.Context, host string) error {
+			hookMu.Lock()
+			hooked = append(hooked, host)
+			err := hookErr
+			hookMu.Unlock()
+			if err != nil {
+				return err
+			}
+			// The hook runs after the refresh: the host is out of the file.
+			if ok, _ := e.ex.Contains(host); ok {
+				t.Errorf("restart hook ran with %s still excluded", host)
+			}
+			return e.admin.RestartNodeManager(ctx, host)
+		}})
+	hookRuns := func() int {
+		hookMu.Lock()
+		defer hookMu.Unlock()
+		return len(hooked)
+	}
+	// A quick hand-over had set its GPUs to 0; a restart registers them
+	// again.
+	if err := e.d.SetGPUs(ctx, "g1", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	if ok, why, err := e.d.Admitted(ctx, "g1"); err != nil || ok || !strings.Contains(why, "RUNNING without yarn.io/gpu") {
+		t.Fatalf("Admitted with 0 GPUs = %v %q %v", ok, why, err)
+	}
+	until(t, "drained g1", func() bool {
+		st, err := e.d.Release(ctx, "g1", e.clk.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+	if ok, why, err := e.d.Admitted(ctx, "g1"); err != nil || ok || !strings.Contains(why, "exclude file") {
+		t.Fatalf("Admitted while excluded = %v %q %v", ok, why, err)
+	}
+	// A refresh alone does not bring a DECOMMISSIONED NodeManager back.
+	if _, err := e.ex.Remove("g1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Admit(ctx, "g1"); err != nil { // nothing to refresh: only the hook
+		t.Fatal(err)
+	}
+	if n := hookRuns(); n != 1 {
+		t.Fatalf("restart hook ran %d times, want once", n)
+	}
+	if err := e.sim.SetNodeState("g1", "DECOMMISSIONED"); err != nil { // it did not come up
+		t.Fatal(err)
+	}
+	if ok, why, _ := e.d.Admitted(ctx, "g1"); ok || !strings.Contains(why, "DECOMMISSIONED") {
+		t.Fatalf("Admitted of a down NodeManager = %v %q", ok, why)
+	}
+	if n := hookRuns(); n != 1 {
+		t.Fatalf("restart hook ran %d times within the restart interval, want once", n)
+	}
+	// A second Admit within the interval does not restart it again; a
+	// new decommission cycle does.
+	if err := e.d.Admit(ctx, "g1"); err != nil || hookRuns() != 1 {
+		t.Fatalf("second Admit: %v, hook runs %d, want 1", err, hookRuns())
+	}
+	if _, err := e.d.Decommission(ctx, "g1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	hookMu.Lock()
+	hooked = nil
+	hookMu.Unlock()
+	if err := e.d.Admit(ctx, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := hookRuns(); n != 1 {
+		t.Fatalf("restart hook ran %d times, want once", n)
+	}
+	if ok, why, err := e.d.Admitted(ctx, "g1"); err != nil || !ok {
+		t.Fatalf("Admitted after the restart = %v %q %v", ok, why, err)
+	}
+	obs, _ := e.client.Observe(ctx)
+	if n, _ := obs.Node("g1"); n.State != "RUNNING" || n.GPUsTotal != 4 {
+		t.Fatalf("g1 after the restart: %s with %d GPUs, want RUNNING with 4", n.State, n.GPUsTotal)
+	}
+	// Admit of a RUNNING node does not restart it.
+	if err := e.d.Admit(ctx, "g1"); err != nil || hookRuns() != 1 {
+		t.Fatalf("Admit of a RUNNING node: %v, hook runs %d", err, hookRuns())
+	}
+
+	// A failing hook: Admit succeeds (the host may be gone for good),
+	// Admitted names the failure and retries only every RestartInterval.
+	until(t, "drained g1", func() bool {
+		st, err := e.d.Release(ctx, "g1", e.clk.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+	hookMu.Lock()
+	hooked, hookErr = nil, errors.New("ssh: connect to host g1: no route to host")
+	hookMu.Unlock()
+	if err := e.d.Admit(ctx, "g1"); err != nil {
+		t.Fatalf("Admit with a failing hook: %v", err)
+	}
+	ok, why, err := e.d.Admitted(ctx, "g1")
+	if err != nil || ok || !strings.Contains(why, "no route to host") {
+		t.Fatalf("Admitted after a failed hook = %v %q %v", ok, why, err)
+	}
+	if n := hookRuns(); n != 1 {
+		t.Fatalf("hook ran %d times within the restart interval, want 1", n)
+	}
+	e.clk.Add(time.Minute)
+	hookMu.Lock()
+	hookErr = nil
+	hookMu.Unlock()
+	if ok, why, err := e.d.Admitted(ctx, "g1"); err != nil || ok {
+		t.Fatalf("Admitted right after the retried hook = %v %q %v (the RM lists it on the next look)", ok, why, err)
+	}
+	if n := hookRuns(); n != 2 {
+		t.Fatalf("hook ran %d times after the interval, want 2", n)
+	}
+	if ok, why, err := e.d.Admitted(ctx, "g1"); err != nil || !ok {
+		t.Fatalf("Admitted after the retried hook = %v %q %v", ok, why, err)
+	}
+
+	// Forget (a terminated host) clears the exclude file without the hook.
+	until(t, "drained g1", func() bool {
+		st, err := e.d.Release(ctx, "g1", e.clk.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+	before := hookRuns()
+	if err := e.d.Forget(ctx, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := e.ex.Contains("g1"); ok || hookRuns() != before || state(t, ctx, e.client, "g1") != "DECOMMISSIONED" {
+		t.Fatalf("after Forget: excluded %v, hook runs %d (was %d), g1 %s", ok, hookRuns(), before, state(t, ctx, e.client, "g1"))
+	}
+}
+
+// TestNodeManagerRestartCommand runs a real command with the host as its
+// last argument, bounded by its timeout.
+func TestNodeManagerRestartCommand(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "args")
+	script := filepath.Join(dir, "restart-nm")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$@\" > "+out+"\n[ \"$2\" = bad ] && { echo no such unit >&2; exit 3; }\n[ \"$2\" = slow ] && sleep 30\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hook, err := yarn.NodeManagerRestartCommand([]string{script, "--unit=hadoop-yarn-nodemanager"}, 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hook(t.Context(), "gpu-7"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "--unit=hadoop-yarn-nodemanager gpu-7\n" {
+		t.Fatalf("hook got arguments %q", b)
+	}
+	if err := hook(t.Context(), "bad"); err == nil || !strings.Contains(err.Error(), "no such unit") {
+		t.Fatalf("failing hook: %v, want its output in the error", err)
+	}
+	if err := hook(t.Context(), "slow"); err == nil || !strings.Contains(err.Error(), "did not finish within 500ms") {
+		t.Fatalf("slow hook: %v, want the timeout", err)
+	}
+	if _, err := yarn.NodeManagerRestartCommand(nil, time.Second); err == nil {
+		t.Fatal("empty command accepted")
+	}
+}
+
+// TestEvictContainerGracefulThenForceful: Evict sends GRACEFUL_SHUTDOWN,
+// waits EvictGrace, then FORCEFUL_SHUTDOWN, and reports done only once the
+// RM no longer lists the container.
+func TestEvictContainerGracefulThenForceful(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{EvictGrace: 30 * time.Second})
+	app, err := e.admin.RunOn("a", "g1", 2, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sim.IgnoreGracefulShutdown(app) // the process traps SIGTERM
+	cs, err := e.sim.Containers(app)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("containers of %s = %+v, %v", app, cs, err)
+	}
+	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app, GPUs: 2}
+	for range 2 {
+		if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+			t.Fatalf("Evict within the grace = %v, want in progress", err)
+		}
+	}
+	if got := e.calls("POST"); len(got) != 1 || !strings.HasSuffix(got[0], "/signal/GRACEFUL_SHUTDOWN") {
+		t.Fatalf("signals within the grace: %q, want one GRACEFUL_SHUTDOWN", got)
+	}
+	e.clk.Add(30 * time.Second)
+	if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("Evict after the grace = %v, want in progress", err)
+	}
+	if got := e.calls("POST"); len(got) != 2 || !strings.HasSuffix(got[1], "/signal/FORCEFUL_SHUTDOWN") {
+		t.Fatalf("signals after the grace: %q, want FORCEFUL_SHUTDOWN second", got)
+	}
+	if err := e.d.Evict(ctx, "g1", w); err != nil {
+		t.Fatalf("Evict of a stopped container = %v, want done", err)
+	}
+	if len(e.calls("PUT")) != 0 {
+		t.Fatalf("an app was killed: %q", e.calls("PUT"))
+	}
+	obs, _ := e.client.Observe(ctx)
+	if n, _ := obs.Node("g1"); n.Containers != 0 || n.GPUsUsed != 0 {
+		t.Fatalf("g1 after the eviction: %d containers, %d GPUs used", n.Containers, n.GPUsUsed)
+	}
+
+	// A container whose signals are lost: after FORCEFUL_SHUTDOWN and
+	// another grace, its app is killed.
+	e.mu.Lock()
+	e.dropSignals, e.requests = true, nil
+	e.mu.Unlock()
+	app, err = e.admin.RunOn("a", "g1", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ = e.sim.Containers(app)
+	w = broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app}
+	for range 3 { // graceful, forceful, then nothing within the grace
+		if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+			t.Fatalf("Evict = %v, want in progress", err)
+		}
+		e.clk.Add(20 * time.Second)
+	}
+	if len(e.calls("PUT")) != 0 {
+		t.Fatalf("app killed within the grace after FORCEFUL_SHUTDOWN: %q", e.calls("PUT"))
+	}
+	e.clk.Add(20 * time.Second)
+	if err := e.d.Evict(ctx, "g1", w); err != nil && !errors.Is(err, broker.ErrInProgress) {
+		t.Fatal(err)
+	}
+	if got := e.calls("PUT"); len(got) != 1 || !strings.Contains(got[0], app) {
+		t.Fatalf("PUT calls: %q, want %s killed after its container survived FORCEFUL_SHUTDOWN", got, app)
+	}
+	if err := e.d.Evict(ctx, "g1", w); err != nil {
+		t.Fatalf("Evict after the kill = %v, want done", err)
+	}
+}
+
+// TestEvictOnDecommissioningNodeKillsApp: the RM drops container signals
+// to a DECOMMISSIONING node (Hadoop 3.3.6 and 3.5.0 alike), so Evict kills
+// the container's app there instead of waiting on a signal that never
+// arrives.
+func TestEvictOnDecommissioningNodeKillsApp(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{})
+	app, err := e.admin.RunOn("a", "g1", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.sim.Containers(app)
+	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || st.Drained {
+		t.Fatalf("Release(g1, infinite) = %+v, %v", st, err)
+	}
+	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app}
+	for i := 0; ; i++ {
+		err := e.d.Evict(ctx, "g1", w)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, broker.ErrInProgress) || i > 3 {
+			t.Fatalf("Evict on a decommissioning node = %v", err)
+		}
+	}
+	if len(e.calls("POST")) != 0 {
+		t.Fatalf("signals sent to a decommissioning node: %q", e.calls("POST"))
+	}
+	if got := e.calls("PUT"); len(got) != 1 || !strings.Contains(got[0], app) {
+		t.Fatalf("PUT calls: %q, want %s killed", got, app)
+	}
+	until(t, "g1 drained by attrition", func() bool {
+		st, err := e.d.Release(ctx, "g1", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+}
+
+// TestEvictKillsApplication: an AM (the whole app is the victim), and any
+// container on an RM without the signal API, is stopped by killing its
+// application; done once the RM reports it KILLED.
+func TestEvictKillsApplication(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2"}, yarn.DecommissionConfig{})
+	app, err := e.sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 2, GPUs: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.sim.Containers(app)
+	if len(cs) != 2 {
+		t.Fatalf("containers of %s: %+v", app, cs)
+	}
+	am := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app, AM: true}
+	if err := e.d.Evict(ctx, cs[0].Host, am); !errors.Is(err, broker.ErrInProgress) && err != nil {
+		t.Fatalf("Evict(AM) = %v", err)
+	}
+	if got := e.calls("PUT"); len(got) != 1 || got[0] != "PUT /ws/v1/cluster/apps/"+app+"/state" {
+		t.Fatalf("PUT calls: %q, want the app's state", got)
+	}
+	if len(e.calls("POST")) != 0 {
+		t.Fatalf("the AM was signalled instead of its app killed: %q", e.calls("POST"))
+	}
+	if err := e.d.Evict(ctx, cs[0].Host, am); err != nil {
+		t.Fatalf("Evict(AM) after the kill = %v, want done", err)
+	}
+	if _, err := e.sim.Containers(app); err == nil {
+		t.Fatalf("%s still runs", app)
+	}
+
+	// An RM without the signal API: the container's app is killed.
+	e.mu.Lock()
+	e.noSignal = true
+	e.mu.Unlock()
+	app2, err := e.admin.RunOn("b", "g2", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ = e.sim.Containers(app2)
+	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID}
+	for range 2 {
+		err = e.d.Evict(ctx, "g2", w)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, broker.ErrInProgress) {
+			t.Fatalf("Evict without the signal API = %v", err)
+		}
+	}
+	if err != nil {
+		t.Fatalf("Evict without the signal API not done: %v", err)
+	}
+	if got := e.calls("PUT"); len(got) != 2 || !strings.Contains(got[1], app2) {
+		t.Fatalf("PUT calls: %q, want %s killed", got, app2)
+	}
+	// A victim that is not on the node named: refused, nothing signalled.
+	app3, err := e.admin.RunOn("a", "g1", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ = e.sim.Containers(app3)
+	before := len(e.calls("POST")) + len(e.calls("PUT"))
+	if err := e.d.Evict(ctx, "g2", broker.Workload{Key: cs[0].ID, App: app3}); !errors.Is(err, broker.ErrConflict) {
+		t.Fatalf("Evict of a container on g1 from g2 = %v, want a conflict", err)
+	}
+	if after := len(e.calls("POST")) + len(e.calls("PUT")); after != before {
+		t.Fatalf("a misplaced victim was signalled or killed")
+	}
+	// Nothing to name: an error, not a silent success.
+	if err := e.d.Evict(ctx, "g2", broker.Workload{Key: "pod/x"}); err == nil {
+		t.Fatal("Evict of a workload without ids succeeded")
 	}
 }
 

@@ -21,7 +21,9 @@ type ExcludedHost struct {
 	Name string
 	// Timeout is the graceful decommission timeout of this host; zero when
 	// the entry has none (the RM then uses the refreshNodes timeout or
-	// yarn.resourcemanager.nodemanager-graceful-decommission-timeout-secs).
+	// yarn.resourcemanager.nodemanager-graceful-decommission-timeout-secs),
+	// negative for an infinite one (-1 in the file: the RM waits for the
+	// node's containers however long they run).
 	Timeout time.Duration
 }
 
@@ -72,9 +74,12 @@ func (f *ExcludeFile) Contains(host string) (bool, error) {
 	return slices.ContainsFunc(hs, func(h ExcludedHost) bool { return h.Name == host }), nil
 }
 
-// Add excludes host with a graceful timeout (zero: none). An entry already
-// there is kept as it is, so a repeated Add does not extend a timeout that
-// has been running; changed reports whether the file was written.
+// Add excludes host with a graceful timeout (zero: none; negative:
+// infinite, written as -1). An entry already there is kept as it is, so a
+// repeated Add does not extend a timeout that has been running, with one
+// exception: an infinite entry (a drain by attrition) is shortened to a
+// finite timeout (a preemption). changed reports whether the file was
+// written.
 func (f *ExcludeFile) Add(host string, timeout time.Duration) (changed bool, err error) {
 	if host == "" || strings.ContainsAny(host, " \t\r\n<>&,") {
 		return false, fmt.Errorf("exclude file %s: bad host name %q", f.path, host)
@@ -85,8 +90,20 @@ func (f *ExcludeFile) Add(host string, timeout time.Duration) (changed bool, err
 	if err != nil {
 		return false, err
 	}
-	if slices.ContainsFunc(hs, func(h ExcludedHost) bool { return h.Name == host }) {
-		return false, nil
+	if timeout < 0 {
+		if !f.xmlForm() {
+			// The plain form has no timeouts: the RM would use its default
+			// (an hour unless configured) and cut the node's work off.
+			return false, fmt.Errorf("exclude file %s: an infinite graceful timeout for %s needs the XML form (a path ending in .xml)", f.path, host)
+		}
+		timeout = -time.Second
+	}
+	if i := slices.IndexFunc(hs, func(h ExcludedHost) bool { return h.Name == host }); i >= 0 {
+		if hs[i].Timeout >= 0 || timeout <= 0 {
+			return false, nil
+		}
+		hs[i].Timeout = timeout.Truncate(time.Second)
+		return true, f.write(hs, mode)
 	}
 	hs = append(hs, ExcludedHost{Name: host, Timeout: timeout.Truncate(time.Second)})
 	return true, f.write(hs, mode)
@@ -180,7 +197,10 @@ func (f *ExcludeFile) encode(hs []ExcludedHost) ([]byte, error) {
 	doc := xmlHosts{Hosts: []xmlHost{}}
 	for _, h := range hs {
 		x := xmlHost{Name: h.Name}
-		if h.Timeout > 0 {
+		switch {
+		case h.Timeout < 0:
+			x.Timeout = "-1"
+		case h.Timeout > 0:
 			x.Timeout = strconv.FormatInt(int64(h.Timeout/time.Second), 10)
 		}
 		doc.Hosts = append(doc.Hosts, x)

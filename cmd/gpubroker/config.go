@@ -46,6 +46,20 @@ type yarnConfig struct {
 	Timeout      broker.Duration `yaml:"timeout"`
 	AdminAddress []string        `yaml:"admin_address"`
 	ExcludeFile  string          `yaml:"exclude_file"`
+	// NodeManagerRestart restarts a recommissioned host's NodeManager.
+	NodeManagerRestart nodeManagerRestartConfig `yaml:"nodemanager_restart"`
+	// EvictGrace is how long a preempted container has between
+	// GRACEFUL_SHUTDOWN and FORCEFUL_SHUTDOWN (default 30s).
+	EvictGrace broker.Duration `yaml:"evict_grace"`
+}
+
+// nodeManagerRestartConfig is a command run with the host name appended,
+// e.g. [/usr/local/bin/restart-nodemanager]: a DECOMMISSIONED NodeManager
+// has shut down, and a hand-over to YARN completes only when it runs
+// again. Empty: the host's service manager restarts it (Restart=always).
+type nodeManagerRestartConfig struct {
+	Command []string        `yaml:"command"`
+	Timeout broker.Duration `yaml:"timeout"`
 }
 
 type kubernetesConfig struct {
@@ -156,7 +170,7 @@ var yamlTypeNames = map[string]string{
 	"main.fileConfig": "the top level", "main.databaseConfig": "database", "main.apiConfig": "api",
 	"main.yarnConfig": "yarn", "main.kubernetesConfig": "kubernetes", "main.cloudConfig": "cloud",
 	"main.policyConfig": "policy", "main.poolConfig": "a pool", "main.tenantConfig": "a tenant",
-	"main.taintConfig": "a taint",
+	"main.taintConfig": "a taint", "main.nodeManagerRestartConfig": "yarn.nodemanager_restart",
 }
 
 var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\S+)$`)
@@ -338,6 +352,12 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	if fc.YARN.PollInterval < 0 || (fc.YARN.PollInterval > 0 && fc.YARN.PollInterval.D() < 100*time.Millisecond) {
 		return nil, broker.Invalid("yarn.poll_interval", "must be at least 100ms, got %s", fc.YARN.PollInterval)
+	}
+	if nr := fc.YARN.NodeManagerRestart; nr.Timeout < 0 || (nr.Timeout > 0 && len(nr.Command) == 0) {
+		return nil, broker.Invalid("yarn.nodemanager_restart", "needs a command, and a timeout that is not negative (default 2m)")
+	}
+	if fc.YARN.EvictGrace < 0 {
+		return nil, broker.Invalid("yarn.evict_grace", "must not be negative, got %s", fc.YARN.EvictGrace)
 	}
 	return c, nil
 }

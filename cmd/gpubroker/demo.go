@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -131,6 +133,26 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Its admin port (Hadoop IPC) and exclude file: nodes move through the
+	// same graceful decommission and recommission as in production.
+	ydir, err := os.MkdirTemp("", "gpubroker-demo-yarn-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(ydir)
+	yadmin, err := yarnsim.NewAdminServer(ysim, yarnsim.AdminConfig{ExcludePath: filepath.Join(ydir, "exclude.xml")})
+	if err != nil {
+		return err
+	}
+	yadminAddr, err := yadmin.Start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer yadmin.Close()
+	yexclude, err := yarn.NewExcludeFile(filepath.Join(ydir, "exclude.xml"))
+	if err != nil {
+		return err
+	}
 
 	// Simulated Kubernetes: the fake API with a small scheduler and kubelet.
 	kc := k8ssim.New(k8ssim.Config{Logger: log})
@@ -147,7 +169,8 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	}
 
 	// Simulated AWS: an autoscaling group whose instances join a side.
-	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, kside: kside, log: log}
+	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, yadmin: yadmin, yexclude: yexclude, kside: kside, log: log,
+		live: map[string]bool{}}
 	aws := awssim.New(awssim.Config{LaunchDelay: time.Second, BootDelay: 2 * time.Second, TerminateDelay: time.Second,
 		BootHook: joiner.boot, TerminateHook: joiner.gone, Logger: log})
 	awsAddr, err := aws.Start("127.0.0.1:0")
@@ -166,9 +189,13 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 
-	yside := yarn.NewSide(yclient, yarn.MapOptions{})
+	yc := yarnConfig{RM: yclient.RMs(), AdminAddress: []string{yadminAddr}, ExcludeFile: yexclude.Path()}
+	yside, yactions, err := yarnSideWith(yc, log, joiner.restartNodeManager)
+	if err != nil {
+		return err
+	}
 	observers := withRegistration(provider, []broker.SideObserver{yside, kside})
-	actions := []broker.SideActions{yarnsim.Actions{Sim: ysim, Client: yclient}, kside}
+	actions := []broker.SideActions{yactions, kside}
 	w := &wired{st: st, provider: provider, sides: sides{observers: observers, actions: actions, trigger: trigger}}
 	w.newRuntime = func() (*broker.Runtime, error) {
 		return broker.NewRuntime(broker.RuntimeConfig{Observers: observers, Actions: actions, Pools: provider,
@@ -204,17 +231,36 @@ func createDatabase(ctx context.Context, url, name string) error {
 
 // demoJoiner turns a booted instance into a node of the side with more
 // unmet GPU demand, and registers it on the other side as released (a
-// cordoned Kubernetes node; a decommissioned NodeManager), so the broker
-// can hand it over later. A real node bootstraps both agents the same way.
+// cordoned Kubernetes node; a NodeManager whose host is in the exclude
+// file, so the RM turns it away as DECOMMISSIONED), so the broker can hand
+// it over later. A real node bootstraps both agents the same way.
 type demoJoiner struct {
-	ctx   context.Context
-	kc    *k8ssim.Cluster
-	ysim  *yarnsim.Sim
-	kside interface {
+	ctx      context.Context
+	kc       *k8ssim.Cluster
+	ysim     *yarnsim.Sim
+	yadmin   *yarnsim.AdminServer
+	yexclude *yarn.ExcludeFile
+	kside    interface {
 		Cordon(context.Context, string) error
 	}
 	log *slog.Logger
 	mu  sync.Mutex
+	// live are the hosts of running instances: only those have a
+	// NodeManager to restart.
+	live map[string]bool
+}
+
+// restartNodeManager is the demo's yarn.nodemanager_restart hook: it
+// restarts the simulated NodeManager of a running instance, and fails for
+// a host whose instance is gone, as ssh to it would.
+func (j *demoJoiner) restartNodeManager(ctx context.Context, host string) error {
+	j.mu.Lock()
+	live := j.live[host]
+	j.mu.Unlock()
+	if !live {
+		return fmt.Errorf("restart nodemanager of %s: no running instance has that host", host)
+	}
+	return j.yadmin.RestartNodeManager(ctx, host)
 }
 
 func (j *demoJoiner) boot(in awssim.Instance) {
@@ -229,16 +275,21 @@ func (j *demoJoiner) boot(in awssim.Instance) {
 		j.log.Warn("demo: join kubernetes", "node", host, "err", err)
 		return
 	}
-	if err := j.ysim.AddNode(yarnsim.NodeSpec{Host: host, GPUs: 4}); err != nil {
+	if !toYARN {
+		if _, err := j.yexclude.Add(host, 0); err != nil {
+			j.log.Warn("demo: exclude from yarn", "node", host, "err", err)
+			return
+		}
+	}
+	if err := j.yadmin.StartNodeManager(yarnsim.NodeSpec{Host: host, GPUs: 4}); err != nil {
 		j.log.Warn("demo: join yarn", "node", host, "err", err)
 		return
 	}
+	j.live[host] = true
 	if toYARN {
 		if err := j.kside.Cordon(j.ctx, host); err != nil {
 			j.log.Warn("demo: cordon", "node", host, "err", err)
 		}
-	} else if err := j.ysim.SetNodeState(host, "DECOMMISSIONED"); err != nil {
-		j.log.Warn("demo: decommission", "node", host, "err", err)
 	}
 	side := "kubernetes"
 	if toYARN {
@@ -249,11 +300,19 @@ func (j *demoJoiner) boot(in awssim.Instance) {
 
 func (j *demoJoiner) gone(in awssim.Instance) {
 	host := in.PrivateDNSName
+	j.mu.Lock()
+	delete(j.live, host)
+	j.mu.Unlock()
 	if err := j.kc.RemoveNode(j.ctx, host); err != nil {
 		j.log.Debug("demo: remove kubernetes node", "node", host, "err", err)
 	}
 	if err := j.ysim.RemoveNode(host); err != nil {
 		j.log.Debug("demo: remove NodeManager", "node", host, "err", err)
+	}
+	// The bootstrap's own exclusion goes with the machine, so a later
+	// machine with the same name is not turned away.
+	if _, err := j.yexclude.Remove(host); err != nil {
+		j.log.Warn("demo: exclude file", "node", host, "err", err)
 	}
 }
 

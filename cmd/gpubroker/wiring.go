@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,16 +287,25 @@ func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func(
 
 // yarnSide builds the YARN observer for the configured RMs and, when the
 // RM admin address and the exclude file are configured, the actions that
-// decommission and recommission NodeManagers (nil otherwise: the broker
-// then only observes YARN, and YARN node operations fail with a reason).
+// decommission, recommission (with the NodeManager restart hook) and
+// preempt (nil otherwise: the broker then only observes YARN, ownership
+// transfer to and from YARN is off, and YARN node operations fail with a
+// reason).
 func yarnSide(yc yarnConfig, log *slog.Logger) (*yarn.Side, broker.SideActions, error) {
+	return yarnSideWith(yc, log, nil)
+}
+
+// yarnSideWith is yarnSide with a NodeManager restart hook that replaces
+// yarn.nodemanager_restart when not nil: the demo's restarts a simulated
+// NodeManager.
+func yarnSideWith(yc yarnConfig, log *slog.Logger, restartHook func(context.Context, string) error) (*yarn.Side, broker.SideActions, error) {
 	client, err := yarn.NewClient(yarn.Config{RMs: yc.RM, User: yc.User, Timeout: yc.Timeout.D(), Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
 	side := yarn.NewSide(client, yarn.MapOptions{})
 	if len(yc.AdminAddress) == 0 && yc.ExcludeFile == "" {
-		log.Warn("yarn.admin_address and yarn.exclude_file are not set: YARN nodes will be observed but never moved or removed")
+		log.Warn("yarn.admin_address and yarn.exclude_file are not set: YARN has no actions, so ownership transfer to and from YARN is off and YARN nodes are observed but never moved, removed or preempted")
 		return side, nil, nil
 	}
 	if len(yc.AdminAddress) == 0 || yc.ExcludeFile == "" {
@@ -309,9 +319,40 @@ func yarnSide(yc yarnConfig, log *slog.Logger) (*yarn.Side, broker.SideActions, 
 	if err != nil {
 		return nil, nil, usagef("config: yarn.exclude_file: %s", err)
 	}
-	dec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: client, Admin: admin, Exclude: ex, Logger: log})
+	if !strings.HasSuffix(strings.ToLower(yc.ExcludeFile), ".xml") {
+		log.Warn("yarn.exclude_file is in the plain form: per-host graceful timeouts (and draining by attrition) need the XML form, a path ending in .xml", "exclude_file", yc.ExcludeFile)
+	}
+	restart, err := nodeManagerRestart(yc.NodeManagerRestart)
+	if err != nil {
+		return nil, nil, err
+	}
+	if restartHook != nil {
+		restart = restartHook
+	}
+	if restart == nil {
+		log.Info("yarn.nodemanager_restart is not set: a recommissioned NodeManager must be restarted by its service manager (Restart=always)")
+	}
+	dec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: client, Admin: admin, Exclude: ex, Logger: log,
+		RestartNodeManager: restart, EvictGrace: yc.EvictGrace.D()})
 	if err != nil {
 		return nil, nil, err
 	}
 	return side, dec, nil
+}
+
+// nodeManagerRestart builds the yarn.nodemanager_restart hook; nil when no
+// command is configured.
+func nodeManagerRestart(c nodeManagerRestartConfig) (func(context.Context, string) error, error) {
+	if len(c.Command) == 0 {
+		return nil, nil
+	}
+	timeout := c.Timeout.D()
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	hook, err := yarn.NodeManagerRestartCommand(c.Command, timeout)
+	if err != nil {
+		return nil, usagef("config: yarn.nodemanager_restart: %s", err)
+	}
+	return hook, nil
 }

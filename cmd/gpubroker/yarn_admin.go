@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn"
 	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 )
@@ -17,8 +19,12 @@ import (
 //	gpubroker yarn decommission HOST [--timeout 10m] [--no-wait] [flags]
 //	gpubroker yarn recommission HOST [--wait 5m] [flags]
 //
-// They use the same code as the broker: the exclude file, refreshNodes on
-// the RM admin port and the RM's REST API.
+// With a database configured (--database-url, database.url in --config or
+// GPUBROKER_DATABASE_URL) they journal a manual operation that the leading
+// broker carries out, as the API's drain and transfer do, so the leader
+// neither fights nor undoes them; they then follow the operation. Without
+// one they act themselves with the same code as the broker: the exclude
+// file, refreshNodes on the RM admin port and the RM's REST API.
 func runYARN(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 {
 		return usagef("yarn: want decommission HOST or recommission HOST")
@@ -34,7 +40,7 @@ func runYARN(ctx context.Context, e env, args []string) error {
 
 // yarnAdminFlags are the connection flags both subcommands share.
 type yarnAdminFlags struct {
-	config, rms, admin, exclude, user *string
+	config, rms, admin, exclude, user, dbURL *string
 }
 
 func addYARNAdminFlags(fs *flag.FlagSet) yarnAdminFlags {
@@ -44,6 +50,80 @@ func addYARNAdminFlags(fs *flag.FlagSet) yarnAdminFlags {
 		admin:   fs.String("admin", "", "RM admin addresses (host:port, default port 8033), comma-separated for HA"),
 		exclude: fs.String("exclude", "", "the RM's exclude file (yarn.resourcemanager.nodes.exclude-path)"),
 		user:    fs.String("user", "", "user for the REST API and the admin ACL (default "+yarn.DefaultUser+")"),
+		dbURL:   fs.String("database-url", "", "the broker's PostgreSQL `url`: journal the operation for the leader to carry out"),
+	}
+}
+
+// journal returns the broker's store when a database is configured (the
+// flag, database.url in --config, GPUBROKER_DATABASE_URL), else nil.
+func (f yarnAdminFlags) journal(ctx context.Context, e env) (*store.Store, error) {
+	url := *f.dbURL
+	if url == "" && *f.config != "" {
+		cfg, err := loadConfig(*f.config)
+		if err != nil {
+			return nil, err
+		}
+		url = cfg.file.Database.URL
+	}
+	if url == "" {
+		url = e.getenv("GPUBROKER_DATABASE_URL")
+	}
+	if url == "" {
+		return nil, nil // no database: act directly
+	}
+	st, err := store.Open(ctx, store.Config{URL: url})
+	if err != nil {
+		return nil, fmt.Errorf("open the broker's database: %w", err)
+	}
+	return st, nil
+}
+
+// journalYARN journals a manual operation on host and, unless noWait,
+// follows it until it ends, printing each change of step or error.
+func journalYARN(ctx context.Context, e env, st *store.Store, op broker.Op, noWait bool, poll time.Duration) error {
+	node := op.Node
+	op, err := st.InsertOp(ctx, op)
+	if errors.Is(err, broker.ErrConflict) {
+		return fmt.Errorf("%s has an open operation already: %w", node, err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: journaled as op %d for the leading broker: %s\n", op.Node, op.ID, op.Reason)
+	if noWait {
+		return nil
+	}
+	last := ""
+	for {
+		cur, err := st.GetOp(ctx, op.ID)
+		if err != nil {
+			return err
+		}
+		line := fmt.Sprintf("%s: op %d %s", op.Node, op.ID, cur.State)
+		if !cur.State.Terminal() {
+			line += ", step " + cur.Step
+		}
+		if cur.LastError != "" {
+			line += ": " + cur.LastError
+		}
+		if line != last {
+			fmt.Fprintln(e.stdout, line)
+			last = line
+		}
+		switch cur.State {
+		case broker.OpDone:
+			return nil
+		case broker.OpFailed:
+			return fmt.Errorf("op %d on %s failed: %s", op.ID, op.Node, cur.LastError)
+		}
+		if cur.State.Terminal() {
+			return fmt.Errorf("op %d on %s ended %s", op.ID, op.Node, cur.State)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("op %d on %s still %s at step %s (the leader carries on): %w", op.ID, op.Node, cur.State, cur.Step, ctx.Err())
+		case <-time.After(poll):
+		}
 	}
 }
 
@@ -145,6 +225,16 @@ func runYARNDecommission(ctx context.Context, e env, args []string) error {
 	if *timeout < time.Second || *poll <= 0 {
 		return usagef("yarn decommission: --timeout must be at least 1s and --poll positive")
 	}
+	if st, err := af.journal(ctx, e); err != nil {
+		return err
+	} else if st != nil {
+		defer st.Close()
+		ctx, cancel := context.WithTimeout(ctx, *timeout+2*time.Minute)
+		defer cancel()
+		op := broker.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
+			fmt.Sprintf("gpubroker yarn decommission of %s with a %s graceful timeout", host, *timeout))
+		return journalYARN(ctx, e, st, op, *noWait, *poll)
+	}
 	d, err := af.decommissioner(e)
 	if err != nil {
 		return err
@@ -197,6 +287,16 @@ func runYARNRecommission(ctx context.Context, e env, args []string) error {
 	}
 	if *wait < 0 || *poll <= 0 {
 		return usagef("yarn recommission: --wait must not be negative and --poll positive")
+	}
+	if st, err := af.journal(ctx, e); err != nil {
+		return err
+	} else if st != nil {
+		defer st.Close()
+		wctx, cancel := context.WithTimeout(ctx, max(*wait, time.Second))
+		defer cancel()
+		op := broker.ManualOp(host, broker.OwnerNone, broker.OwnerYARN, false, time.Time{},
+			"gpubroker yarn recommission of "+host)
+		return journalYARN(wctx, e, st, op, *wait == 0, *poll)
 	}
 	d, err := af.decommissioner(e)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -8,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/yarn"
+	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
@@ -53,7 +58,7 @@ func TestYARNDecommissionAndRecommission(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "recommissioned") {
 		t.Fatalf("recommission: exit %d: %s%s", code, out, errOut)
 	}
-	if err := admin.Restart("gpu-1"); err != nil {
+	if err := admin.RestartNodeManager(t.Context(), "gpu-1"); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut = runCLI(t, nil, append([]string{"yarn", "recommission", "gpu-1", "--wait", "1m"}, conn...)...)
@@ -71,5 +76,121 @@ func TestYARNDecommissionAndRecommission(t *testing.T) {
 		if code, _, _ := runCLI(t, nil, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// TestYARNCommandsGoThroughTheJournal: with a database configured, the
+// commands journal a manual operation and the leading broker's executor
+// carries it out (the command itself touches neither the exclude file nor
+// the RM), so the leader sees and keeps it.
+func TestYARNCommandsGoThroughTheJournal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	sim, err := yarnsim.New(yarnsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.AddNode(yarnsim.NodeSpec{Host: "gpu-1", GPUs: 4}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim.Handler())
+	defer srv.Close()
+	exclude := filepath.Join(t.TempDir(), "exclude.xml")
+	admin, err := yarnsim.NewAdminServer(sim, yarnsim.AdminConfig{ExcludePath: exclude, Tick: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := admin.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	url := pg.NewDatabase(t, store.Migrate)
+	st, err := store.Open(ctx, store.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	code, out, errOut := runCLI(t, map[string]string{"GPUBROKER_DATABASE_URL": url},
+		"yarn", "decommission", "gpu-1", "--timeout", "10m", "--no-wait")
+	if code != 0 || !strings.Contains(out, "gpu-1: journaled as op ") {
+		t.Fatalf("decommission: exit %d: %s%s", code, out, errOut)
+	}
+	ops, err := st.OpenOps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 1 || ops[0].Kind != broker.ActTransfer || ops[0].Node != "gpu-1" || ops[0].To != broker.OwnerNone {
+		t.Fatalf("journal: %+v, want one manual drain of gpu-1", ops)
+	}
+	if _, err := os.Stat(exclude); err == nil {
+		t.Fatal("the command wrote the exclude file itself instead of leaving it to the leader")
+	}
+	// A second command on the same node is refused while the first is open.
+	if code, _, errOut := runCLI(t, map[string]string{"GPUBROKER_DATABASE_URL": url},
+		"yarn", "recommission", "gpu-1", "--wait", "0"); code == 0 || !strings.Contains(errOut, "open operation") {
+		t.Fatalf("second command: exit %d: %s", code, errOut)
+	}
+
+	// The leader: the same Decommissioner the wiring builds.
+	client, _ := yarn.NewClient(yarn.Config{RMs: []string{srv.URL}})
+	rpc, _ := rmadmin.New(rmadmin.Config{Addrs: []string{addr}})
+	ex, _ := yarn.NewExcludeFile(exclude)
+	dec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: client, Admin: rpc, Exclude: ex,
+		RestartNodeManager: admin.RestartNodeManager})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := broker.NewRuntime(broker.RuntimeConfig{Observers: []broker.SideObserver{yarn.NewSide(client, yarn.MapOptions{})},
+		Actions: []broker.SideActions{dec}, Pools: noPools{}, Ledger: st.Ledger(), Period: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = rt.Run(rctx, nil) }()
+	defer func() { rcancel(); <-done }()
+
+	waitOp := func(id int64) broker.Op {
+		t.Helper()
+		for {
+			op, err := st.GetOp(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if op.State.Terminal() {
+				return op
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("op %d still %s at %s: %s", id, op.State, op.Step, op.LastError)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	if op := waitOp(ops[0].ID); op.State != broker.OpDone {
+		t.Fatalf("decommission op: %+v", op)
+	}
+	hs, _ := ex.Hosts()
+	if len(hs) != 1 || hs[0].Name != "gpu-1" || hs[0].Timeout < 560*time.Second || hs[0].Timeout > 570*time.Second {
+		t.Fatalf("exclude file after the leader's decommission: %+v, want gpu-1 with the command's 10m less the 30s margin", hs)
+	}
+	if s := sim.NodeState("gpu-1"); s != "DECOMMISSIONED" {
+		t.Fatalf("gpu-1 is %s after the decommission op", s)
+	}
+
+	// Recommission follows the op until the leader has it RUNNING again
+	// (the restart hook brings the stopped NodeManager back).
+	code, out, errOut = runCLI(t, map[string]string{"GPUBROKER_DATABASE_URL": url},
+		"yarn", "recommission", "gpu-1", "--wait", "1m", "--poll", "20ms")
+	if code != 0 || !strings.Contains(out, " done") {
+		t.Fatalf("recommission: exit %d: %s%s", code, out, errOut)
+	}
+	if s := sim.NodeState("gpu-1"); s != "RUNNING" {
+		t.Fatalf("gpu-1 is %s after the recommission op", s)
+	}
+	if ok, _ := ex.Contains("gpu-1"); ok {
+		t.Fatal("gpu-1 still excluded")
 	}
 }

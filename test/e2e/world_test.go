@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/gpubroker/gpubroker/test/k8senv"
 	"github.com/gpubroker/gpubroker/test/pgtest"
 	"github.com/gpubroker/gpubroker/yarn"
+	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
@@ -67,6 +69,8 @@ type world struct {
 	rt       *broker.Runtime
 	aws      *awssim.Server
 	ysim     *yarnsim.Sim
+	yadmin   *yarnsim.AdminServer
+	yexclude *yarn.ExcludeFile
 	yclient  *yarn.Client
 	ns       string
 	calls    *callLog
@@ -74,6 +78,10 @@ type world struct {
 	trigger  <-chan struct{}
 	cancelRT context.CancelFunc
 	rtDone   chan struct{}
+
+	// terminations are the Terminate calls, with the host's RM state.
+	termMu       sync.Mutex
+	terminations []terminated
 }
 
 // callLog records every SetDesired call the runtime makes.
@@ -88,10 +96,25 @@ type desiredCall struct {
 	Target int
 }
 
-// recordingPool wraps the real provider to time its scale-up calls.
+// recordingPool wraps the real provider to time its scale-up calls and
+// to see each termination as it is asked for.
 type recordingPool struct {
 	*cloud.Provider
 	log *callLog
+	// onTerminate, when set, runs before each Terminate call.
+	onTerminate func(instanceID string)
+}
+
+func (r recordingPool) Terminate(ctx context.Context, pool, instanceID string) error {
+	if r.onTerminate != nil {
+		r.onTerminate(instanceID)
+	}
+	return r.Provider.Terminate(ctx, pool, instanceID)
+}
+
+// terminated is a Terminate call with the RM's state of its host then.
+type terminated struct {
+	Host, YARNState string
 }
 
 func (r recordingPool) SetDesired(ctx context.Context, pool string, target int) error {
@@ -159,9 +182,49 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 
-	w := &world{t: t, ctx: ctx, st: st, ysim: ysim, yclient: yclient, ns: o.namespace, calls: &callLog{}}
+	// YARN's admin port and exclude file: nodes move through the real
+	// graceful decommission and recommission.
+	exPath := filepath.Join(t.TempDir(), "exclude.xml")
+	yadmin, err := yarnsim.NewAdminServer(ysim, yarnsim.AdminConfig{ExcludePath: exPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yadminAddr, err := yadmin.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { yadmin.Close() })
+	yexclude, err := yarn.NewExcludeFile(exPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yrpc, err := rmadmin.New(rmadmin.Config{Addrs: []string{yadminAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, ctx: ctx, st: st, ysim: ysim, yadmin: yadmin, yexclude: yexclude, yclient: yclient, ns: o.namespace, calls: &callLog{}}
+	// The restart hook restarts the NodeManager of a running instance; a
+	// terminated one's host is gone.
+	var liveMu sync.Mutex
+	live := map[string]bool{}
+	hostOf := map[string]string{} // instance id → host
+	restart := func(ctx context.Context, host string) error {
+		liveMu.Lock()
+		ok := live[host]
+		liveMu.Unlock()
+		if !ok {
+			return fmt.Errorf("restart nodemanager of %s: its instance is gone", host)
+		}
+		return yadmin.RestartNodeManager(ctx, host)
+	}
+	ydec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: yclient, Admin: yrpc, Exclude: yexclude,
+		RestartNodeManager: restart, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Booted instances join Kubernetes as KWOK nodes, and YARN as
-	// NodeManagers left decommissioned until the broker hands them over.
+	// NodeManagers of excluded hosts (the RM turns them away as
+	// DECOMMISSIONED) until the broker hands them over.
 	w.aws = awssim.New(awssim.Config{LaunchDelay: 200 * time.Millisecond, BootDelay: o.bootDelay,
 		TerminateDelay: 200 * time.Millisecond, Logger: log,
 		BootHook: func(in awssim.Instance) {
@@ -173,13 +236,24 @@ func newWorld(t *testing.T, o worldOptions) *world {
 				Labels: labels, Taints: append([]corev1.Taint{gpuTaint}, o.extra.bootTaints...), ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
 				t.Errorf("boot %s: %v", in.ID, err)
 			}
-			if err := ysim.AddNode(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err == nil {
-				ysim.SetNodeState(in.PrivateDNSName, "DECOMMISSIONED")
+			if _, err := yexclude.Add(in.PrivateDNSName, 0); err != nil {
+				t.Errorf("boot %s: exclude from yarn: %v", in.ID, err)
+			}
+			liveMu.Lock()
+			live[in.PrivateDNSName] = true
+			hostOf[in.ID] = in.PrivateDNSName
+			liveMu.Unlock()
+			if err := yadmin.StartNodeManager(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err != nil && ctx.Err() == nil {
+				t.Errorf("boot %s: start nodemanager: %v", in.ID, err)
 			}
 		},
 		TerminateHook: func(in awssim.Instance) {
 			kubeEnv.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), in.PrivateDNSName, metav1.DeleteOptions{})
+			liveMu.Lock()
+			delete(live, in.PrivateDNSName)
+			liveMu.Unlock()
 			ysim.RemoveNode(in.PrivateDNSName)
+			yexclude.Remove(in.PrivateDNSName)
 		}})
 	endpoint, err := w.aws.Start("127.0.0.1:0")
 	if err != nil {
@@ -216,8 +290,18 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	yside := yarn.NewSide(yclient, yarn.MapOptions{})
 	w.cfg = broker.RuntimeConfig{
 		Observers: []broker.SideObserver{yside, kside},
-		Actions:   []broker.SideActions{yarnsim.Actions{Sim: ysim, Client: yclient}, kside},
-		Pools:     recordingPool{Provider: provider, log: w.calls}, Ledger: st.Ledger(), Logger: log,
+		Actions:   []broker.SideActions{ydec, kside},
+		Pools: recordingPool{Provider: provider, log: w.calls, onTerminate: func(id string) {
+			// A terminating machine's NodeManager cannot be restarted.
+			liveMu.Lock()
+			host := hostOf[id]
+			delete(live, host)
+			liveMu.Unlock()
+			w.termMu.Lock()
+			w.terminations = append(w.terminations, terminated{Host: host, YARNState: ysim.NodeState(host)})
+			w.termMu.Unlock()
+		}},
+		Ledger: st.Ledger(), Logger: log,
 		Period: time.Second, BatchWindow: 200 * time.Millisecond}
 	w.trigger = obs.Unschedulable()
 	w.start(w.cfg)

@@ -1,6 +1,12 @@
 package yarnsim_test
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -112,5 +118,285 @@ func TestPartitionsThroughTheClient(t *testing.T) {
 		if n.Partition != want {
 			t.Errorf("node %s partition %q, want %q", n.Name, n.Partition, want)
 		}
+	}
+}
+
+// TestContainerEndpointsAnswerAsHadoop checks the container report,
+// signal and app-kill answers against what Hadoop 3.3.6 and 3.5.0 RMs
+// answered (recorded against test/hadoop's minicluster):
+//
+//	GET .../containers/{id}   3.3.6 {"containerId":...,"allocatedMB":"1024",...}
+//	                          3.5.0 {"container":{"containerId":...,"allocatedMB":1024,...}}
+//	  gone                    404 {"RemoteException":{"exception":"NotFoundException",
+//	                              "message":"...Container with id '...' doesn't exist in RM."}}
+//	POST .../signal/GRACEFUL_SHUTDOWN  200, body "" (3.3.6) or "signal success" (3.5.0)
+//	  absent container        500 "Trying to signal an absent container ..."
+//	  bad command             400 "Invalid command: BOGUS, valid commands are: [...]"
+//	PUT .../apps/{id}/state KILLED     200 {"state":"KILLING"} (3.3.6), {"state":"KILLED"} (3.5.0)
+//	  again                   200 {"state":"KILLED"}
+//	GET .../apps/{unknown}/state       404 RemoteException "app with id: ... not found"
+//
+// and that a signal to a container on a DECOMMISSIONING node is answered
+// 200 and dropped, as the RM's RMNodeImpl does.
+func TestContainerEndpointsAnswerAsHadoop(t *testing.T) {
+	for _, f := range []yarnsim.Flavor{yarnsim.Flavor33, yarnsim.Flavor35} {
+		t.Run(string(f), func(t *testing.T) {
+			sim, err := yarnsim.New(yarnsim.Config{Flavor: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range []string{"g1", "g2"} {
+				if err := sim.AddNode(yarnsim.NodeSpec{Host: h, GPUs: 4}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			srv := httptest.NewServer(sim.Handler())
+			defer srv.Close()
+			do := func(method, path, body string) (int, string) {
+				t.Helper()
+				var rd io.Reader
+				if body != "" {
+					rd = strings.NewReader(body)
+				}
+				req, _ := http.NewRequest(method, srv.URL+path, rd)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			app, err := sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 2, GPUs: 4}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, err := sim.Containers(app)
+			if err != nil || len(cs) != 2 || cs[0].ID == cs[1].ID || cs[0].Host == cs[1].Host {
+				t.Fatalf("containers: %+v, %v", cs, err)
+			}
+			attempt := strings.Replace(app, "application_", "appattempt_", 1) + "_000001"
+			report := "/ws/v1/cluster/apps/" + app + "/appattempts/" + attempt + "/containers/"
+			code, body := do("GET", report+cs[0].ID, "")
+			wantStart := `{"allocatedMB":"1024"`
+			if f == yarnsim.Flavor35 {
+				wantStart = `{"container":{"allocatedMB":1024`
+			}
+			if code != 200 || !strings.HasPrefix(body, wantStart) || !strings.Contains(body, `"containerId":"`+cs[0].ID+`"`) ||
+				!strings.Contains(body, `"containerState":"RUNNING"`) {
+				t.Fatalf("container report: %d %s", code, body)
+			}
+			if code, body := do("POST", "/ws/v1/cluster/containers/"+cs[0].ID+"/signal/BOGUS", ""); code != 400 || !strings.HasPrefix(body, "Invalid command: BOGUS") {
+				t.Fatalf("bad command: %d %s", code, body)
+			}
+			code, body = do("POST", "/ws/v1/cluster/containers/"+cs[0].ID+"/signal/GRACEFUL_SHUTDOWN", "")
+			wantBody := "signal success"
+			if f == yarnsim.Flavor33 {
+				wantBody = ""
+			}
+			if code != 200 || body != wantBody {
+				t.Fatalf("signal: %d %q, want 200 %q", code, body, wantBody)
+			}
+			if code, body := do("GET", report+cs[0].ID, ""); code != 404 || !strings.Contains(body, `"exception":"NotFoundException"`) || !strings.Contains(body, "doesn't exist in RM") {
+				t.Fatalf("report of a stopped container: %d %s", code, body)
+			}
+			if code, body := do("POST", "/ws/v1/cluster/containers/"+cs[0].ID+"/signal/GRACEFUL_SHUTDOWN", ""); code != 500 || !strings.HasPrefix(body, "Trying to signal an absent container") {
+				t.Fatalf("signal to an absent container: %d %s", code, body)
+			}
+			// The stopped container's ask is pending again (its AM asks
+			// again) and is placed anew with a new id.
+			if now, _ := sim.Containers(app); len(now) != 2 || now[0].ID == cs[0].ID && now[1].ID == cs[0].ID {
+				t.Fatalf("containers after one stopped: %+v", now)
+			}
+			// A DECOMMISSIONING node drops signals.
+			if err := sim.SetNodeState(cs[1].Host, "DECOMMISSIONING"); err != nil {
+				t.Fatal(err)
+			}
+			if code, _ := do("POST", "/ws/v1/cluster/containers/"+cs[1].ID+"/signal/FORCEFUL_SHUTDOWN", ""); code != 200 {
+				t.Fatalf("signal to a decommissioning node: %d", code)
+			}
+			if code, _ := do("GET", report+cs[1].ID, ""); code != 200 {
+				t.Fatalf("a container on a DECOMMISSIONING node stopped on a signal: %d", code)
+			}
+			// Kill the app.
+			code, body = do("PUT", "/ws/v1/cluster/apps/"+app+"/state", `{"state":"KILLED"}`)
+			wantKill := `{"state":"KILLED"}`
+			if f == yarnsim.Flavor33 {
+				wantKill = `{"state":"KILLING"}`
+			}
+			if code != 200 || body != wantKill {
+				t.Fatalf("kill: %d %s, want %s", code, body, wantKill)
+			}
+			if code, body := do("PUT", "/ws/v1/cluster/apps/"+app+"/state", `{"state":"KILLED"}`); code != 200 || body != `{"state":"KILLED"}` {
+				t.Fatalf("kill again: %d %s", code, body)
+			}
+			if code, body := do("GET", "/ws/v1/cluster/apps/"+app+"/state", ""); code != 200 || body != `{"state":"KILLED"}` {
+				t.Fatalf("state after the kill: %d %s", code, body)
+			}
+			if code, body := do("GET", "/ws/v1/cluster/apps/application_1_0001/state", ""); code != 404 || !strings.Contains(body, "app with id: application_1_0001 not found") {
+				t.Fatalf("state of an unknown app: %d %s", code, body)
+			}
+		})
+	}
+}
+
+// TestOneContainerModel: the RM's app-attempt listing (read by the real
+// client), the NodeManagers' REST API and Sim.Containers name the same
+// containers by the same ids, and the signal, report and app-kill
+// endpoints act on those: a signalled container leaves every listing at
+// once (its ask is placed again under a new id, listed alike); a
+// decommissioned NodeManager's containers are gone from the RM's listing,
+// its REST API no longer answers, and a signal to one of them finds no
+// container; a killed app leaves no container on any NodeManager.
+func TestOneContainerModel(t *testing.T) {
+	for _, f := range []yarnsim.Flavor{yarnsim.Flavor33, yarnsim.Flavor35} {
+		t.Run(string(f), func(t *testing.T) {
+			sim, rm, _ := start(t, yarnsim.Config{Flavor: f})
+			nm := httptest.NewServer(sim.NodeManagerHandler())
+			t.Cleanup(nm.Close)
+			must(t, sim.AddNode(yarnsim.NodeSpec{Host: "n1", GPUs: 4}))
+			must(t, sim.AddNode(yarnsim.NodeSpec{Host: "n2", GPUs: 4}))
+			app, err := sim.Submit(yarnsim.AppSpec{Queue: "a", ManagedAM: true, Requests: []yarnsim.RequestSpec{{Containers: 2, GPUs: 4}}})
+			must(t, err)
+
+			do := func(srv *httptest.Server, host, method, path, body string) (int, string) {
+				t.Helper()
+				var rd io.Reader
+				if body != "" {
+					rd = strings.NewReader(body)
+				}
+				req, _ := http.NewRequest(method, srv.URL+path, rd)
+				req.Header.Set("Content-Type", "application/json")
+				if host != "" {
+					req.Host = host + ":8042"
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			// nmList returns the ids host's NodeManager lists, or nil and
+			// false when it does not answer.
+			nmList := func(host string) ([]string, bool) {
+				t.Helper()
+				code, body := do(nm, host, "GET", "/ws/v1/node/containers", "")
+				if code != http.StatusOK {
+					return nil, false
+				}
+				var doc struct {
+					Containers struct {
+						Container []struct {
+							ID string `json:"id"`
+						} `json:"container"`
+					} `json:"containers"`
+				}
+				if err := json.Unmarshal([]byte(body), &doc); err != nil {
+					t.Fatalf("NodeManager %s listing %s: %v", host, body, err)
+				}
+				var ids []string
+				for _, x := range doc.Containers.Container {
+					ids = append(ids, x.ID)
+				}
+				slices.Sort(ids)
+				return ids, true
+			}
+			// rmList returns the ids the RM lists for app by host, read by
+			// a new client each time (a client trusts its cached lists
+			// while the app's allocation stays the same).
+			rmList := func() map[string][]string {
+				t.Helper()
+				c, err := yarn.NewClient(yarn.Config{RMs: []string{rm.URL}})
+				must(t, err)
+				a, ok := observe(t, c).App(app)
+				if !ok {
+					return nil
+				}
+				out := map[string][]string{}
+				for _, ct := range a.Containers {
+					out[ct.Host] = append(out[ct.Host], ct.ID)
+				}
+				for _, ids := range out {
+					slices.Sort(ids)
+				}
+				return out
+			}
+			simList := func() map[string][]string {
+				t.Helper()
+				cs, err := sim.Containers(app)
+				must(t, err)
+				out := map[string][]string{}
+				for _, ct := range cs {
+					out[ct.Host] = append(out[ct.Host], ct.ID)
+				}
+				for _, ids := range out {
+					slices.Sort(ids)
+				}
+				return out
+			}
+			agree := func(when string) map[string][]string {
+				t.Helper()
+				rmIDs, simIDs := rmList(), simList()
+				for _, h := range []string{"n1", "n2"} {
+					nmIDs, up := nmList(h)
+					if up && !slices.Equal(nmIDs, rmIDs[h]) || !slices.Equal(simIDs[h], rmIDs[h]) {
+						t.Fatalf("%s: %s lists %v on its NodeManager, %v at the RM, %v in the sim", when, h, nmIDs, rmIDs[h], simIDs[h])
+					}
+				}
+				return rmIDs
+			}
+			ids := agree("at the start")
+			if len(ids["n1"]) != 2 || len(ids["n2"]) != 1 {
+				t.Fatalf("containers %v, want the AM's and one on n1, one on n2", ids)
+			}
+
+			// Signal n2's container: it leaves every listing, its report
+			// is 404, and its ask lands on n2 again under a new id.
+			victim := ids["n2"][0]
+			if code, body := do(rm, "", "POST", "/ws/v1/cluster/containers/"+victim+"/signal/FORCEFUL_SHUTDOWN", ""); code != 200 {
+				t.Fatalf("signal: %d %s", code, body)
+			}
+			ids = agree("after the signal")
+			if len(ids["n2"]) != 1 || ids["n2"][0] == victim {
+				t.Fatalf("containers on n2 after the signal %v: want one, not %s", ids["n2"], victim)
+			}
+			attempt := strings.Replace(app, "application_", "appattempt_", 1) + "_000001"
+			report := "/ws/v1/cluster/apps/" + app + "/appattempts/" + attempt + "/containers/"
+			if code, _ := do(rm, "", "GET", report+victim, ""); code != 404 {
+				t.Fatalf("report of the signalled container: %d, want 404", code)
+			}
+			if code, _ := do(rm, "", "GET", report+ids["n2"][0], ""); code != 200 {
+				t.Fatalf("report of its replacement: %d, want 200", code)
+			}
+
+			// n2 is decommissioned: its NodeManager has stopped, the RM
+			// lists nothing on it, and its container cannot be signalled.
+			onN2 := ids["n2"][0]
+			must(t, sim.SetNodeState("n2", "DECOMMISSIONED"))
+			ids = agree("after n2 was decommissioned")
+			if _, up := nmList("n2"); up || len(ids["n2"]) != 0 {
+				t.Fatalf("decommissioned n2: NodeManager answers %v, RM lists %v", up, ids["n2"])
+			}
+			if code, body := do(rm, "", "POST", "/ws/v1/cluster/containers/"+onN2+"/signal/GRACEFUL_SHUTDOWN", ""); code != 500 || !strings.HasPrefix(body, "Trying to signal an absent container") {
+				t.Fatalf("signal to a container of a decommissioned node: %d %s", code, body)
+			}
+			if code, _ := do(rm, "", "GET", report+onN2, ""); code != 404 {
+				t.Fatalf("report of a container of a decommissioned node: %d, want 404", code)
+			}
+
+			// The app is killed: no NodeManager lists its containers.
+			if code, body := do(rm, "", "PUT", "/ws/v1/cluster/apps/"+app+"/state", `{"state":"KILLED"}`); code != 200 {
+				t.Fatalf("kill: %d %s", code, body)
+			}
+			if got, up := nmList("n1"); !up || len(got) != 0 {
+				t.Fatalf("n1 lists %v (answering %v) after the kill, want none", got, up)
+			}
+			if _, err := sim.Containers(app); err == nil {
+				t.Fatalf("the killed app still has containers in the sim")
+			}
+		})
 	}
 }

@@ -7,8 +7,15 @@
 // applications whose GPU container requests are allocated first-fit when
 // nodes with free GPUs exist; what does not fit stays pending. Nodes can be
 // added and removed (their containers are asked for again, as an AM would),
-// and node states can be set (DECOMMISSIONING, ...) for the decommission
-// work that grows on it. Faults (an HTML login page, truncated JSON, a 500,
+// and node states can be set (DECOMMISSIONING, ...). Containers are one
+// model (sim.go): each has an id, app, node and request, and the RM's
+// app-attempt listing (http.go), the NodeManagers' REST API
+// (nodemanager_http.go) and the container report, signal and app-kill
+// endpoints (containers.go) all serve and act on it. An AdminServer
+// (rmadmin.go) serves the RM admin RPC over Hadoop IPC, reads the exclude
+// file and runs graceful decommissions; NodeManagers stop when
+// decommissioned and register again when restarted (nodemanager.go).
+// Faults (an HTML login page, truncated JSON, a 500,
 // a standby RM without a redirect target) and a standby handler that
 // redirects to the active RM test the client's error handling and HA.
 //

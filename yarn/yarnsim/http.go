@@ -26,6 +26,7 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("GET /ws/v1/cluster/apps/{id}/appattempts/{attempt}/containers", s.serveContainers)
 	mux.HandleFunc("GET /ws/v1/cluster/nodes", s.serveNodes)
 	mux.HandleFunc("GET /ws/v1/cluster/scheduler", s.serveScheduler)
+	s.handleContainers(mux)
 	return s.faulty(mux)
 }
 

@@ -1,103 +1,103 @@
 package yarnsim
 
 import (
-	"net"
-	"net/http"
-	"slices"
-	"strconv"
+	"context"
+	"fmt"
 )
 
-// NodeManagerHandler returns the NodeManagers' REST API, one handler for
-// all of them: the node is the request's Host (its nodeHTTPAddress,
-// host:8042). It serves GET /ws/v1/node/containers, in the documented
-// wrapped form ({"containers": {"container": [...]}}), and, unless the
-// NoGPUPlugin quirk is set, GET /ws/v1/node/resources/yarn.io%2Fgpu with
-// one assigned device per GPU a container holds.
-func (s *Sim) NodeManagerHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /ws/v1/node/containers", s.serveNMContainers)
-	mux.HandleFunc("GET /ws/v1/node/resources/{resource}", s.serveNMResource)
-	return mux
-}
+// The NodeManager lifecycle as the RM sees it. A NodeManager that a
+// decommission ends (DECOMMISSIONED) has shut down: the node stays
+// DECOMMISSIONED, whatever refreshNodes does, until a service manager or
+// the broker's restart hook starts the NodeManager again; it then
+// registers with the resources it is configured with (an
+// updateNodeResource override is gone), RUNNING unless its host is still
+// excluded, in which case the RM turns it away (DECOMMISSIONED).
 
-// nmNode returns the node a NodeManager request is for, locked.
-func (s *Sim) nmNode(r *http.Request) *node {
-	host, _, err := net.SplitHostPort(r.Host)
+// StartNodeManager registers a new NodeManager for spec.Host, as a freshly
+// booted machine's NodeManager does: RUNNING, or DECOMMISSIONED when the
+// host is in the exclude file (the RM refuses it, and the host waits for a
+// recommission).
+func (a *AdminServer) StartNodeManager(spec NodeSpec) error {
+	ex, err := a.readExclude()
 	if err != nil {
-		host = r.Host
+		return err
 	}
-	n := s.nodes[host]
-	if n == nil || n.state == "LOST" || n.state == "SHUTDOWN" || n.state == "DECOMMISSIONED" {
-		return nil
+	if err := a.sim.AddNode(spec); err != nil {
+		return err
 	}
-	return n
+	a.mu.Lock()
+	a.registered[spec.Host] = a.sim.nodeSpec(spec.Host)
+	a.mu.Unlock()
+	if _, excluded := ex[spec.Host]; excluded {
+		return a.sim.SetNodeState(spec.Host, "DECOMMISSIONED")
+	}
+	return nil
 }
 
-func (s *Sim) nmContainers(n *node) []*container {
-	cs := make([]*container, 0, len(n.conts))
-	for _, c := range n.conts {
-		cs = append(cs, c)
+// RestartNodeManager stops host's NodeManager if it still runs (its
+// containers are lost, as without NodeManager recovery) and starts it
+// again: it registers with its configured resources, RUNNING unless the
+// host is excluded. Its signature fits yarn.DecommissionConfig's
+// RestartNodeManager hook.
+func (a *AdminServer) RestartNodeManager(_ context.Context, host string) error {
+	ex, err := a.readExclude()
+	if err != nil {
+		return err
 	}
-	slices.SortFunc(cs, func(a, b *container) int {
-		if a.id < b.id {
-			return -1
+	spec, ok := a.sim.nodeState(host)
+	if !ok {
+		return fmt.Errorf("yarnsim: restart nodemanager of %s: no such host", host)
+	}
+	if spec != "DECOMMISSIONED" && spec != "SHUTDOWN" && spec != "LOST" {
+		// A running NodeManager stops first: the RM marks it SHUTDOWN and
+		// its containers are lost.
+		a.mu.Lock()
+		runs := a.runs[host]
+		delete(a.runs, host)
+		a.mu.Unlock()
+		for _, id := range runs {
+			_ = a.sim.Finish(id)
 		}
-		if a.id > b.id {
-			return 1
+		if err := a.sim.SetNodeState(host, "SHUTDOWN"); err != nil {
+			return err
 		}
-		return 0
-	})
-	return cs
+	}
+	a.mu.Lock()
+	reg, override := a.registered[host]
+	a.mu.Unlock()
+	if override {
+		if err := a.updateNodeResource(host, reg.MemoryMB, reg.VCores, reg.GPUs); err != nil {
+			return err
+		}
+	}
+	if _, excluded := ex[host]; excluded {
+		return a.sim.SetNodeState(host, "DECOMMISSIONED")
+	}
+	return a.sim.SetNodeState(host, "RUNNING")
 }
 
-func (s *Sim) serveNMContainers(w http.ResponseWriter, r *http.Request) {
+// nodeSpec returns host's current spec.
+func (s *Sim) nodeSpec(host string) NodeSpec {
 	s.mu.Lock()
-	n := s.nmNode(r)
-	var out []map[string]any
-	if n != nil {
-		for _, c := range s.nmContainers(n) {
-			_, mem, vcores := c.size()
-			out = append(out, map[string]any{
-				"id": c.id, "state": "RUNNING", "exitCode": -1000, "diagnostics": "", "user": c.app.spec.User,
-				"totalMemoryNeededMB": mem, "totalVCoresNeeded": vcores, "executionType": "GUARANTEED",
-				"containerLogsLink": "http://" + n.spec.Host + ":8042/node/containerlogs/" + c.id + "/" + c.app.spec.User,
-				"nodeId":            n.spec.Host + ":" + strconv.Itoa(n.port), "containerLogFiles": []string{"stdout", "stderr"},
-			})
-		}
+	defer s.mu.Unlock()
+	if n, ok := s.nodes[host]; ok {
+		return n.spec
 	}
-	s.mu.Unlock()
-	if n == nil {
-		http.Error(w, "connection refused", http.StatusBadGateway)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"containers": wrapper(s.cfg.Quirks, "container", out)})
+	return NodeSpec{}
 }
 
-func (s *Sim) serveNMResource(w http.ResponseWriter, r *http.Request) {
-	if r.PathValue("resource") != "yarn.io/gpu" || s.cfg.Quirks.NoGPUPlugin {
-		notFound(w, "resource plugin for "+r.PathValue("resource")+" not found")
-		return
-	}
+// nodeState returns host's state and whether the RM lists it.
+func (s *Sim) nodeState(host string) (string, bool) {
 	s.mu.Lock()
-	n := s.nmNode(r)
-	var total, assigned []map[string]any
-	if n != nil {
-		for i := range n.spec.GPUs {
-			total = append(total, map[string]any{"index": i, "minorNumber": i})
-		}
-		next := 0
-		for _, c := range s.nmContainers(n) {
-			gpus, _, _ := c.size()
-			for range gpus {
-				assigned = append(assigned, map[string]any{"index": next, "minorNumber": next, "containerId": c.id})
-				next++
-			}
-		}
+	defer s.mu.Unlock()
+	if n, ok := s.nodes[host]; ok {
+		return n.state, true
 	}
-	s.mu.Unlock()
-	if n == nil {
-		http.Error(w, "connection refused", http.StatusBadGateway)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"gpuDeviceInformation": map[string]any{}, "totalGpuDevices": total, "assignedGpuDevices": assigned})
+	return "", false
+}
+
+// NodeState returns host's state as the RM lists it ("" when it does not).
+func (s *Sim) NodeState(host string) string {
+	st, _ := s.nodeState(host)
+	return st
 }

@@ -40,8 +40,8 @@ type AdminConfig struct {
 // updateNodeResource. Like the RM, a gracefully decommissioned node stays
 // DECOMMISSIONING until its containers are gone or its timeout ends (its
 // containers are then lost), a DECOMMISSIONED NodeManager stays down until
-// Restart, and a host taken out of the file and refreshed while
-// DECOMMISSIONING is RUNNING again. The frames are decoded here, apart
+// RestartNodeManager (nodemanager.go), and a host taken out of the file and
+// refreshed while DECOMMISSIONING is RUNNING again. The frames are decoded here, apart
 // from the client in yarn/rmadmin, so each checks the other.
 type AdminServer struct {
 	sim     *Sim
@@ -52,9 +52,12 @@ type AdminServer struct {
 	// until is the graceful deadline of each decommissioning host.
 	until map[string]time.Time
 	// runs are RunOn apps by host: they end when their container does.
-	runs  map[string][]string
-	conns sync.WaitGroup
-	stop  chan struct{}
+	runs map[string][]string
+	// registered is what each NodeManager registered with, kept when
+	// updateNodeResource overrides it; a restart registers it again.
+	registered map[string]NodeSpec
+	conns      sync.WaitGroup
+	stop       chan struct{}
 }
 
 // NewAdminServer returns an admin server for sim; Start listens.
@@ -71,7 +74,8 @@ func NewAdminServer(sim *Sim, cfg AdminConfig) (*AdminServer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &AdminServer{sim: sim, cfg: cfg, until: map[string]time.Time{}, runs: map[string][]string{}, stop: make(chan struct{})}, nil
+	return &AdminServer{sim: sim, cfg: cfg, until: map[string]time.Time{}, runs: map[string][]string{},
+		registered: map[string]NodeSpec{}, stop: make(chan struct{})}, nil
 }
 
 // Start listens on addr (host:port, port 0 for any) and returns the
@@ -125,19 +129,6 @@ func (a *AdminServer) SetStandby(standby bool) {
 	a.mu.Unlock()
 }
 
-// Restart brings a DECOMMISSIONED or SHUTDOWN NodeManager back, as its
-// service manager would: it registers RUNNING unless still excluded.
-func (a *AdminServer) Restart(host string) error {
-	ex, err := a.readExclude()
-	if err != nil {
-		return err
-	}
-	if _, excluded := ex[host]; excluded {
-		return a.sim.SetNodeState(host, "DECOMMISSIONED")
-	}
-	return a.sim.SetNodeState(host, "RUNNING")
-}
-
 // RunOn starts an app in queue with one container of gpus GPUs placed on
 // host, which finishes after d; the app ends with its container, also
 // when a decommission cuts it off.
@@ -161,6 +152,8 @@ func (a *AdminServer) RunOn(queue, host string, gpus int, d time.Duration) (stri
 	n.containers++
 	n.allocs[ap] = map[int]int{0: 1}
 	s.newContainer(ap, n, 0)
+	s.rules.init()
+	s.rules.oneShot[id] = true // the app ends with its container
 	s.freeByLabel[label(n.spec.Labels)] -= gpus
 	ap.running++
 	ap.usedGPUs += gpus
@@ -192,19 +185,21 @@ func (a *AdminServer) tickLoop() {
 
 func (a *AdminServer) progress() {
 	now := a.cfg.Now()
+	// IMPORTANT: the sim's lock is taken before a.mu, as refreshNodes and
+	// updateNodeResource do; never the other way round.
+	a.sim.mu.Lock()
 	a.mu.Lock()
 	var done []string
 	for host, until := range a.until {
-		a.sim.mu.Lock()
 		n := a.sim.nodes[host]
-		finished := n == nil || n.state != "DECOMMISSIONING" || n.containers == 0 || !now.Before(until)
-		a.sim.mu.Unlock()
-		if finished {
+		timedOut := !until.IsZero() && !now.Before(until) // zero: an infinite timeout
+		if n == nil || n.state != "DECOMMISSIONING" || n.containers == 0 || timedOut {
 			done = append(done, host)
 			delete(a.until, host)
 		}
 	}
 	a.mu.Unlock()
+	a.sim.mu.Unlock()
 	for _, host := range done {
 		a.decommissioned(host)
 	}
@@ -292,13 +287,17 @@ func (a *AdminServer) refreshNodes(typ int, timeout time.Duration, hasTimeout bo
 			if typ == 2 { // GRACEFUL
 				changes = append(changes, change{host, "DECOMMISSIONING"})
 				d := a.cfg.DefaultTimeout
-				if t > 0 {
+				if t != 0 {
 					d = t
 				} else if hasTimeout {
 					d = timeout
 				}
+				until := time.Time{} // a negative timeout (-1) is infinite
+				if d >= 0 {
+					until = a.cfg.Now().Add(d)
+				}
 				a.mu.Lock()
-				a.until[host] = a.cfg.Now().Add(d)
+				a.until[host] = until
 				a.mu.Unlock()
 			} else {
 				now = append(now, host)
@@ -333,6 +332,11 @@ func (a *AdminServer) updateNodeResource(host string, mem, vcores int64, gpus in
 	if n == nil {
 		return fmt.Errorf("node %s is not found", host)
 	}
+	a.mu.Lock()
+	if _, ok := a.registered[host]; !ok {
+		a.registered[host] = n.spec
+	}
+	a.mu.Unlock()
 	l := label(n.spec.Labels)
 	if n.state == "RUNNING" {
 		s.freeByLabel[l] -= n.freeGPUs()

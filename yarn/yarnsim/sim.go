@@ -213,6 +213,9 @@ type Sim struct {
 	live []*node
 	// srv is the listener Start opened.
 	srv *http.Server
+	// rules are the apps' answers to container signals and kills
+	// (containers.go).
+	rules appRules
 }
 
 // New returns a simulator with no nodes and no apps.
@@ -414,9 +417,15 @@ func (s *Sim) SetNodeLabels(host string, labels []string) error {
 	return nil
 }
 
-// releaseNode returns a node's containers to their apps' pending asks.
+// releaseNode returns a node's containers to their apps' pending asks;
+// an app that ends with its container (RunOn's) ends.
 func (s *Sim) releaseNode(n *node) {
+	var ended []*app
 	for a, reqs := range n.allocs {
+		if s.rules.oneShot[a.id] {
+			ended = append(ended, a)
+			continue
+		}
 		for ri, c := range reqs {
 			r := &a.requests[ri]
 			r.pending += c
@@ -445,6 +454,9 @@ func (s *Sim) releaseNode(n *node) {
 	n.allocs = map[*app]map[int]int{}
 	n.conts = map[string]*container{}
 	n.usedGPUs, n.usedMem, n.usedVCores, n.containers = 0, 0, 0, 0
+	for _, a := range ended {
+		s.finish(a) // its container is already gone from n
+	}
 }
 
 // newContainer records a container of a on n for request ri.
@@ -538,6 +550,14 @@ func (s *Sim) Finish(id string) error {
 	if !ok {
 		return fmt.Errorf("yarnsim: app %q: not found", id)
 	}
+	s.finish(a)
+	s.scheduleAll()
+	return nil
+}
+
+// finish frees a's containers and removes it. Callers hold s.mu and
+// schedule afterwards.
+func (s *Sim) finish(a *app) {
 	for _, c := range a.conts {
 		n := c.node
 		gpus, mem, vcores := c.size()
@@ -552,11 +572,9 @@ func (s *Sim) Finish(id string) error {
 		delete(n.allocs, a)
 	}
 	a.conts, a.am = nil, nil
-	delete(s.appByID, id)
+	delete(s.appByID, a.id)
 	i := slices.Index(s.apps, a)
 	s.apps = slices.Delete(s.apps, i, i+1)
-	s.scheduleAll()
-	return nil
 }
 
 func label(ls []string) string {
@@ -666,47 +684,24 @@ func (s *Sim) AppContainers(id string) (containers []string, am string, err erro
 }
 
 // CompleteContainer ends a live container, as when its process exits: its
-// resources are freed and its app does not ask for it again.
+// resources are freed and its app does not ask for it again (an app that
+// ends with its container ends).
 func (s *Sim) CompleteContainer(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range s.nodes {
-		c, ok := n.conts[id]
-		if !ok {
-			continue
-		}
-		a := c.app
-		gpus, mem, vcores := c.size()
-		n.usedGPUs -= gpus
-		n.usedMem -= mem
-		n.usedVCores -= vcores
-		n.containers--
-		if n.state == "RUNNING" {
-			s.freeByLabel[label(n.spec.Labels)] += gpus
-		}
-		delete(n.conts, id)
-		a.conts = slices.DeleteFunc(a.conts, func(x *container) bool { return x == c })
-		a.running--
-		a.usedGPUs -= gpus
-		a.usedMem -= mem
-		a.usedCores -= vcores
-		if c.req == amRequest {
-			// The attempt ends with its AM; the next one keeps the
-			// app's containers.
-			a.am = nil
-			a.attempt++
-		} else if reqs := n.allocs[a]; reqs != nil {
-			if reqs[c.req]--; reqs[c.req] == 0 {
-				delete(reqs, c.req)
-			}
-			if len(reqs) == 0 {
-				delete(n.allocs, a)
-			}
-		}
-		s.scheduleAll()
-		return nil
+	c, ok := s.findContainer(id)
+	if !ok {
+		return fmt.Errorf("yarnsim: container %q: not found", id)
 	}
-	return fmt.Errorf("yarnsim: container %q: not found", id)
+	s.rules.init()
+	if s.rules.oneShot[c.app.id] {
+		s.rules.ended[c.app.id] = "FINISHED"
+		s.finish(c.app)
+	} else {
+		s.dropContainer(c)
+	}
+	s.scheduleAll()
+	return nil
 }
 
 // Counts reports the simulator's totals: apps, nodes and pending GPUs.

@@ -1,0 +1,414 @@
+package yarn
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// Preemption of YARN work through the RM REST API. The RM serves
+// POST /ws/v1/cluster/containers/{id}/signal/{command} (checked in the
+// RMWebServices of Hadoop 3.3.6 and 3.5.0: both serve it) and
+// PUT /ws/v1/cluster/apps/{id}/state {"state":"KILLED"} (every 3.x).
+
+// The REST paths Evict uses, under the RM root.
+const (
+	pathSignal    = "/ws/v1/cluster/containers/%s/signal/%s"
+	pathAppState  = "/ws/v1/cluster/apps/%s/state"
+	pathContainer = "/ws/v1/cluster/apps/%s/appattempts/%s/containers/%s"
+)
+
+// Signal commands of the RM's container signal API (SignalContainerCommand).
+const (
+	SignalGraceful = "GRACEFUL_SHUTDOWN"
+	SignalForceful = "FORCEFUL_SHUTDOWN"
+)
+
+// errNoSignal marks an RM that does not serve the container signal API.
+var errNoSignal = errors.New("the RM does not serve the container signal API")
+
+// Evict stops one YARN workload on node and reports done (nil) only when
+// it is gone. It is called again until then: while the work is stopping
+// it returns an error wrapping broker.ErrInProgress.
+//
+// A container (w.Key or w.Name names container_...) is sent
+// GRACEFUL_SHUTDOWN first (its process gets SIGTERM and may checkpoint);
+// a call EvictGrace after that sends FORCEFUL_SHUTDOWN (SIGKILL). It is
+// gone when the RM no longer lists it among its app attempt's live
+// containers, or its application has ended. An ApplicationMaster
+// (w.AM: the whole application is the victim), work without a container
+// id, a container on a DECOMMISSIONING node (the RM drops signals there),
+// one still running EvictGrace after FORCEFUL_SHUTDOWN, and RMs that do
+// not serve the signal API have their application killed instead (PUT
+// .../apps/{id}/state KILLED); that is done when the RM reports the app
+// KILLED, FINISHED or FAILED.
+func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Workload) error {
+	cid := containerID(w)
+	app := w.App
+	if app == "" {
+		app = appOfContainer(cid)
+	}
+	if app == "" {
+		if a, _, ok := strings.Cut(w.Key, "/"); ok && strings.HasPrefix(a, "application_") {
+			app = a
+		} else if strings.HasPrefix(w.Key, "application_") {
+			app = w.Key
+		}
+	}
+	if app == "" {
+		return fmt.Errorf("evict %q from %s: no YARN application or container id in the workload", w.Key, node)
+	}
+	if w.AM || cid == "" {
+		return d.killApp(ctx, node, app, "application master "+cid)
+	}
+	gone, err := d.containerGone(ctx, node, app, cid)
+	if err != nil {
+		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
+	}
+	if gone {
+		d.mu.Lock()
+		delete(d.evicting, cid)
+		d.mu.Unlock()
+		d.cfg.Client.refreshContainers(app, node)
+		d.cfg.Logger.Info("yarn container stopped", "node", node, "container", cid, "app", app)
+		return nil
+	}
+	// IMPORTANT: the RM drops container signals to a DECOMMISSIONING node
+	// (RMNodeImpl has no SIGNAL_CONTAINER transition there: Hadoop 3.3.6
+	// and 3.5.0 log "Invalid event" and answer 200), so on such a node the
+	// app is killed; evict YARN victims before decommissioning their node
+	// to stop only the containers.
+	n, err := d.node(ctx, node)
+	if err != nil {
+		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
+	}
+	if n.State == "DECOMMISSIONING" {
+		d.cfg.Logger.Warn("yarn rm drops container signals to decommissioning nodes; killing the application", "node", node, "container", cid, "app", app)
+		return d.killApp(ctx, node, app, "container "+cid+" on a decommissioning node")
+	}
+	d.mu.Lock()
+	ev, signalled := d.evicting[cid]
+	d.mu.Unlock()
+	now := d.cfg.Now()
+	cmd := SignalGraceful
+	switch {
+	case !signalled:
+	case ev.forceful.IsZero() && now.Sub(ev.graceful) < d.cfg.EvictGrace,
+		!ev.forceful.IsZero() && now.Sub(ev.forceful) < d.cfg.EvictGrace:
+		return fmt.Errorf("container %s on %s is shutting down (%s sent): %w", cid, node, ev.last(), broker.ErrInProgress)
+	case ev.forceful.IsZero():
+		cmd = SignalForceful
+	default:
+		// FORCEFUL_SHUTDOWN did not stop it within the grace: the signal
+		// was lost (the node began decommissioning meanwhile, or the
+		// NodeManager did not get it). The app is the only thing left.
+		d.cfg.Logger.Warn("yarn container survived FORCEFUL_SHUTDOWN; killing the application", "node", node, "container", cid, "app", app)
+		return d.killApp(ctx, node, app, "container "+cid+" that survived FORCEFUL_SHUTDOWN")
+	}
+	err = d.signal(ctx, cid, cmd)
+	if errors.Is(err, errNoSignal) {
+		d.cfg.Logger.Warn("yarn rm cannot signal containers; killing the application", "node", node, "container", cid, "app", app)
+		return d.killApp(ctx, node, app, "container "+cid)
+	}
+	if err != nil {
+		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
+	}
+	d.cfg.Client.refreshContainers(app, node)
+	d.mu.Lock()
+	if cmd == SignalGraceful {
+		d.evicting[cid] = eviction{graceful: now}
+	} else {
+		ev.forceful = now
+		d.evicting[cid] = ev
+	}
+	d.mu.Unlock()
+	d.cfg.Logger.Info("yarn container signalled", "node", node, "container", cid, "app", app, "command", cmd)
+	return fmt.Errorf("container %s on %s sent %s: %w", cid, node, cmd, broker.ErrInProgress)
+}
+
+// eviction is when an evicted container was sent each signal.
+type eviction struct {
+	graceful, forceful time.Time
+}
+
+func (e eviction) last() string {
+	if e.forceful.IsZero() {
+		return SignalGraceful
+	}
+	return SignalForceful
+}
+
+// killApp kills app unless it has ended; nil once it has.
+func (d *Decommissioner) killApp(ctx context.Context, node, app, why string) error {
+	path := fmt.Sprintf(pathAppState, url.PathEscape(app))
+	var st struct {
+		State string `json:"state"`
+	}
+	_, err := d.send(ctx, http.MethodGet, path, nil, &st)
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("evict application %s from %s: %w", app, node, err)
+	}
+	if err != nil || finalAppState(st.State) {
+		d.cfg.Client.refreshContainers(app, node)
+		d.cfg.Logger.Info("yarn application ended", "node", node, "app", app, "state", st.State)
+		return nil
+	}
+	code, err := d.send(ctx, http.MethodPut, path, map[string]string{"state": "KILLED"}, &st)
+	if err != nil {
+		return fmt.Errorf("kill application %s on %s: %w", app, node, err)
+	}
+	if code != http.StatusOK && code != http.StatusAccepted {
+		return fmt.Errorf("kill application %s on %s: the RM answered %d", app, node, code)
+	}
+	d.cfg.Client.refreshContainers(app, node)
+	d.cfg.Logger.Info("yarn application kill requested", "node", node, "app", app, "victim", why)
+	if finalAppState(st.State) {
+		return nil
+	}
+	return fmt.Errorf("application %s on %s is being killed: %w", app, node, broker.ErrInProgress)
+}
+
+func finalAppState(s string) bool { return s == "KILLED" || s == "FINISHED" || s == "FAILED" }
+
+// containerGone reports whether the RM no longer lists container cid of
+// app as live: the container report answers 404 with a RemoteException
+// (ContainerNotFoundException, or the app or attempt is gone), or its app
+// has ended. A live container on another host than node is an error: the
+// victim is not where the preemption was planned.
+func (d *Decommissioner) containerGone(ctx context.Context, node, app, cid string) (bool, error) {
+	var st struct {
+		State string `json:"state"`
+	}
+	_, err := d.send(ctx, http.MethodGet, fmt.Sprintf(pathAppState, url.PathEscape(app)), nil, &st)
+	if isNotFound(err) || err == nil && finalAppState(st.State) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	attempt := attemptOfContainer(cid)
+	if attempt == "" {
+		return false, fmt.Errorf("container id %q has no app attempt", cid)
+	}
+	// Hadoop 3.3 answers the bare ContainerInfo, 3.5 wraps it.
+	type containerInfo struct {
+		ID     string `json:"containerId"`
+		State  string `json:"containerState"`
+		NodeID string `json:"assignedNodeId"`
+	}
+	var report struct {
+		containerInfo
+		Container *containerInfo `json:"container"`
+	}
+	_, err = d.send(ctx, http.MethodGet, fmt.Sprintf(pathContainer, url.PathEscape(app), url.PathEscape(attempt), url.PathEscape(cid)), nil, &report)
+	if isNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if report.Container != nil {
+		report.containerInfo = *report.Container
+	}
+	if report.State == "COMPLETE" {
+		return true, nil
+	}
+	if host, _, _ := strings.Cut(report.NodeID, ":"); host != "" && host != node {
+		return false, fmt.Errorf("container %s runs on %s, not on %s: %w", cid, host, node, broker.ErrConflict)
+	}
+	return false, nil
+}
+
+// signal sends cmd to container cid. It returns errNoSignal when the RM
+// does not serve the signal API.
+func (d *Decommissioner) signal(ctx context.Context, cid, cmd string) error {
+	_, err := d.send(ctx, http.MethodPost, fmt.Sprintf(pathSignal, url.PathEscape(cid), cmd), nil, nil)
+	var re *restError
+	if errors.As(err, &re) && (re.code == http.StatusMethodNotAllowed ||
+		re.code == http.StatusNotFound && !strings.Contains(re.detail, cid)) {
+		// No such resource (an RM before the signal API); a container the
+		// RM does not know is named in its answer.
+		return fmt.Errorf("%w: %w", errNoSignal, err)
+	}
+	return err
+}
+
+// isNotFound reports whether err is the RM's own 404 (a RemoteException:
+// no such app, attempt or container).
+func isNotFound(err error) bool {
+	var re *restError
+	return errors.As(err, &re) && re.code == http.StatusNotFound && re.remote
+}
+
+// restError is an RM answer Evict does not expect.
+type restError struct {
+	code   int
+	remote bool // the body is a RemoteException: the RM itself answered
+	detail string
+}
+
+func (e *restError) Error() string { return fmt.Sprintf("answered %d: %s", e.code, e.detail) }
+
+// send performs one REST call against the RMs of d's client, with the
+// client's transport, user and timeout, starting with the RM that answered
+// last and failing over to the next on a connection failure or a standby's
+// answer; a standby's redirect is followed with the same method and body.
+// It decodes a JSON answer into v (when not nil) and returns the status
+// code; any other answer than 2xx is a *restError.
+func (d *Decommissioner) send(ctx context.Context, method, path string, body, v any) (int, error) {
+	c := d.cfg.Client
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return 0, err
+		}
+	}
+	c.mu.Lock()
+	start := c.active
+	c.mu.Unlock()
+	n := len(c.cfg.RMs)
+	var errs []error
+	for i := range n {
+		rm := c.cfg.RMs[(start+i)%n]
+		code, err := d.sendTo(ctx, rm, method, path, payload, v)
+		if err == nil {
+			c.remember(rm)
+			return code, nil
+		}
+		var re *restError
+		if errors.As(err, &re) && re.remote {
+			return code, fmt.Errorf("rm %s: %s %s: %w", rm, method, path, err)
+		}
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("rm %s: %s %s: %w", rm, method, path, ctx.Err())
+		}
+		errs = append(errs, fmt.Errorf("rm %s: %s %s: %w", rm, method, path, err))
+	}
+	return 0, errors.Join(errs...)
+}
+
+func (d *Decommissioner) sendTo(ctx context.Context, rm, method, path string, payload []byte, v any) (int, error) {
+	c := d.cfg.Client
+	target := rm + path
+	if c.cfg.User != "-" {
+		target += "?user.name=" + url.QueryEscape(c.cfg.User)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	for hop := 0; ; hop++ {
+		var rd io.Reader
+		if payload != nil {
+			rd = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, target, rd)
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Accept", "application/json")
+		if payload != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		code := resp.StatusCode
+		if code >= 300 && code < 400 {
+			loc := resp.Header.Get("Location")
+			resp.Body.Close()
+			if loc == "" || hop >= maxRedirects {
+				return 0, fmt.Errorf("standby RM answered %d without a usable redirect", code)
+			}
+			u, err := resp.Request.URL.Parse(loc)
+			if err != nil {
+				return 0, fmt.Errorf("redirect target %q: %w", loc, err)
+			}
+			target = u.String()
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("read answer: %w", err)
+		}
+		var rex remoteException
+		remote := json.Unmarshal(b, &rex) == nil && rex.RemoteException != nil
+		switch {
+		case code < 200 || code >= 300:
+			detail := strings.TrimSpace(string(b))
+			if remote {
+				detail = rex.RemoteException.Exception + ": " + rex.RemoteException.Message
+			} else if m := titleRE.FindSubmatch(b); m != nil {
+				detail = "HTML page " + strings.Join(strings.Fields(string(m[1])), " ")
+			}
+			if len(detail) > 200 {
+				detail = detail[:200] + "..."
+			}
+			return code, &restError{code: code, remote: remote, detail: detail}
+		}
+		if v != nil && len(bytes.TrimSpace(b)) > 0 {
+			if err := json.Unmarshal(b, v); err != nil {
+				return code, fmt.Errorf("decode answer: %w", err)
+			}
+		}
+		return code, nil
+	}
+}
+
+// containerID returns the container id a workload names, or "".
+func containerID(w broker.Workload) string {
+	for _, s := range []string{w.Key, w.Name} {
+		for _, part := range strings.Split(s, "/") {
+			if strings.HasPrefix(part, "container_") {
+				return part
+			}
+		}
+	}
+	return ""
+}
+
+// containerParts splits container_[e<epoch>_]<ts>_<app>_<attempt>_<n>
+// into its cluster timestamp, app and attempt numbers.
+func containerParts(cid string) (ts, app string, attempt int, ok bool) {
+	f := strings.Split(strings.TrimPrefix(cid, "container_"), "_")
+	if len(f) == 5 && strings.HasPrefix(f[0], "e") {
+		f = f[1:]
+	}
+	if len(f) != 4 || !strings.HasPrefix(cid, "container_") {
+		return "", "", 0, false
+	}
+	a, err := strconv.Atoi(f[2])
+	if err != nil {
+		return "", "", 0, false
+	}
+	return f[0], f[1], a, true
+}
+
+// appOfContainer returns application_<ts>_<app> of a container id.
+func appOfContainer(cid string) string {
+	ts, app, _, ok := containerParts(cid)
+	if !ok {
+		return ""
+	}
+	return "application_" + ts + "_" + app
+}
+
+// attemptOfContainer returns appattempt_<ts>_<app>_<attempt, 6 digits>.
+func attemptOfContainer(cid string) string {
+	ts, app, attempt, ok := containerParts(cid)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("appattempt_%s_%s_%06d", ts, app, attempt)
+}
