@@ -123,7 +123,9 @@ func opTimeout(k ActionKind, p Policy) time.Duration {
 		// Setting the capacity, then the machines booting to gpu-ready.
 		return 2 * prov
 	case ActPreempt:
-		return drain
+		// The victims' grace periods, and for a preemption across sides the
+		// release and the receiving side admitting the node, as a transfer.
+		return drain + prov
 	default:
 		// The drain, then the terminate or the receiving side admitting
 		// the node (a NodeManager restarting and re-registering).
