@@ -18,9 +18,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// DefaultWatchHistory is how many recent events the simulated API server
-// keeps so that a watch restarted from a resource version (a reflector
-// whose watch timed out) resumes where it stopped.
+// DefaultWatchHistory is how many recent events of each resource the
+// simulated API server keeps so that a watch restarted from a resource
+// version (a reflector whose watch timed out) resumes where it stopped.
 const DefaultWatchHistory = 10000
 
 // apiServer puts the watch semantics of a real kube-apiserver in front of
@@ -41,13 +41,15 @@ const DefaultWatchHistory = 10000
 //     tracker, prepended to the fake's chain; the fake already serializes
 //     all actions under its own lock). Each write is stamped with the next
 //     value of one cluster-wide resource version, stored in
-//     metadata.resourceVersion, and appended as an event to a bounded
-//     history, all under mu, so events have one total order. An Update
+//     metadata.resourceVersion, and appended as an event to its
+//     resource's bounded history, all under mu, so events have one total
+//     order. An Update
 //     whose resourceVersion is stale fails with 409 Conflict, a Create that
 //     sets one is rejected, delete preconditions (UID, resourceVersion) are
 //     checked, and a write that changes nothing writes nothing and sends no
 //     event.
-//   - Lists report the current resource version.
+//   - Lists report the current resource version and honour field
+//     selectors (fields.go).
 //   - A watch never touches the tracker's watchers. It gets its own
 //     unbounded queue, filled under mu (never blocking a writer) and
 //     drained by one goroutine into the unbuffered result channel, so a
@@ -60,7 +62,8 @@ const DefaultWatchHistory = 10000
 //     server sends, on which a reflector relists. TimeoutSeconds ends the
 //     watch as the API server would; Stop ends it at once.
 //
-// Label and field selectors on watches are ignored, as by the fake itself.
+// Label and field selectors on watches are ignored, as by the fake itself
+// (the adapter's informers watch everything).
 // Writes made straight on the fake's Tracker() bypass this and are not
 // seen by watches; nothing in this package does that.
 type apiServer struct {
@@ -68,11 +71,17 @@ type apiServer struct {
 	kinds   map[schema.GroupVersionResource]schema.GroupVersionKind
 	history int
 
-	mu        sync.Mutex
-	rv        int64        // the resource version of the latest write
-	compacted int64        // every event after this resource version is in events
-	events    []watchEvent // the latest events, oldest first
-	watchers  map[*simWatcher]struct{}
+	mu       sync.Mutex
+	rv       int64 // the resource version of the latest write
+	events   map[schema.GroupVersionResource]*eventLog
+	watchers map[*simWatcher]struct{}
+}
+
+// eventLog is one resource's latest events, oldest first, as a real API
+// server keeps a watch cache per resource.
+type eventLog struct {
+	compacted int64 // every event after this resource version is in events
+	events    []watchEvent
 }
 
 var _ k8stesting.ObjectTracker = (*apiServer)(nil)
@@ -95,23 +104,24 @@ func newAPIServer(inner k8stesting.ObjectTracker, history int) *apiServer {
 		kinds[gvr] = gvk
 	}
 	// An empty store is at resource version 1, as the tracker's is.
-	return &apiServer{inner: inner, kinds: kinds, history: history, rv: 1, compacted: 1,
-		watchers: map[*simWatcher]struct{}{}}
+	return &apiServer{inner: inner, kinds: kinds, history: history, rv: 1,
+		events: map[schema.GroupVersionResource]*eventLog{}, watchers: map[*simWatcher]struct{}{}}
 }
 
 // publish records the write at s.rv and queues it for the watchers that
 // match. The caller holds s.mu.
 func (s *apiServer) publish(gvr schema.GroupVersionResource, ns string, typ watch.EventType, obj runtime.Object) {
 	ev := watchEvent{rv: s.rv, gvr: gvr, ns: ns, typ: typ, obj: obj}
-	s.events = append(s.events, ev)
-	if len(s.events) > s.history {
-		drop := len(s.events) - s.history
-		s.compacted = s.events[drop-1].rv
-		if cap(s.events) > 2*s.history {
-			s.events = append([]watchEvent(nil), s.events[drop:]...)
+	l := s.log(gvr)
+	l.events = append(l.events, ev)
+	if len(l.events) > s.history {
+		drop := len(l.events) - s.history
+		l.compacted = l.events[drop-1].rv
+		if cap(l.events) > 2*s.history {
+			l.events = append([]watchEvent(nil), l.events[drop:]...)
 		} else {
-			clear(s.events[:drop])
-			s.events = s.events[drop:]
+			clear(l.events[:drop])
+			l.events = l.events[drop:]
 		}
 	}
 	for w := range s.watchers {
@@ -119,6 +129,16 @@ func (s *apiServer) publish(gvr schema.GroupVersionResource, ns string, typ watc
 			w.push(ev)
 		}
 	}
+}
+
+// log is gvr's event log. The caller holds s.mu.
+func (s *apiServer) log(gvr schema.GroupVersionResource) *eventLog {
+	l, ok := s.events[gvr]
+	if !ok {
+		l = &eventLog{}
+		s.events[gvr] = l
+	}
+	return l
 }
 
 // stamp returns a copy of obj at resource version rv.
@@ -178,6 +198,12 @@ func (s *apiServer) List(gvr schema.GroupVersionResource, gvk schema.GroupVersio
 	list, err := s.inner.List(gvr, gvk, ns, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if len(opts) > 0 {
+		// The fake filters label selectors itself, after this returns.
+		if err := filterFields(list, opts[0].FieldSelector); err != nil {
+			return nil, err
+		}
 	}
 	if lm, err := meta.ListAccessor(list); err == nil {
 		lm.SetResourceVersion(strconv.FormatInt(s.rv, 10))
@@ -389,13 +415,14 @@ func (s *apiServer) Watch(gvr schema.GroupVersionResource, ns string, opts ...me
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version %q", o.ResourceVersion))
 		}
-		if from < s.compacted {
+		l := s.log(gvr)
+		if from < l.compacted {
 			// What a real API server's watch cache answers.
-			st := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, s.compacted+1)).ErrStatus
+			st := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", from, l.compacted+1)).ErrStatus
 			w.queue = append(w.queue, watchEvent{typ: watch.Error, obj: &st})
 			w.expired = true
 		} else {
-			for _, ev := range s.events {
+			for _, ev := range l.events {
 				if ev.rv > from && w.matches(ev) {
 					w.queue = append(w.queue, ev)
 				}

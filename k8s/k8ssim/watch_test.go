@@ -397,3 +397,64 @@ func TestWritesFollowAPIServerRules(t *testing.T) {
 		t.Fatalf("the pod must stay: %v, %d evictions", err, c.Evictions())
 	}
 }
+
+// TestDrainEvictsOnlyTheNodesPods drains one node through the adapter's
+// real Drain. It lists the node's pods with the field selector
+// spec.nodeName, which the fake clientset ignores: it then got every pod
+// of the cluster, evicted pods of other nodes and pending ones, and again
+// their replacements at every poll (the demo's eviction storm). Here only
+// the drained node's two pods are evicted, once, and the drain completes.
+func TestDrainEvictsOnlyTheNodesPods(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := k8ssim.New(k8ssim.Config{})
+	for _, n := range []string{"gpu-1", "gpu-2"} {
+		if err := c.AddNode(ctx, k8ssim.NodeSpec{Name: n, GPUs: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, gpus := range []int{1, 1, 1, 1, 8} {
+		if err := c.SubmitPod(ctx, k8ssim.PodSpec{Namespace: "default", Name: fmt.Sprintf("p%d", i), GPUs: gpus,
+			Duration: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pods := c.Client().CoreV1().Pods("")
+	on1, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, p := range on1.Items {
+		if p.Spec.NodeName != "gpu-1" {
+			t.Fatalf("field selector spec.nodeName=gpu-1 listed %s on %q", p.Name, p.Spec.NodeName)
+		}
+		want = append(want, p.Namespace+"/"+p.Name)
+	}
+	if len(want) != 2 {
+		t.Fatalf("pods on gpu-1: %v, want 2", want)
+	}
+	if _, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeSelector=x"}); !apierrors.IsBadRequest(err) {
+		t.Fatalf("unsupported field selector: %v, want 400", err)
+	}
+
+	act, err := k8s.NewActuator(c.Client(), k8s.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := act.Drain(ctx, "gpu-1", k8s.DrainOptions{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != k8s.DrainDrained || fmt.Sprint(res.Evicted) != fmt.Sprint(want) || c.Evictions() != 2 {
+		t.Fatalf("drain: %s %q, evicted %v (%d evictions), want drained, evicted %v", res.Outcome, res.Message,
+			res.Evicted, c.Evictions(), want)
+	}
+	on2, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=gpu-2"})
+	if err != nil || len(on2.Items) != 2 {
+		t.Fatalf("gpu-2's pods must stay: %v, %d", err, len(on2.Items))
+	}
+}
