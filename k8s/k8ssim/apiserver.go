@@ -43,11 +43,10 @@ const DefaultWatchHistory = 10000
 //     value of one cluster-wide resource version, stored in
 //     metadata.resourceVersion, and appended as an event to its
 //     resource's bounded history, all under mu, so events have one total
-//     order. An Update
-//     whose resourceVersion is stale fails with 409 Conflict, a Create that
-//     sets one is rejected, delete preconditions (UID, resourceVersion) are
-//     checked, and a write that changes nothing writes nothing and sends no
-//     event.
+//     order. An Update whose resourceVersion is stale fails with 409
+//     Conflict, a Create that sets one is rejected, delete preconditions
+//     (UID, resourceVersion) are checked, and a write that changes nothing
+//     writes nothing and sends no event.
 //   - Lists report the current resource version and honour field
 //     selectors (fields.go).
 //   - A watch never touches the tracker's watchers. It gets its own
