@@ -1,6 +1,8 @@
 // Package k8ssim is a small simulated Kubernetes for the demo and scale
-// tests: client-go's fake clientset (a real object tracker with watches,
-// so the k8s adapter's informers run unchanged) plus a tiny scheduler and
+// tests: client-go's fake clientset, with an API-server front of its own
+// (apiserver.go: resource versions, ordered unbounded watches that resume
+// from a resource version, conflicts, field selectors on lists) so the k8s
+// adapter's informers run unchanged at any scale, plus a tiny scheduler and
 // kubelet. The scheduler binds pending pods to ready, uncordoned nodes with
 // free nvidia.com/gpu whose labels match the pod's node selector and whose
 // NoSchedule taints it tolerates, and marks the rest PodScheduled=False,
@@ -9,8 +11,9 @@
 // a Job controller would, create a replacement that waits for GPUs again.
 //
 // It does not model PodDisruptionBudgets, preemption by the scheduler,
-// affinity beyond node selectors, or non-GPU resources: the real control
-// plane (test/k8senv) covers those in the adapter's integration tests.
+// affinity beyond node selectors, non-GPU resources, or selectors on
+// watches: the real control plane (test/k8senv) covers those in the
+// adapter's integration tests.
 package k8ssim
 
 import (
@@ -29,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -46,11 +50,16 @@ type Config struct {
 	Now func() time.Time
 	// Logger (default: discard).
 	Logger *slog.Logger
+	// WatchHistory is how many recent events are kept for watches that
+	// resume from a resource version (default DefaultWatchHistory); a
+	// watch from an older one gets 410 Expired and its reflector relists.
+	WatchHistory int
 }
 
 // Cluster is a simulated Kubernetes cluster.
 type Cluster struct {
 	client *fake.Clientset
+	api    *apiServer
 	now    func() time.Time
 	log    *slog.Logger
 
@@ -68,7 +77,23 @@ func New(cfg Config) *Cluster {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.WatchHistory <= 0 {
+		cfg.WatchHistory = DefaultWatchHistory
+	}
 	c := &Cluster{client: fake.NewClientset(), now: cfg.Now, log: cfg.Logger, started: map[string]time.Time{}}
+	// Every read, write and watch goes through the apiServer in front of
+	// the tracker (see apiserver.go); the eviction reactor, prepended
+	// last, runs first.
+	c.api = newAPIServer(c.client.Tracker(), cfg.WatchHistory)
+	c.client.PrependReactor("*", "*", k8stesting.ObjectReaction(c.api))
+	c.client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := c.api.Watch(action.GetResource(), action.GetNamespace(), opts)
+		return true, w, err
+	})
 	c.client.PrependReactor("create", "pods", c.onEviction)
 	return c
 }
@@ -193,12 +218,17 @@ func (c *Cluster) onEviction(action k8stesting.Action) (bool, runtime.Object, er
 		return false, nil, nil
 	}
 	ns := action.GetNamespace()
-	obj, err := c.client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), ns, ev.Name)
+	pods := corev1.SchemeGroupVersion.WithResource("pods")
+	obj, err := c.api.Get(pods, ns, ev.Name)
 	if err != nil {
 		return true, nil, err
 	}
 	pod := obj.(*corev1.Pod).DeepCopy()
-	if err := c.client.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), ns, ev.Name); err != nil {
+	var del metav1.DeleteOptions
+	if ev.DeleteOptions != nil {
+		del = *ev.DeleteOptions // its UID precondition guards against a replacement of the same name
+	}
+	if err := c.api.Delete(pods, ns, ev.Name, del); err != nil {
 		return true, nil, err
 	}
 	c.mu.Lock()
@@ -223,7 +253,7 @@ func (c *Cluster) onEviction(action k8stesting.Action) (bool, runtime.Object, er
 			replacement.Annotations[k] = v
 		}
 		replacement.Annotations[DurationAnnotation] = max(left, time.Second).String()
-		if err := c.client.Tracker().Add(replacement); err != nil {
+		if err := c.api.Create(pods, replacement, ns); err != nil {
 			c.log.Warn("replace evicted pod", "pod", ns+"/"+pod.Name, "err", err)
 		}
 	}
@@ -278,6 +308,9 @@ func (c *Cluster) Run(ctx context.Context, interval time.Duration) {
 // Step finishes pods whose run time is over, then schedules pending pods,
 // highest priority first.
 func (c *Cluster) Step(ctx context.Context) error {
+	// The fake clientset records every action it serves; nothing reads
+	// them here, so drop them rather than grow for the cluster's life.
+	c.client.ClearActions()
 	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
