@@ -142,6 +142,10 @@ type Result struct {
 	// WorkLostGPUHours is the work evictions threw away (since the last
 	// checkpoint, or since the start when none is known).
 	WorkLostGPUHours float64 `json:"work_lost_gpu_hours"`
+	// WorkLostRuleOff is the work lost with the consolidation rule off
+	// (consolidation.max_work_lost unbounded) when that was replayed; the
+	// baselines have no such rule, so theirs equals WorkLostGPUHours.
+	WorkLostRuleOff float64 `json:"work_lost_rule_off_gpu_hours"`
 	// Attritions counts scale-downs that evicted nothing (YARN
 	// decommission by attrition, Kubernetes cordon-and-wait);
 	// Recommissions those cancelled and given back to their side.

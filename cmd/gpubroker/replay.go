@@ -27,6 +27,7 @@ func runReplay(_ context.Context, e env, args []string) error {
 	outDir := fs.String("out", "", "write report.md and SVG plots into this `directory`")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	ckpt := fs.Duration("checkpoint-interval", 0, "model running work as checkpointing this often (0: unknown, an eviction loses all work since the start)")
+	ruleOff := fs.Bool("rule-off", true, "also replay gpubroker with consolidation.max_work_lost unbounded, to report the work lost with the rule on and off")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -39,7 +40,7 @@ func runReplay(_ context.Context, e env, args []string) error {
 	if *tracePath == "" {
 		return usagef("--trace is required (or set GPUBROKER_OPENB to openb_pod_list_default.csv)")
 	}
-	cfg := replay.Config{Policy: broker.DefaultPolicy(), YARNShare: *yarnShare, Seed: *seed, Headroom: 1}
+	cfg := replay.Config{Policy: broker.DefaultPolicy(), YARNShare: *yarnShare, Seed: *seed, Headroom: 1, RuleOff: *ruleOff}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Policies = append(cfg.Policies, p)
