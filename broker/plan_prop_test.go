@@ -849,8 +849,9 @@ func TestPropConsolidationNeverThrowsAwayWork(t *testing.T) {
 
 // checkConsolidation: idle reclaim (scale-down, and transfers of nodes
 // with work) never drains a node with a bare pod, work marked
-// do-not-disrupt, YARN GPU containers, or work that would lose more than
-// MaxWorkLost; such a node leaves only by attrition, which the policy of
+// do-not-disrupt, YARN GPU containers without a known checkpoint age, or
+// work that would lose more than MaxWorkLost (YARN containers: their age
+// plus the drain timeout, when the RM kills them); such a node leaves only by attrition, which the policy of
 // its side must allow.
 func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 	t.Helper()
@@ -869,7 +870,7 @@ func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 			}
 			continue
 		}
-		var lost time.Duration
+		var lost, yarnLost time.Duration
 		for i := range n.Work {
 			w := &n.Work[i]
 			if w.System {
@@ -879,13 +880,17 @@ func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 			switch {
 			case c.Never != "":
 				t.Fatalf("%s of node %s drains %s: %s", a.Kind, n.Name, w.Key, c.Never)
-			case side == SourceYARN && w.GPUs > 0:
-				t.Fatalf("%s of YARN node %s drains GPU container %s", a.Kind, n.Name, w.Key)
+			case side == SourceYARN && w.GPUs > 0 && w.CheckpointAge < 0:
+				t.Fatalf("%s of YARN node %s drains GPU container %s, whose checkpoint age is unknown", a.Kind, n.Name, w.Key)
+			}
+			if side == SourceYARN && w.GPUs > 0 && w.CheckpointAge >= 0 {
+				// The RM kills it at the drain timeout.
+				yarnLost = addLost(yarnLost, w.CheckpointAge+p.DrainTimeout.D())
 			}
 			lost = addLost(lost, c.Lost)
 		}
-		if lost > p.MaxWorkLost.D() {
-			t.Fatalf("%s of node %s loses %s of work, more than %s", a.Kind, n.Name, lost, p.MaxWorkLost)
+		if lost > p.MaxWorkLost.D() || yarnLost > p.MaxWorkLost.D() {
+			t.Fatalf("%s of node %s loses %s of work (%s by the drain timeout on YARN), more than %s", a.Kind, n.Name, lost, yarnLost, p.MaxWorkLost)
 		}
 	}
 }
