@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // stage limits which capacity a placement pass may use.
@@ -188,8 +189,8 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 	var noFree, noOrdered, noCancel, noXfer, noPre, noSlot, noNew bool
 	// Work that may not itself be preempted (latency-sensitive, LS or
 	// Guaranteed) preempts lower-priority preemptible work that frees just
-	// its GPUs before it waits for a node to boot: a preemption grace is
-	// seconds, a boot minutes (preemptTight).
+	// its GPUs and loses at most MaxWorkLost before it waits for a node to
+	// boot: a preemption grace is seconds, a boot minutes (preemptTight).
 	preemptFirst := !d.d.Preemptible
 	for need > 0 {
 		ok := false
@@ -691,7 +692,8 @@ func (pl *planner) diagnoseNow(d *wdemand, g int) (WaitReason, string) {
 // preemptTight is the preemption that work which may not itself be
 // preempted (LS, Guaranteed) tries before it waits for a node to boot: on
 // its own side, and only where the victims free no more GPUs than it takes,
-// so no GPUs stand idle on the node until other work lands. Any other
+// so no GPUs stand idle on the node until other work lands, and lose no
+// more work than consolidation may (MaxWorkLost, cost.go). Any other
 // preemption waits until capacity cannot be bought (preempt, after buy).
 func (pl *planner) preemptTight(d *wdemand, g int) bool {
 	if !pl.p.Preemption || pl.stale(d.d.Source) || d.d.NoPreempt {
@@ -702,7 +704,11 @@ func (pl *planner) preemptTight(d *wdemand, g int) bool {
 	ok := pl.preemptOwn(d, g)
 	if ok {
 		last := pl.preempts[len(pl.preempts)-1]
-		if ni, found := pl.nodeIdx[last.Node]; !found || pl.nodes[ni].free > 0 {
+		var lost time.Duration
+		for i := range last.Victims {
+			lost = addLost(lost, last.Victims[i].lost(pl.now))
+		}
+		if ni, found := pl.nodeIdx[last.Node]; !found || pl.nodes[ni].free > 0 || lost > pl.p.MaxWorkLost.D() {
 			pl.rollback(mark)
 			ok = false
 		}
