@@ -663,3 +663,66 @@ func TestCrossSidePreemptionHandsTheNodeOver(t *testing.T) {
 		}
 	}
 }
+
+// With Config.RuleOff the report has gpubroker again with
+// consolidation.max_work_lost unbounded. Two 2-GPU Kubernetes nodes end up
+// each half used by a 10 h task without checkpoints once b ends (c has run
+// 30 min by then): with the rule on neither is drained (its task's work
+// exceeds 10 min) and nothing is lost;
+// with it off one is drained and its task redone. The per-side autoscaler
+// has no such rule: its figure is the same on and off.
+func TestWorkLostRuleOnAndOff(t *testing.T) {
+	a, b, c := nameOn(t, broker.SourceK8s, "a"), nameOn(t, broker.SourceK8s, "b"), nameOn(t, broker.SourceK8s, "c")
+	tasks := []Task{
+		{Name: a, Arrival: 0, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+		{Name: b, Arrival: 0, Run: 40 * time.Minute, GPUs: 1, QoS: QoSBE},
+		{Name: c, Arrival: 10 * time.Minute, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+	}
+	pools := []broker.Pool{{Name: "t4-2gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 2, MaxNodes: 3, Sides: broker.PoolShared}}
+	p := broker.DefaultPolicy()
+	rep, err := Run(Config{Tasks: tasks, Pools: pools, Policy: p, World: DefaultWorld(p), Policies: []string{PolicyBroker, PolicyPerSide},
+		YARNShare: 0.5, Loads: []float64{1}, Headroom: 1, RuleOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr := rep.Loads[0]
+	gb, ca := lr.Policies[0], lr.Policies[1]
+	if lr.RuleOff == nil {
+		t.Fatal("no rule-off result")
+	}
+	if gb.WorkLostGPUHours != 0 || gb.WorkLostRuleOff <= 0 || gb.WorkLostRuleOff != lr.RuleOff.WorkLostGPUHours {
+		t.Errorf("gpubroker: %.3f GPU-hours lost on, %.3f off (rule-off run %.3f); want 0, more than 0, equal",
+			gb.WorkLostGPUHours, gb.WorkLostRuleOff, lr.RuleOff.WorkLostGPUHours)
+	}
+	if ca.WorkLostRuleOff != ca.WorkLostGPUHours {
+		t.Errorf("per-side: %.3f lost on, %.3f off; want equal", ca.WorkLostGPUHours, ca.WorkLostRuleOff)
+	}
+}
+
+// A node kept for the work it would lose is moved right after its work
+// checkpoints (the replay looks then, as serve's periodic tick would).
+// With checkpoints every 30 min: a starts at 210s, c at 810s; b ends at
+// 3510s, when a's work since its checkpoint is 25 min and c's 15 min, both
+// over 10 min, so both half-used nodes are kept; at 3810s a checkpoints and
+// its node is drained onto c's with nothing lost.
+func TestKeptNodeMovesAtItsCheckpoint(t *testing.T) {
+	a, b, c := nameOn(t, broker.SourceK8s, "a"), nameOn(t, broker.SourceK8s, "b"), nameOn(t, broker.SourceK8s, "c")
+	tasks := []Task{
+		{Name: a, Arrival: 0, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+		{Name: b, Arrival: 0, Run: 55 * time.Minute, GPUs: 1, QoS: QoSBE},
+		{Name: c, Arrival: 10 * time.Minute, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+	}
+	pools := []broker.Pool{{Name: "t4-2gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 2, MaxNodes: 3, Sides: broker.PoolShared}}
+	p := broker.DefaultPolicy()
+	w := DefaultWorld(p)
+	w.CheckpointInterval = 30 * time.Minute
+	rep, err := Run(Config{Tasks: tasks, Pools: pools, Policy: p, World: w, Policies: []string{PolicyBroker},
+		YARNShare: 0.5, Loads: []float64{1}, Headroom: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb := rep.Policies[0]
+	if gb.DrainEvictions != 1 || gb.WorkLostGPUHours != 0 || gb.Terminations != 2 {
+		t.Errorf("%d drain evictions, %.3f GPU-hours lost, %d terminations; want 1, 0, 2", gb.DrainEvictions, gb.WorkLostGPUHours, gb.Terminations)
+	}
+}
