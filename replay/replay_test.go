@@ -701,15 +701,16 @@ func TestWorkLostRuleOnAndOff(t *testing.T) {
 
 // A node kept for the work it would lose is moved right after its work
 // checkpoints (the replay looks then, as serve's periodic tick would).
-// With checkpoints every 30 min: a starts at 210s, c at 810s; b ends at
-// 3510s, when a's work since its checkpoint is 25 min and c's 15 min, both
-// over 10 min, so both half-used nodes are kept; at 3810s a checkpoints and
-// its node is drained onto c's with nothing lost.
+// With checkpoints every 30 min: a and b start at 210s, c at 810s; b ends
+// at 3300s, when c's work since its checkpoint is 11.5 min, and a's node
+// reaches its unneeded time at 3600s with 26.5 min: both over 10 min, so
+// both half-used nodes are kept; at 3810s a checkpoints and its node is
+// drained onto c's with nothing lost.
 func TestKeptNodeMovesAtItsCheckpoint(t *testing.T) {
 	a, b, c := nameOn(t, broker.SourceK8s, "a"), nameOn(t, broker.SourceK8s, "b"), nameOn(t, broker.SourceK8s, "c")
 	tasks := []Task{
 		{Name: a, Arrival: 0, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
-		{Name: b, Arrival: 0, Run: 55 * time.Minute, GPUs: 1, QoS: QoSBE},
+		{Name: b, Arrival: 0, Run: 3090 * time.Second, GPUs: 1, QoS: QoSBE},
 		{Name: c, Arrival: 10 * time.Minute, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
 	}
 	pools := []broker.Pool{{Name: "t4-2gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 2, MaxNodes: 3, Sides: broker.PoolShared}}
