@@ -85,11 +85,20 @@ func TestConsolidation(t *testing.T) {
 	}
 	cases := []tc{
 		{
-			name:    "a YARN node whose GPU container would lose more than max_work_lost by the drain timeout is not reclaimed for idleness",
+			name:    "a YARN node running a GPU container is never reclaimed for idleness",
 			snap:    snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, batch, checkpoint(time.Second))), yarnNode("y2")}, nil),
 			policy:  refPolicy(),
 			actions: []Action{down(gtg, "y2", OwnerYARN)},
 			kept:    map[string]string{"y1": "idle reclaim never stops YARN work"},
+		},
+		{
+			// The RM kills what still runs at a finite graceful timeout, so
+			// no checkpoint age or max_work_lost makes an idle drain safe:
+			// only a recorded preemption may cut YARN work short.
+			name:   "nor when its container checkpointed a second ago, max_work_lost is 100h and another YARN node has room for it",
+			snap:   snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, batch, checkpoint(time.Second))), yroom}, nil),
+			policy: refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(100 * time.Hour) }),
+			kept:   map[string]string{"y1": "idle reclaim never stops YARN work"},
 		},
 		{
 			name:    "nor handed to the other side",
@@ -181,26 +190,6 @@ func TestConsolidation(t *testing.T) {
 			name:   "a larger max_work_lost drains it",
 			snap:   snap(two, []Node{k8sNode("k1", job("train", 1, 0, true, batch, checkpoint(time.Hour))), room}, nil),
 			policy: refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(2 * time.Hour) }), actions: []Action{down(gtg, "k1", OwnerK8s)},
-		},
-		{
-			// 2 min since the checkpoint plus the 10 min drain timeout, when
-			// the RM kills it: 12 min, within 15 min.
-			name:    "a YARN node whose containers lose, by the drain timeout, at most max_work_lost is drained",
-			snap:    snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, batch, checkpoint(2*time.Minute))), yroom}, nil),
-			policy:  refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(15 * time.Minute) }),
-			actions: []Action{down(gtg, "y1", OwnerYARN)},
-		},
-		{
-			name:   "one that would lose more by the drain timeout is kept",
-			snap:   snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, batch, checkpoint(6*time.Minute))), yroom}, nil),
-			policy: refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(15 * time.Minute) }),
-			kept:   map[string]string{"y1": "would lose 16m0s by the 10m0s drain timeout"},
-		},
-		{
-			name:   "and one whose container has no known checkpoint is kept whatever the max",
-			snap:   snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, batch, started(time.Minute))), yroom}, nil),
-			policy: refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(100 * time.Hour) }),
-			kept:   map[string]string{"y1": "idle reclaim never stops YARN work"},
 		},
 		{
 			name:    "with cordon_and_wait the node is cordoned and reclaimed when its batch work ends",

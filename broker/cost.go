@@ -147,23 +147,3 @@ func (nc nodeCost) batchReason() string {
 	return fmt.Sprintf("runs batch work with %s %s (%s); all its work would lose %s",
 		describeLost(nc.dearLost), since, nc.dearest.label(), describeLost(nc.lost))
 }
-
-// yarnDrainLost is the most a graceful decommission of YARN node n can
-// lose: the RM kills the containers still running at the drain timeout, so
-// each GPU container loses its time since its last checkpoint plus the
-// timeout, summed over the node; unknown when a container's checkpoint age
-// is unknown (its whole run time would be at risk).
-func yarnDrainLost(n *Node, timeout time.Duration) time.Duration {
-	var lost time.Duration
-	for i := range n.Work {
-		w := &n.Work[i]
-		if w.System || w.GPUs <= 0 {
-			continue
-		}
-		if w.CheckpointAge < 0 {
-			return unknownWork
-		}
-		lost = addLost(lost, addLost(w.CheckpointAge, timeout))
-	}
-	return lost
-}

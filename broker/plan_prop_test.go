@@ -841,17 +841,45 @@ func TestPropConsolidationNeverThrowsAwayWork(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s, p := genCase(t, modeReclaim, modeReclaim, modeMixed)
 		p.MaxWorkLost = Duration(minutes(t, "max_work_lost", 30))
+		if rapid.Bool().Draw(t, "unbounded_work_lost") {
+			// No bound on work lost still never lets idle reclaim drain
+			// YARN GPU containers: the RM kills them at a finite timeout.
+			p.MaxWorkLost = Duration(100 * time.Hour)
+		}
 		p.YARNDrainByAttrition = rapid.Bool().Draw(t, "attrition")
 		p.CordonAndWait = rapid.Bool().Draw(t, "cordon_and_wait")
 		checkConsolidation(t, newView(s), p, MakePlan(s, p))
 	})
 }
 
+// TestPropIdleReclaimNeverDrainsBusyYARNNodes: with every node on YARN
+// and no bound on the work consolidation may lose, idle reclaim still
+// never drains a YARN node running GPU containers with a finite timeout
+// (the RM kills them when it runs out), whatever their checkpoint ages.
+func TestPropIdleReclaimNeverDrainsBusyYARNNodes(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s, p := genCase(t, modeReclaim)
+		for i := range s.Nodes {
+			n := &s.Nodes[i]
+			if n.Owner == OwnerK8s {
+				n.Owner = OwnerYARN
+			}
+			if n.Owner == OwnerYARN {
+				for j := range n.Work {
+					n.Work[j].Source = SourceYARN
+				}
+			}
+		}
+		p.MaxWorkLost = Duration(100 * time.Hour)
+		p.YARNDrainByAttrition = false
+		checkConsolidation(t, newView(s), p, MakePlan(s, p))
+	})
+}
+
 // checkConsolidation: idle reclaim (scale-down, and transfers of nodes
 // with work) never drains a node with a bare pod, work marked
-// do-not-disrupt, YARN GPU containers without a known checkpoint age, or
-// work that would lose more than MaxWorkLost (YARN containers: their age
-// plus the drain timeout, when the RM kills them); such a node leaves only by attrition, which the policy of
+// do-not-disrupt, YARN GPU containers, or work that would lose more than
+// MaxWorkLost; such a node leaves only by attrition, which the policy of
 // its side must allow.
 func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 	t.Helper()
@@ -870,7 +898,7 @@ func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 			}
 			continue
 		}
-		var lost, yarnLost time.Duration
+		var lost time.Duration
 		for i := range n.Work {
 			w := &n.Work[i]
 			if w.System {
@@ -880,17 +908,13 @@ func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 			switch {
 			case c.Never != "":
 				t.Fatalf("%s of node %s drains %s: %s", a.Kind, n.Name, w.Key, c.Never)
-			case side == SourceYARN && w.GPUs > 0 && w.CheckpointAge < 0:
-				t.Fatalf("%s of YARN node %s drains GPU container %s, whose checkpoint age is unknown", a.Kind, n.Name, w.Key)
-			}
-			if side == SourceYARN && w.GPUs > 0 && w.CheckpointAge >= 0 {
-				// The RM kills it at the drain timeout.
-				yarnLost = addLost(yarnLost, w.CheckpointAge+p.DrainTimeout.D())
+			case side == SourceYARN && w.GPUs > 0:
+				t.Fatalf("%s of YARN node %s drains GPU container %s", a.Kind, n.Name, w.Key)
 			}
 			lost = addLost(lost, c.Lost)
 		}
-		if lost > p.MaxWorkLost.D() || yarnLost > p.MaxWorkLost.D() {
-			t.Fatalf("%s of node %s loses %s of work (%s by the drain timeout on YARN), more than %s", a.Kind, n.Name, lost, yarnLost, p.MaxWorkLost)
+		if lost > p.MaxWorkLost.D() {
+			t.Fatalf("%s of node %s loses %s of work, more than %s", a.Kind, n.Name, lost, p.MaxWorkLost)
 		}
 	}
 }

@@ -243,10 +243,8 @@ func (pl *planner) reclaim() {
 // evicting anything, terminated when its work has ended.
 //
 // IMPORTANT: idle reclaim never throws away work beyond the policy. A YARN
-// node running GPU containers is drained for idleness only if every
-// container's checkpoint age is known and, summed, the work they would
-// lose when the RM kills them at the graceful timeout (age plus the drain
-// timeout each) is within MaxWorkLost; a Kubernetes node is
+// node running GPU containers is never drained for idleness (the RM would
+// kill them when a finite graceful timeout runs out); a Kubernetes node is
 // drained only if its pods lose at most MaxWorkLost in all and none is a
 // bare pod or marked do-not-disrupt. Only a recorded preemption for
 // higher-priority demand may cut such work short.
@@ -259,15 +257,12 @@ func (pl *planner) consolidation(w *wnode, nc nodeCost) (string, bool) {
 		// holds them listed could be anything.
 		return fmt.Sprintf("%d of its %d allocated GPUs are held by work the %s side does not list; unknown work is never idle",
 			n.GPUsAllocated-nc.knownGPUs, n.GPUsAllocated, w.side), false
-	case w.side == SourceYARN && nc.gpuWork > 0 && yarnDrainLost(n, pl.p.DrainTimeout.D()) > pl.p.MaxWorkLost.D():
-		// A graceful decommission ends at the drain timeout, when the RM
-		// kills what still runs: each container loses its time since its
-		// last checkpoint plus the timeout, unknown without a checkpoint.
+	case w.side == SourceYARN && nc.gpuWork > 0:
 		if attrition {
 			return fmt.Sprintf("it runs %d YARN GPU containers (%d GPUs)", nc.gpuWork, nc.gpusHeld), true
 		}
-		return fmt.Sprintf("runs %d YARN GPU containers (%d GPUs) that would lose %s by the %s drain timeout, more than the %s consolidation may lose; idle reclaim never stops YARN work beyond it (yarn_drain_by_attrition is off)",
-			nc.gpuWork, nc.gpusHeld, describeLost(yarnDrainLost(n, pl.p.DrainTimeout.D())), pl.p.DrainTimeout, pl.p.MaxWorkLost), false
+		return fmt.Sprintf("runs %d YARN GPU containers (%d GPUs); idle reclaim never stops YARN work (yarn_drain_by_attrition is off)",
+			nc.gpuWork, nc.gpusHeld), false
 	case nc.never != "":
 		if attrition {
 			return nc.never, true
