@@ -122,7 +122,11 @@ type TraceInfo struct {
 type WorldInfo struct {
 	World
 	Policy broker.Policy `json:"policy"`
-	Rules  []string      `json:"rules"`
+	// PolicyChanges names each policy value that differs from serve's
+	// defaults (broker.DefaultPolicy), as "field value (default value)";
+	// empty when the replay ran serve's defaults.
+	PolicyChanges []string `json:"policy_changes"`
+	Rules         []string `json:"rules"`
 }
 
 // LoadResult is every policy at one load.
@@ -171,7 +175,7 @@ func Run(c Config) (*Report, error) {
 		info.YARNGPUShare = work[0] / (work[0] + work[1])
 	}
 	info.Choices = choices(c, info)
-	rep := &Report{Trace: info, World: WorldInfo{World: c.World, Policy: c.Policy, Rules: strings.Split(strings.TrimSpace(c.World.Describe()), "\n")}}
+	rep := &Report{Trace: info, World: WorldInfo{World: c.World, Policy: c.Policy, PolicyChanges: PolicyChanges(c.Policy), Rules: strings.Split(strings.TrimSpace(c.World.Describe()), "\n")}}
 	for _, load := range c.Loads {
 		lr, err := runLoad(c, sides, info.YARNGPUShare, load)
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // WriteJSON prints the report as JSON: trace, world, the headline load's
@@ -31,6 +33,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  %s\n", rule)
 	}
 	fmt.Fprintf(&b, "  - policy: %s\n", policyLine(r))
+	fmt.Fprintf(&b, "  - %s\n", policyChangesLine(r.World.PolicyChanges))
 	fmt.Fprintf(&b, "  - %s\n", ruleOffNote)
 	for _, lr := range r.Loads {
 		fmt.Fprintf(&b, "\nLOAD %gx: peak concurrent demand %d GPUs (mean %.0f), pools' max %d GPUs\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
@@ -61,6 +64,53 @@ func (r *Report) WriteText(w io.Writer) error {
 
 // ruleOffNote says what the rule-off figures are.
 const ruleOffNote = "lost rule off: GPU-hours of work lost with the consolidation rule off (consolidation.max_work_lost unbounded), from the row \"gpubroker (rule off)\" when replayed; the baselines have no such rule, so theirs are the same on and off. Work lost is redone: it is in every policy's GPU-hours"
+
+// PolicyChanges compares p with serve's defaults (broker.DefaultPolicy)
+// field by field, as the JSON report names them, and returns one
+// "field value (default value)" per difference, sorted by field.
+func PolicyChanges(p broker.Policy) []string {
+	var got, def map[string]any
+	for _, x := range []struct {
+		p   broker.Policy
+		dst *map[string]any
+	}{{p, &got}, {broker.DefaultPolicy(), &def}} {
+		b, err := json.Marshal(x.p)
+		if err == nil {
+			err = json.Unmarshal(b, x.dst)
+		}
+		if err != nil { // a Policy always marshals; say so rather than hide it
+			return []string{fmt.Sprintf("policy not comparable with the defaults: %s", err)}
+		}
+	}
+	keys := make([]string, 0, len(got))
+	for k := range got {
+		keys = append(keys, k)
+	}
+	for k := range def {
+		if _, ok := got[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		g, _ := json.Marshal(got[k])
+		d, _ := json.Marshal(def[k])
+		if string(g) != string(d) {
+			out = append(out, fmt.Sprintf("%s %s (default %s)", k, g, d))
+		}
+	}
+	return out
+}
+
+// policyChangesLine says whether the replayed policy is serve's default
+// one, and if not, what differs.
+func policyChangesLine(changes []string) string {
+	if len(changes) == 0 {
+		return "policy is serve's defaults (no --config, or one that changes nothing): what serve would have done"
+	}
+	return "policy differs from serve's defaults in: " + strings.Join(changes, "; ")
+}
 
 func policyLine(r *Report) string {
 	p := r.World.Policy
@@ -190,6 +240,7 @@ func (r *Report) WriteMarkdown(w io.Writer, plots []string) error {
 		fmt.Fprintf(&b, "%s\n", rule)
 	}
 	fmt.Fprintf(&b, "- policy: %s\n", policyLine(r))
+	fmt.Fprintf(&b, "- %s\n", policyChangesLine(r.World.PolicyChanges))
 	fmt.Fprintf(&b, "- %s\n", ruleOffNote)
 	for _, lr := range r.Loads {
 		fmt.Fprintf(&b, "\n## Load %gx\n\nPeak concurrent demand %d GPUs (mean %.0f) if every task started on arrival; pools' max %d GPUs.\n\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)

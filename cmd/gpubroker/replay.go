@@ -107,16 +107,13 @@ func runReplay(_ context.Context, e env, args []string) error {
 // checkpoint period for them (the trace itself records none).
 const replayCheckpoint = 30 * time.Minute
 
-// replayPolicy is the policy the replay uses without --config: the
-// defaults, with consolidation.max_work_lost 1h. With checkpoints every 30
-// minutes this lets idle reclaim move batch work soon after it
-// checkpoints (YARN containers count their age plus the drain timeout),
-// which the replay measured as the best trade of GPU-hours for work lost
-// (README, "Replay a GPU trace"); serve's default stays 10 minutes.
+// replayPolicy is the policy the replay uses without --config: serve's
+// defaults (broker.DefaultPolicy), so a plain replay answers "what would
+// serve do with this trace". Tuned policies are replayed with --config
+// (docs/replay-tuned.yaml), and the report names every value that differs
+// from the defaults.
 func replayPolicy() broker.Policy {
-	p := broker.DefaultPolicy()
-	p.MaxWorkLost = broker.Duration(time.Hour)
-	return p
+	return broker.DefaultPolicy()
 }
 
 // inputError turns bad trace or configuration input into a usage error
