@@ -73,7 +73,8 @@ func TestConsolidation(t *testing.T) {
 	k8sNode := func(name string, ws ...Workload) Node {
 		return gpuNode(name, gtg, OwnerK8s, 4, 0, under, work(ws...))
 	}
-	room := gpuNode("room", gtg, OwnerK8s, 4, 2) // 2 free GPUs take moved work
+	room := gpuNode("room", gtg, OwnerK8s, 4, 2)    // 2 free GPUs take moved work
+	yroom := gpuNode("yroom", gtg, OwnerYARN, 4, 2) // the same on YARN
 	type tc struct {
 		name    string
 		snap    *Snapshot
@@ -89,6 +90,15 @@ func TestConsolidation(t *testing.T) {
 			policy:  refPolicy(),
 			actions: []Action{down(gtg, "y2", OwnerYARN)},
 			kept:    map[string]string{"y1": "idle reclaim never stops YARN work"},
+		},
+		{
+			// The RM kills what still runs at a finite graceful timeout, so
+			// no checkpoint age or max_work_lost makes an idle drain safe:
+			// only a recorded preemption may cut YARN work short.
+			name:   "nor when its container checkpointed a second ago, max_work_lost is 100h and another YARN node has room for it",
+			snap:   snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, batch, checkpoint(time.Second))), yroom}, nil),
+			policy: refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(100 * time.Hour) }),
+			kept:   map[string]string{"y1": "idle reclaim never stops YARN work"},
 		},
 		{
 			name:    "nor handed to the other side",

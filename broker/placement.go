@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // stage limits which capacity a placement pass may use.
@@ -185,7 +186,12 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 	pl.undo, pl.rec = pl.undo[:0], d.d.Gang
 	mark := 0
 	saved := *d
-	var noFree, noOrdered, noCancel, noXfer, noSlot, noNew bool
+	var noFree, noOrdered, noCancel, noXfer, noPre, noSlot, noNew bool
+	// Work that may not itself be preempted (latency-sensitive, LS or
+	// Guaranteed) preempts lower-priority preemptible work that frees just
+	// its GPUs and loses at most MaxWorkLost before it waits for a node to
+	// boot: a preemption grace is seconds, a boot minutes (preemptTight).
+	preemptFirst := !d.d.Preemptible
 	for need > 0 {
 		ok := false
 		if !noFree {
@@ -214,6 +220,13 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 				d.acted++
 			} else {
 				noXfer = true
+			}
+		}
+		if !ok && st == stageAll && preemptFirst && !noPre {
+			if ok = pl.preemptTight(d, g); ok {
+				d.acted++
+			} else {
+				noPre = true
 			}
 		}
 		if !ok && st == stageAll && !noSlot {
@@ -674,4 +687,35 @@ func (pl *planner) diagnoseNow(d *wdemand, g int) (WaitReason, string) {
 		detail += "; " + pl.xferOff
 	}
 	return reason, detail
+}
+
+// preemptTight is the preemption that work which may not itself be
+// preempted (LS, Guaranteed) tries before it waits for a node to boot: on
+// its own side, and only where the victims free no more GPUs than it takes,
+// so no GPUs stand idle on the node until other work lands, and lose no
+// more work than consolidation may (MaxWorkLost, cost.go). Any other
+// preemption waits until capacity cannot be bought (preempt, after buy).
+func (pl *planner) preemptTight(d *wdemand, g int) bool {
+	if !pl.p.Preemption || pl.stale(d.d.Source) || d.d.NoPreempt {
+		return false
+	}
+	rec, mark := pl.rec, len(pl.undo)
+	pl.rec = true
+	ok := pl.preemptOwn(d, g)
+	if ok {
+		last := pl.preempts[len(pl.preempts)-1]
+		var lost time.Duration
+		for i := range last.Victims {
+			lost = addLost(lost, last.Victims[i].lost(pl.now))
+		}
+		if ni, found := pl.nodeIdx[last.Node]; !found || pl.nodes[ni].free > 0 || lost > pl.p.MaxWorkLost.D() {
+			pl.rollback(mark)
+			ok = false
+		}
+	}
+	if !rec {
+		pl.undo = pl.undo[:mark]
+	}
+	pl.rec = rec
+	return ok
 }

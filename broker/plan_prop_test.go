@@ -841,8 +841,37 @@ func TestPropConsolidationNeverThrowsAwayWork(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s, p := genCase(t, modeReclaim, modeReclaim, modeMixed)
 		p.MaxWorkLost = Duration(minutes(t, "max_work_lost", 30))
+		if rapid.Bool().Draw(t, "unbounded_work_lost") {
+			// No bound on work lost still never lets idle reclaim drain
+			// YARN GPU containers: the RM kills them at a finite timeout.
+			p.MaxWorkLost = Duration(100 * time.Hour)
+		}
 		p.YARNDrainByAttrition = rapid.Bool().Draw(t, "attrition")
 		p.CordonAndWait = rapid.Bool().Draw(t, "cordon_and_wait")
+		checkConsolidation(t, newView(s), p, MakePlan(s, p))
+	})
+}
+
+// TestPropIdleReclaimNeverDrainsBusyYARNNodes: with every node on YARN
+// and no bound on the work consolidation may lose, idle reclaim still
+// never drains a YARN node running GPU containers with a finite timeout
+// (the RM kills them when it runs out), whatever their checkpoint ages.
+func TestPropIdleReclaimNeverDrainsBusyYARNNodes(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s, p := genCase(t, modeReclaim)
+		for i := range s.Nodes {
+			n := &s.Nodes[i]
+			if n.Owner == OwnerK8s {
+				n.Owner = OwnerYARN
+			}
+			if n.Owner == OwnerYARN {
+				for j := range n.Work {
+					n.Work[j].Source = SourceYARN
+				}
+			}
+		}
+		p.MaxWorkLost = Duration(100 * time.Hour)
+		p.YARNDrainByAttrition = false
 		checkConsolidation(t, newView(s), p, MakePlan(s, p))
 	})
 }

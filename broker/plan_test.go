@@ -537,8 +537,29 @@ func TestPlanPreemption(t *testing.T) {
 			waits:  []Wait{wait("k8s/hi", WaitPoolMax)},
 		},
 		{
-			name:    "a new node before preemption",
+			// Evicting a would free 4 GPUs for hi's 2: 2 would stand idle.
+			name:    "a new node before a preemption that would leave GPUs idle",
 			snap:    snap([]PoolState{gpuPool(gtg, 1)}, at(job("a", 4, 0, true)), hi),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 2, "k8s/hi")},
+		},
+		{
+			name:    "work that may not be preempted takes a victim that frees just its GPUs before a node boots",
+			snap:    snap([]PoolState{gpuPool(gtg, 1)}, at(job("a", 2, 0, true, checkpoint(time.Minute)), job("keep", 2, 0, false)), hi),
+			policy:  refPolicy(),
+			actions: []Action{evict(gtg, "n1", []Workload{job("a", 2, 0, true, checkpoint(time.Minute))}, "k8s/hi")},
+		},
+		{
+			// No known checkpoint: its 2 h run time, beyond the 10 min.
+			name:    "but not one that would lose more than max_work_lost",
+			snap:    snap([]PoolState{gpuPool(gtg, 1)}, at(job("a", 2, 0, true), job("keep", 2, 0, false)), hi),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 2, "k8s/hi")},
+		},
+		{
+			name: "preemptible demand waits for the new node instead",
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, at(job("a", 2, 0, true, checkpoint(time.Minute)), job("keep", 2, 0, false)),
+				[]Demand{pod("hi", prio(1000), func(d *Demand) { d.Preemptible = true })}),
 			policy:  refPolicy(),
 			actions: []Action{up(gtg, 2, "k8s/hi")},
 		},

@@ -10,8 +10,16 @@
 //     Its actions go through a step model of the executor (World): scale-up
 //     sets a pool's desired capacity once its pending removals are done;
 //     scale-down and hand-over release the node (evict / decommission),
-//     then terminate it or admit it on the other side; preemption evicts
-//     the victims, and the op stays in flight until they are gone.
+//     then terminate it or admit it on the other side; an attrition
+//     scale-down (Action.Attrition: YARN decommission with an infinite
+//     timeout, Kubernetes cordon-and-wait) evicts nothing, takes no new
+//     work and terminates the node once its work has ended, unless an
+//     ActRecommission gives it back first; preemption evicts the victims,
+//     and the op stays in flight until they are gone, and a preemption
+//     across sides (ActPreempt with From and To) then releases the node and
+//     hands it over. Running work is Workload{Class: batch, StartedAt,
+//     CheckpointAge, App}; an eviction's work since the last checkpoint is
+//     redone, in every policy alike (the task runs that much longer).
 //   - per-side-autoscaler: each side has its own copy of every pool, the max
 //     split by the side's share of the work, scaled by the cluster
 //     autoscaler's rules (autoscalerCtl); no moves or preemption across
@@ -25,7 +33,10 @@
 // The clock jumps from event to event (arrivals, completions, node phase
 // changes, the ends of grace periods, drains and hand-overs), so 149 days
 // replay in seconds. gpubroker's planner is called at every event, at every
-// time a node's scale-down timer runs out, and every World.TickPeriod while
+// time a node's scale-down timer runs out, at every checkpoint of the work
+// on an underused node past its timer (it may be cheap to move just then;
+// serve, ticking on its period, would see that moment), and every
+// World.TickPeriod while
 // demand is pending and its last plan acted; those are the only times its
 // output can change, as it reads the clock only through those timers (and
 // ranks preemption victims by work at risk, which is re-read at the next

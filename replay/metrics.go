@@ -17,6 +17,7 @@ type metrics struct {
 	launches, terminations, handovers int
 	preemptions, drainEvictions       int
 	workLost                          float64 // GPU-hours
+	attritions, recommissions         int
 	peakNodes, peakGPUs               int
 	ticks, plans                      int
 	series                            []sample
@@ -25,6 +26,7 @@ type metrics struct {
 	// terminating); the rest of idle is the free GPUs of partly used
 	// nodes.
 	bootSec, emptySec, leavingSec float64
+	partSide                      [2]float64
 }
 
 // sample is the world at one time, for the capacity plot.
@@ -51,6 +53,8 @@ func (m *metrics) integrate(s *sim, to time.Duration) {
 			m.bootSec += g * dt
 		case n.phase == broker.PhaseActive && n.used == 0:
 			m.emptySec += g * dt
+		case n.phase == broker.PhaseActive && n.side != "":
+			m.partSide[sideIdx(n.side)] += float64(n.gpus-n.used) * dt
 		case n.phase != broker.PhaseActive:
 			m.leavingSec += float64(n.gpus-n.used) * dt
 			if n.gpus == 0 {
@@ -104,6 +108,10 @@ type IdleHours struct {
 	Leaving float64 `json:"leaving"`
 	// PartlyUsed is the free GPUs of ready nodes that run some work.
 	PartlyUsed float64 `json:"partly_used"`
+	// PartlyUsedYARN and PartlyUsedK8s split PartlyUsed by side (ready
+	// nodes that serve a side and hold some work).
+	PartlyUsedYARN float64 `json:"partly_used_yarn"`
+	PartlyUsedK8s  float64 `json:"partly_used_k8s"`
 }
 
 // Percentiles are wait times in seconds, by class or side.
@@ -134,11 +142,20 @@ type Result struct {
 	// WorkLostGPUHours is the work evictions threw away (since the last
 	// checkpoint, or since the start when none is known).
 	WorkLostGPUHours float64 `json:"work_lost_gpu_hours"`
-	Launches         int     `json:"launches"`
-	Terminations     int     `json:"terminations"`
-	Handovers        int     `json:"handovers"`
-	PeakNodes        int     `json:"peak_nodes"`
-	PeakGPUs         int     `json:"peak_gpus"`
+	// WorkLostRuleOff is the work lost with the consolidation rule off
+	// (consolidation.max_work_lost unbounded) when that was replayed; the
+	// baselines have no such rule, so theirs equals WorkLostGPUHours.
+	WorkLostRuleOff float64 `json:"work_lost_rule_off_gpu_hours"`
+	// Attritions counts scale-downs that evicted nothing (YARN
+	// decommission by attrition, Kubernetes cordon-and-wait);
+	// Recommissions those cancelled and given back to their side.
+	Attritions    int `json:"attritions"`
+	Recommissions int `json:"recommissions"`
+	Launches      int `json:"launches"`
+	Terminations  int `json:"terminations"`
+	Handovers     int `json:"handovers"`
+	PeakNodes     int `json:"peak_nodes"`
+	PeakGPUs      int `json:"peak_gpus"`
 	// AvgGPUs is the mean provisioned GPUs over the replay.
 	AvgGPUs float64 `json:"avg_gpus"`
 	// EndS is when the replay ended (the last event), in virtual seconds.
@@ -158,6 +175,7 @@ func (s *sim) result(name string) Result {
 	r := Result{
 		Name: name, GPUHours: m.gpuSec / 3600, AllocatedGPUHours: m.allocSec / 3600,
 		Preemptions: m.preemptions, DrainEvictions: m.drainEvictions, WorkLostGPUHours: m.workLost,
+		Attritions: m.attritions, Recommissions: m.recommissions,
 		Launches: m.launches, Terminations: m.terminations, Handovers: m.handovers,
 		PeakNodes: m.peakNodes, PeakGPUs: m.peakGPUs, EndS: m.lastAt.Seconds(),
 		Ticks: m.ticks, Plans: m.plans, series: m.series, poolGS: m.poolGPUSec,
@@ -165,6 +183,7 @@ func (s *sim) result(name string) Result {
 		waits: map[string][]float64{},
 	}
 	r.Idle = IdleHours{Booting: m.bootSec / 3600, Empty: m.emptySec / 3600, Leaving: m.leavingSec / 3600}
+	r.Idle.PartlyUsedYARN, r.Idle.PartlyUsedK8s = m.partSide[0]/3600, m.partSide[1]/3600
 	r.Idle.PartlyUsed = r.GPUHours - r.AllocatedGPUHours - r.Idle.Booting - r.Idle.Empty - r.Idle.Leaving
 	if r.GPUHours > 0 {
 		r.AllocationRatio = r.AllocatedGPUHours / r.GPUHours

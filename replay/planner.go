@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -30,10 +31,23 @@ type brokerCtl struct {
 func (c *brokerCtl) wake(s *sim) time.Duration {
 	w := never
 	unneeded := s.p.ScaleDownUnneeded.D()
+	ck := s.w.CheckpointInterval
 	for _, n := range s.nodes {
-		if n.under && n.op == nil {
-			if at := n.underSince + unneeded; at > s.now {
-				w = min(w, at)
+		if !n.under || n.op != nil {
+			continue
+		}
+		if at := n.underSince + unneeded; at > s.now {
+			w = min(w, at)
+			continue
+		}
+		// An underused node kept for the work it would lose may be
+		// reclaimed right after its work checkpoints: serve, ticking on
+		// its period, would see that moment, so the replay looks then.
+		if ck > 0 {
+			for _, t := range n.tasks {
+				if t.state == taskRunning {
+					w = min(w, t.startedAt+((s.now-t.startedAt)/ck+1)*ck)
+				}
 			}
 		}
 	}
@@ -125,6 +139,11 @@ func (c *brokerCtl) snapshot(s *sim) *broker.Snapshot {
 	for _, o := range s.ops {
 		bo := broker.Op{ID: o.id, Kind: o.kind, Target: o.target, To: o.to, Serves: o.serves,
 			State: broker.OpRunning, Step: o.step, CreatedAt: now, UpdatedAt: now}
+		if o.attrition {
+			// The executor's step data: the planner counts attrition
+			// scale-downs in flight and may cancel them (attrition.go).
+			bo.Data = attritionData(o.node)
+		}
 		if o.pool >= 0 {
 			bo.Pool = s.pools[o.pool].Name
 		}
@@ -153,8 +172,15 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 		if n == nil || n.op != nil || n.phase != broker.PhaseActive {
 			return false
 		}
+		if a.Attrition {
+			s.attrit(n)
+			return true
+		}
 		s.release(n, a.Kind, broker.OwnerNone, nil)
 		return true
+	case broker.ActRecommission:
+		n := c.nodeByID[a.Node]
+		return n != nil && s.recommission(n)
 	case broker.ActTransfer:
 		n := c.nodeByID[a.Node]
 		if n == nil || n.op != nil || n.phase != broker.PhaseActive {
@@ -169,6 +195,10 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 		}
 		o := s.newOp(broker.ActPreempt, n, slices.Clone(a.Serves))
 		o.step = "evict"
+		if (a.To == broker.OwnerYARN || a.To == broker.OwnerK8s) && a.To != n.owner {
+			// Across sides: evict, then release the node and hand it over.
+			o.to = a.To
+		}
 		for _, v := range a.Victims {
 			for _, t := range n.tasks {
 				if t.key() == v.Key && t.state == taskRunning {
@@ -179,6 +209,10 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 			}
 		}
 		if o.victims == 0 {
+			if o.crossSide() {
+				s.victimsGone(o)
+				return true
+			}
 			s.closeOp(o)
 			return false
 		}
@@ -244,4 +278,18 @@ func (s *sim) pendingByKey(src broker.Source, key string) *task {
 		}
 	}
 	return nil
+}
+
+// attritionData is the journal's step data of an attrition scale-down of
+// n: what the planner reads back (broker's attritionData).
+func attritionData(n *node) json.RawMessage {
+	from := broker.OwnerNone
+	if n != nil {
+		from = ownerOf(n.side)
+	}
+	raw, _ := json.Marshal(struct {
+		Attrition bool         `json:"attrition"`
+		From      broker.Owner `json:"from"`
+	}{true, from})
+	return raw
 }

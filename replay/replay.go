@@ -51,6 +51,11 @@ type Config struct {
 	// GPUs exceed Headroom x the peak concurrent GPU demand at a load, each
 	// pool's max is scaled down to bring the cluster to about that.
 	Headroom float64
+	// RuleOff also replays gpubroker with the consolidation rule off
+	// (consolidation.max_work_lost unbounded: idle reclaim drains a
+	// Kubernetes node whatever its pods would lose), to report the work
+	// the rule saves and what it costs.
+	RuleOff bool
 }
 
 // Validate checks the configuration; errors name the field.
@@ -117,7 +122,11 @@ type TraceInfo struct {
 type WorldInfo struct {
 	World
 	Policy broker.Policy `json:"policy"`
-	Rules  []string      `json:"rules"`
+	// PolicyChanges names each policy value that differs from serve's
+	// defaults (broker.DefaultPolicy), as "field value (default value)";
+	// empty when the replay ran serve's defaults.
+	PolicyChanges []string `json:"policy_changes"`
+	Rules         []string `json:"rules"`
 }
 
 // LoadResult is every policy at one load.
@@ -133,6 +142,9 @@ type LoadResult struct {
 	// Static is the static split's nodes per pool and side.
 	Static   []StaticNodes `json:"static_split,omitempty"`
 	Policies []Result      `json:"policies"`
+	// RuleOff is gpubroker with consolidation.max_work_lost unbounded
+	// (Config.RuleOff); nil when not replayed.
+	RuleOff *Result `json:"gpubroker_rule_off,omitempty"`
 }
 
 // StaticNodes is a static split's nodes of one pool on one side.
@@ -163,7 +175,7 @@ func Run(c Config) (*Report, error) {
 		info.YARNGPUShare = work[0] / (work[0] + work[1])
 	}
 	info.Choices = choices(c, info)
-	rep := &Report{Trace: info, World: WorldInfo{World: c.World, Policy: c.Policy, Rules: strings.Split(strings.TrimSpace(c.World.Describe()), "\n")}}
+	rep := &Report{Trace: info, World: WorldInfo{World: c.World, Policy: c.Policy, PolicyChanges: PolicyChanges(c.Policy), Rules: strings.Split(strings.TrimSpace(c.World.Describe()), "\n")}}
 	for _, load := range c.Loads {
 		lr, err := runLoad(c, sides, info.YARNGPUShare, load)
 		if err != nil {
@@ -317,8 +329,19 @@ func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (Loa
 			shared[i] = broker.Source(p.Sides)
 		}
 	}
-	var gb, ca Result
+	var gb, ca, off Result
 	var wg sync.WaitGroup
+	if c.RuleOff && want[PolicyBroker] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := c.Policy
+			p.MaxWorkLost = broker.Duration(math.MaxInt64)
+			s := newSim(c.World, p, pools, shared, c.Tasks, sides, load)
+			s.run(&brokerCtl{})
+			off = s.result(PolicyBroker + " (rule off)")
+		}()
+	}
 	if want[PolicyBroker] || want[PolicyStaticSplt] {
 		wg.Add(1)
 		go func() {
@@ -351,6 +374,14 @@ func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (Loa
 		}
 		s.run(staticCtl{})
 		st = s.result(PolicyStaticSplt)
+	}
+	// The baselines have no such rule: their work lost is the same with
+	// it on and off.
+	gb.WorkLostRuleOff, ca.WorkLostRuleOff, st.WorkLostRuleOff = gb.WorkLostGPUHours, ca.WorkLostGPUHours, st.WorkLostGPUHours
+	if c.RuleOff && want[PolicyBroker] {
+		gb.WorkLostRuleOff = off.WorkLostGPUHours
+		off.WorkLostRuleOff = off.WorkLostGPUHours
+		lr.RuleOff = &off
 	}
 	for _, p := range c.Policies {
 		switch p {

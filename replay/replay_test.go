@@ -548,3 +548,182 @@ func TestMalformedCSVShapes(t *testing.T) {
 		t.Errorf("bad quote: %v", err)
 	}
 }
+
+// oneRunning is a sim with one placed node on side and one running task of
+// run time run on it.
+func oneRunning(t *testing.T, side broker.Source, run time.Duration, qos QoS) (*sim, *node, *task) {
+	t.Helper()
+	p := broker.DefaultPolicy()
+	tasks := []Task{{Name: "long", Run: run, GPUs: 1, QoS: qos}}
+	s := newSim(DefaultWorld(p), p, onePool(1), []broker.Source{""}, tasks, []broker.Source{side}, 1)
+	n := s.place(0, side)
+	s.advance(0)
+	s.next = 1
+	tk := s.tasks[0]
+	tk.state = taskPending
+	s.pending[sideIdx(side)] = []*task{tk}
+	s.schedule()
+	if tk.state != taskRunning {
+		t.Fatalf("%s: task not placed", side)
+	}
+	return s, n, tk
+}
+
+// drainEvents handles queued events until stop says so or none are left.
+func drainEvents(s *sim, stop func() bool) {
+	for len(s.events) > 0 && !stop() {
+		e := heap.Pop(&s.events).(event)
+		s.advance(e.at)
+		s.handle(e)
+	}
+}
+
+// An attrition scale-down (YARN decommission with an infinite timeout,
+// Kubernetes cordon-and-wait) evicts nothing: the node takes no new work,
+// its task runs to its end, and the node is terminated after it. The
+// planner sees the op as an attrition in flight (its step data).
+func TestAttritionEvictsNothing(t *testing.T) {
+	for _, side := range broker.Sources {
+		s, n, tk := oneRunning(t, side, 2*time.Hour, QoSBE)
+		c := &brokerCtl{}
+		c.snapshot(s)
+		if !c.apply(s, broker.Action{Kind: broker.ActScaleDown, Node: n.name, Attrition: true}) {
+			t.Fatalf("%s: attrition not applied", side)
+		}
+		if n.schedulable() {
+			t.Errorf("%s: a node under attrition is schedulable", side)
+		}
+		snap := c.snapshot(s)
+		if len(snap.InFlight) != 1 || !strings.Contains(string(snap.InFlight[0].Data), `"attrition":true`) {
+			t.Errorf("%s: in flight %+v, want one attrition op", side, snap.InFlight)
+		}
+		drainEvents(s, func() bool { return n.phase == broker.PhaseGone })
+		want := 2*time.Hour + 10*time.Second + time.Minute // ends, confirmed, billed
+		if s.m.drainEvictions != 0 || tk.restarts != 0 || n.phase != broker.PhaseGone || s.now != want || s.m.attritions != 1 {
+			t.Errorf("%s: %d evictions, %d restarts, node %s at %s, %d attritions; want 0, 0, gone at %s, 1",
+				side, s.m.drainEvictions, tk.restarts, n.phase, s.now, s.m.attritions, want)
+		}
+	}
+}
+
+// A recommission cancels the attrition: the node is schedulable again and
+// nothing is terminated.
+func TestRecommissionGivesTheNodeBack(t *testing.T) {
+	s, n, _ := oneRunning(t, broker.SourceK8s, 2*time.Hour, QoSBE)
+	c := &brokerCtl{}
+	c.snapshot(s)
+	c.apply(s, broker.Action{Kind: broker.ActScaleDown, Node: n.name, Attrition: true})
+	c.snapshot(s)
+	if !c.apply(s, broker.Action{Kind: broker.ActRecommission, Node: n.name, From: broker.OwnerNone, To: broker.OwnerK8s}) {
+		t.Fatal("recommission not applied")
+	}
+	if n.op != nil || !n.schedulable() || len(s.ops) != 0 || s.m.recommissions != 1 {
+		t.Errorf("after recommission: op %v, schedulable %v, %d ops, %d recommissions; want none, true, 0, 1",
+			n.op, n.schedulable(), len(s.ops), s.m.recommissions)
+	}
+	drainEvents(s, func() bool { return false })
+	if s.m.terminations != 0 || n.phase != broker.PhaseActive {
+		t.Errorf("recommissioned node: %d terminations, phase %s; want 0, active", s.m.terminations, n.phase)
+	}
+}
+
+// A preemption across sides (ActPreempt with From and To) evicts the
+// victims, then releases the node and hands it to the other side; one on
+// the node's own side leaves it where it is.
+func TestCrossSidePreemptionHandsTheNodeOver(t *testing.T) {
+	for _, c := range []struct {
+		to       broker.Owner
+		side     broker.Source
+		handover int
+	}{
+		{broker.OwnerK8s, broker.SourceK8s, 1},
+		{broker.OwnerNone, broker.SourceYARN, 0},
+	} {
+		s, n, tk := oneRunning(t, broker.SourceYARN, 2*time.Hour, QoSBE)
+		ctl := &brokerCtl{}
+		ctl.snapshot(s)
+		a := broker.Action{Kind: broker.ActPreempt, Node: n.name, From: broker.OwnerYARN, To: c.to,
+			Victims: []broker.Workload{{Source: broker.SourceYARN, Key: tk.key()}}}
+		if !ctl.apply(s, a) {
+			t.Fatalf("to %s: preemption not applied", c.to)
+		}
+		if c.handover == 1 && n.schedulable() {
+			t.Errorf("to %s: the node stays schedulable on YARN while it is taken across", c.to)
+		}
+		drainEvents(s, func() bool { return len(s.ops) == 0 })
+		// Evicted at 0, gone after the 30s grace; across sides, confirmed
+		// 10s later and admitted after the 30s hand-over.
+		want := 30 * time.Second
+		if c.handover == 1 {
+			want += 10*time.Second + 30*time.Second
+		}
+		if s.m.preemptions != 1 || s.m.handovers != c.handover || n.side != c.side || n.phase != broker.PhaseActive || s.now != want {
+			t.Errorf("to %s: %d preemptions, %d hand-overs, node on %s (%s) at %s; want 1, %d, %s (active) at %s",
+				c.to, s.m.preemptions, s.m.handovers, n.side, n.phase, s.now, c.handover, c.side, want)
+		}
+	}
+}
+
+// With Config.RuleOff the report has gpubroker again with
+// consolidation.max_work_lost unbounded. Two 2-GPU Kubernetes nodes end up
+// each half used by a 10 h task without checkpoints once b ends (c has run
+// 30 min by then): with the rule on neither is drained (its task's work
+// exceeds 10 min) and nothing is lost;
+// with it off one is drained and its task redone. The per-side autoscaler
+// has no such rule: its figure is the same on and off.
+func TestWorkLostRuleOnAndOff(t *testing.T) {
+	a, b, c := nameOn(t, broker.SourceK8s, "a"), nameOn(t, broker.SourceK8s, "b"), nameOn(t, broker.SourceK8s, "c")
+	tasks := []Task{
+		{Name: a, Arrival: 0, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+		{Name: b, Arrival: 0, Run: 40 * time.Minute, GPUs: 1, QoS: QoSBE},
+		{Name: c, Arrival: 10 * time.Minute, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+	}
+	pools := []broker.Pool{{Name: "t4-2gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 2, MaxNodes: 3, Sides: broker.PoolShared}}
+	p := broker.DefaultPolicy()
+	rep, err := Run(Config{Tasks: tasks, Pools: pools, Policy: p, World: DefaultWorld(p), Policies: []string{PolicyBroker, PolicyPerSide},
+		YARNShare: 0.5, Loads: []float64{1}, Headroom: 1, RuleOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr := rep.Loads[0]
+	gb, ca := lr.Policies[0], lr.Policies[1]
+	if lr.RuleOff == nil {
+		t.Fatal("no rule-off result")
+	}
+	if gb.WorkLostGPUHours != 0 || gb.WorkLostRuleOff <= 0 || gb.WorkLostRuleOff != lr.RuleOff.WorkLostGPUHours {
+		t.Errorf("gpubroker: %.3f GPU-hours lost on, %.3f off (rule-off run %.3f); want 0, more than 0, equal",
+			gb.WorkLostGPUHours, gb.WorkLostRuleOff, lr.RuleOff.WorkLostGPUHours)
+	}
+	if ca.WorkLostRuleOff != ca.WorkLostGPUHours {
+		t.Errorf("per-side: %.3f lost on, %.3f off; want equal", ca.WorkLostGPUHours, ca.WorkLostRuleOff)
+	}
+}
+
+// A node kept for the work it would lose is moved right after its work
+// checkpoints (the replay looks then, as serve's periodic tick would).
+// With checkpoints every 30 min: a and b start at 210s, c at 810s; b ends
+// at 3300s, when c's work since its checkpoint is 11.5 min, and a's node
+// reaches its unneeded time at 3600s with 26.5 min: both over 10 min, so
+// both half-used nodes are kept; at 3810s a checkpoints and its node is
+// drained onto c's with nothing lost.
+func TestKeptNodeMovesAtItsCheckpoint(t *testing.T) {
+	a, b, c := nameOn(t, broker.SourceK8s, "a"), nameOn(t, broker.SourceK8s, "b"), nameOn(t, broker.SourceK8s, "c")
+	tasks := []Task{
+		{Name: a, Arrival: 0, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+		{Name: b, Arrival: 0, Run: 3090 * time.Second, GPUs: 1, QoS: QoSBE},
+		{Name: c, Arrival: 10 * time.Minute, Run: 10 * time.Hour, GPUs: 1, QoS: QoSBE},
+	}
+	pools := []broker.Pool{{Name: "t4-2gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 2, MaxNodes: 3, Sides: broker.PoolShared}}
+	p := broker.DefaultPolicy()
+	w := DefaultWorld(p)
+	w.CheckpointInterval = 30 * time.Minute
+	rep, err := Run(Config{Tasks: tasks, Pools: pools, Policy: p, World: w, Policies: []string{PolicyBroker},
+		YARNShare: 0.5, Loads: []float64{1}, Headroom: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb := rep.Policies[0]
+	if gb.DrainEvictions != 1 || gb.WorkLostGPUHours != 0 || gb.Terminations != 2 {
+		t.Errorf("%d drain evictions, %.3f GPU-hours lost, %d terminations; want 1, 0, 2", gb.DrainEvictions, gb.WorkLostGPUHours, gb.Terminations)
+	}
+}

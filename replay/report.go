@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // WriteJSON prints the report as JSON: trace, world, the headline load's
@@ -30,12 +33,17 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  %s\n", rule)
 	}
 	fmt.Fprintf(&b, "  - policy: %s\n", policyLine(r))
+	fmt.Fprintf(&b, "  - %s\n", policyChangesLine(r.World.PolicyChanges))
+	fmt.Fprintf(&b, "  - %s\n", ruleOffNote)
 	for _, lr := range r.Loads {
 		fmt.Fprintf(&b, "\nLOAD %gx: peak concurrent demand %d GPUs (mean %.0f), pools' max %d GPUs\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
 		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprint(tw, tableHeader("\t")+"\t\n")
 		for _, p := range lr.Policies {
 			fmt.Fprint(tw, tableRow(p, "\t")+"\t\n")
+		}
+		if lr.RuleOff != nil {
+			fmt.Fprint(tw, tableRow(*lr.RuleOff, "\t")+"\t\n")
 		}
 		tw.Flush()
 	}
@@ -54,22 +62,72 @@ func (r *Report) WriteText(w io.Writer) error {
 	return err
 }
 
+// ruleOffNote says what the rule-off figures are.
+const ruleOffNote = "lost rule off: GPU-hours of work lost with the consolidation rule off (consolidation.max_work_lost unbounded), from the row \"gpubroker (rule off)\" when replayed; the baselines have no such rule, so theirs are the same on and off. Work lost is redone: it is in every policy's GPU-hours"
+
+// PolicyChanges compares p with serve's defaults (broker.DefaultPolicy)
+// field by field, as the JSON report names them, and returns one
+// "field value (default value)" per difference, sorted by field.
+func PolicyChanges(p broker.Policy) []string {
+	var got, def map[string]any
+	for _, x := range []struct {
+		p   broker.Policy
+		dst *map[string]any
+	}{{p, &got}, {broker.DefaultPolicy(), &def}} {
+		b, err := json.Marshal(x.p)
+		if err == nil {
+			err = json.Unmarshal(b, x.dst)
+		}
+		if err != nil { // a Policy always marshals; say so rather than hide it
+			return []string{fmt.Sprintf("policy not comparable with the defaults: %s", err)}
+		}
+	}
+	keys := make([]string, 0, len(got))
+	for k := range got {
+		keys = append(keys, k)
+	}
+	for k := range def {
+		if _, ok := got[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		g, _ := json.Marshal(got[k])
+		d, _ := json.Marshal(def[k])
+		if string(g) != string(d) {
+			out = append(out, fmt.Sprintf("%s %s (default %s)", k, g, d))
+		}
+	}
+	return out
+}
+
+// policyChangesLine says whether the replayed policy is serve's default
+// one, and if not, what differs.
+func policyChangesLine(changes []string) string {
+	if len(changes) == 0 {
+		return "policy is serve's defaults (no --config, or one that changes nothing): what serve would have done"
+	}
+	return "policy differs from serve's defaults in: " + strings.Join(changes, "; ")
+}
+
 func policyLine(r *Report) string {
 	p := r.World.Policy
-	return fmt.Sprintf("scale-down after %s at or under %.0f%% GPU allocation, expander %s, preemption %t, ownership transfer %t, drain timeout %s, consolidation max work lost %s",
-		p.ScaleDownUnneeded, 100*p.ScaleDownUtilisation, p.Expander, p.Preemption, p.OwnershipTransfer, p.DrainTimeout, p.MaxWorkLost)
+	return fmt.Sprintf("scale-down after %s at or under %.0f%% GPU allocation, expander %s, preemption %t, ownership transfer %t, drain timeout %s, consolidation max work lost %s, cordon-and-wait %t, YARN drain by attrition %t",
+		p.ScaleDownUnneeded, 100*p.ScaleDownUtilisation, p.Expander, p.Preemption, p.OwnershipTransfer, p.DrainTimeout, p.MaxWorkLost, p.CordonAndWait, p.YARNDrainByAttrition)
 }
 
 func tableHeader(sep string) string {
 	return strings.Join([]string{"policy", "GPU-h", "idle GPU-h", "alloc", "LS p50 s", "LS p95 s", "LS p99 s", "BE p50 s", "BE p95 s", "BE p99 s",
-		"YARN p95 s", "K8s p95 s", "unserved", "preempt", "drain evict", "lost GPU-h", "launch", "term", "hand-over", "peak nodes"}, sep)
+		"YARN p95 s", "K8s p95 s", "unserved", "preempt", "drain evict", "lost GPU-h", "lost rule off", "attrition", "launch", "term", "hand-over", "peak nodes"}, sep)
 }
 
 func tableRow(p Result, sep string) string {
 	return strings.Join([]string{p.Name, f0(p.GPUHours), f0(p.GPUHours - p.AllocatedGPUHours), fmt.Sprintf("%.2f", p.AllocationRatio),
 		f0(p.WaitP50["LS"]), f0(p.WaitP95["LS"]), f0(p.WaitP99["LS"]), f0(p.WaitP50["BE"]), f0(p.WaitP95["BE"]), f0(p.WaitP99["BE"]),
 		f0(p.WaitP95["yarn"]), f0(p.WaitP95["k8s"]),
-		itoa(p.Unserved), itoa(p.Preemptions), itoa(p.DrainEvictions), f0(p.WorkLostGPUHours),
+		itoa(p.Unserved), itoa(p.Preemptions), itoa(p.DrainEvictions), f0(p.WorkLostGPUHours), f0(p.WorkLostRuleOff), itoa(p.Attritions),
 		itoa(p.Launches), itoa(p.Terminations), itoa(p.Handovers), itoa(p.PeakNodes)}, sep)
 }
 
@@ -182,9 +240,15 @@ func (r *Report) WriteMarkdown(w io.Writer, plots []string) error {
 		fmt.Fprintf(&b, "%s\n", rule)
 	}
 	fmt.Fprintf(&b, "- policy: %s\n", policyLine(r))
+	fmt.Fprintf(&b, "- %s\n", policyChangesLine(r.World.PolicyChanges))
+	fmt.Fprintf(&b, "- %s\n", ruleOffNote)
 	for _, lr := range r.Loads {
 		fmt.Fprintf(&b, "\n## Load %gx\n\nPeak concurrent demand %d GPUs (mean %.0f) if every task started on arrival; pools' max %d GPUs.\n\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
-		b.WriteString(mdTable(tableHeader("|"), len(lr.Policies), func(i int) string { return tableRow(lr.Policies[i], "|") }))
+		rows := lr.Policies
+		if lr.RuleOff != nil {
+			rows = append(slices.Clip(rows), *lr.RuleOff)
+		}
+		b.WriteString(mdTable(tableHeader("|"), len(rows), func(i int) string { return tableRow(rows[i], "|") }))
 	}
 	fmt.Fprintf(&b, "\n## Curve over loads\n\n")
 	b.WriteString(mdTable(curveHeader("|"), len(r.Loads), func(i int) string { return curveRow(r.Loads[i], "|") }))

@@ -72,7 +72,7 @@ func (n *node) free() int { return n.gpus - n.used }
 // schedulable reports whether its side's scheduler may place work on it.
 func (n *node) schedulable() bool {
 	return n.phase == broker.PhaseActive && n.owner != broker.OwnerNone &&
-		(n.op == nil || n.op.kind == broker.ActPreempt)
+		(n.op == nil || n.op.kind == broker.ActPreempt && !n.op.crossSide())
 }
 
 func (n *node) fits(t *task, models []string) bool {
@@ -91,6 +91,16 @@ type op struct {
 	step     string
 	deadline time.Duration
 	victims  int // preemption: victims not yet gone
+	// attrition marks a scale-down that evicts nothing (YARN decommission
+	// with an infinite timeout, Kubernetes cordon-and-wait): the node takes
+	// no new work and leaves once its work has ended.
+	attrition bool
+}
+
+// crossSide reports whether o is a preemption that hands its node to the
+// other side once the victims are gone.
+func (o *op) crossSide() bool {
+	return o.kind == broker.ActPreempt && (o.to == broker.OwnerYARN || o.to == broker.OwnerK8s)
 }
 
 type evKind int
@@ -296,7 +306,7 @@ func (s *sim) handle(e event) {
 			if n.op.kind == broker.ActPreempt {
 				n.op.victims--
 				if n.op.victims <= 0 {
-					s.closeOp(n.op)
+					s.victimsGone(n.op)
 				}
 			} else {
 				s.checkReleased(n)
@@ -321,7 +331,7 @@ func (s *sim) handle(e event) {
 		if o == nil || o != e.o {
 			return
 		}
-		if o.kind == broker.ActTransfer {
+		if o.kind == broker.ActTransfer || o.crossSide() {
 			o.step = "admit"
 			n.phase, n.since, n.owner = broker.PhaseDrained, s.now, broker.OwnerNone
 			s.push(event{at: s.now + s.w.HandOverTime, kind: evAdmitted, n: n, o: o})

@@ -129,6 +129,51 @@ func (s *sim) release(n *node, kind broker.ActionKind, to broker.Owner, serves [
 	return o
 }
 
+// attrit starts an attrition scale-down of node n: it takes no new work,
+// nothing is evicted, there is no deadline, and it is terminated once its
+// work has ended (or given back by a recommission).
+func (s *sim) attrit(n *node) *op {
+	o := s.newOp(broker.ActScaleDown, n, nil)
+	o.to, o.step, o.attrition = broker.OwnerNone, "release", true
+	s.m.attritions++
+	s.checkReleased(n)
+	return o
+}
+
+// recommission cancels the attrition on node n: its side schedules on it
+// again at once.
+func (s *sim) recommission(n *node) bool {
+	o := n.op
+	if o == nil || !o.attrition || o.step != "release" {
+		return false
+	}
+	s.closeOp(o)
+	s.m.recommissions++
+	return true
+}
+
+// victimsGone moves a preemption on once its victims have left: a
+// preemption on the node's own side is done; one across sides releases the
+// node from its side (what else runs there is drained as for a hand-over)
+// and hands it over.
+func (s *sim) victimsGone(o *op) {
+	if !o.crossSide() {
+		s.closeOp(o)
+		return
+	}
+	n := o.node
+	o.step = "release"
+	if n.side == broker.SourceK8s {
+		for _, t := range slices.Clone(n.tasks) {
+			s.evict(t, "drain")
+		}
+	} else {
+		o.deadline = s.now + s.w.DrainTimeout
+		s.push(event{at: o.deadline, kind: evDrainDeadline, n: n, o: o})
+	}
+	s.checkReleased(n)
+}
+
 // checkReleased confirms a release once the node has no work left.
 func (s *sim) checkReleased(n *node) {
 	o := n.op

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/replay"
@@ -26,7 +27,8 @@ func runReplay(_ context.Context, e env, args []string) error {
 	seed := fs.Int64("seed", 0, "salt of the task-to-side hash")
 	outDir := fs.String("out", "", "write report.md and SVG plots into this `directory`")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	ckpt := fs.Duration("checkpoint-interval", 0, "model running work as checkpointing this often (0: unknown, an eviction loses all work since the start)")
+	ckpt := fs.Duration("checkpoint-interval", replayCheckpoint, "model running work as checkpointing this often (openb tasks are training jobs; 0: unknown, an eviction loses all work since the start)")
+	ruleOff := fs.Bool("rule-off", true, "also replay gpubroker with consolidation.max_work_lost unbounded, to report the work lost with the rule on and off")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -39,7 +41,7 @@ func runReplay(_ context.Context, e env, args []string) error {
 	if *tracePath == "" {
 		return usagef("--trace is required (or set GPUBROKER_OPENB to openb_pod_list_default.csv)")
 	}
-	cfg := replay.Config{Policy: broker.DefaultPolicy(), YARNShare: *yarnShare, Seed: *seed, Headroom: 1}
+	cfg := replay.Config{Policy: replayPolicy(), YARNShare: *yarnShare, Seed: *seed, Headroom: 1, RuleOff: *ruleOff}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Policies = append(cfg.Policies, p)
@@ -98,6 +100,20 @@ func runReplay(_ context.Context, e env, args []string) error {
 		return rep.WriteJSON(e.stdout)
 	}
 	return rep.WriteText(e.stdout)
+}
+
+// replayCheckpoint is the checkpoint interval the replay models by
+// default: openb's tasks are training jobs, and 30 minutes is a common
+// checkpoint period for them (the trace itself records none).
+const replayCheckpoint = 30 * time.Minute
+
+// replayPolicy is the policy the replay uses without --config: serve's
+// defaults (broker.DefaultPolicy), so a plain replay answers "what would
+// serve do with this trace". Tuned policies are replayed with --config
+// (docs/replay-tuned.yaml), and the report names every value that differs
+// from the defaults.
+func replayPolicy() broker.Policy {
+	return broker.DefaultPolicy()
 }
 
 // inputError turns bad trace or configuration input into a usage error

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -104,5 +105,54 @@ func TestReplayConfigPolicy(t *testing.T) {
 	bad := writeFile(t, "policy:\n  expander: biggest\n")
 	if code, _, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--config", bad); code != 2 || !strings.Contains(errOut, "expander") {
 		t.Errorf("bad config: exit %d, %q", code, errOut)
+	}
+}
+
+// Without --config the replay runs serve's defaults and says so; the tuned
+// and attrition configs under docs/ change exactly what they say, and the
+// report names each change with its default.
+func TestReplayDefaultPolicyIsServes(t *testing.T) {
+	trace, nodes := replayFiles(t, "a,1000,1024,1,1000,,LS,Running,0,600,0\n")
+	cases := []struct {
+		name    string
+		args    []string
+		changes []string
+	}{
+		{"no --config", nil, nil},
+		{"docs/replay-tuned.yaml", []string{"--config", "../../docs/replay-tuned.yaml"},
+			[]string{`consolidation_max_work_lost "1h0m0s" (default "10m0s")`}},
+		{"docs/replay-attrition.yaml", []string{"--config", "../../docs/replay-attrition.yaml"},
+			[]string{`yarn_drain_by_attrition true (default false)`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"replay", "--trace", trace, "--nodes", nodes, "--policies", "gpubroker", "--load", "1"}, tc.args...)
+			code, stdout, errOut := runCLI(t, nil, append(args, "--json")...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var rep struct {
+				World struct {
+					PolicyChanges []string `json:"policy_changes"`
+				} `json:"world"`
+			}
+			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(tc.changes, rep.World.PolicyChanges) {
+				t.Errorf("policy changes %q, want %q", rep.World.PolicyChanges, tc.changes)
+			}
+			code, stdout, errOut = runCLI(t, nil, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			want := "policy is serve's defaults"
+			if len(tc.changes) > 0 {
+				want = "policy differs from serve's defaults in: " + strings.Join(tc.changes, "; ")
+			}
+			if !strings.Contains(stdout, want) {
+				t.Errorf("text report does not say %q:\n%s", want, stdout)
+			}
+		})
 	}
 }
