@@ -38,9 +38,10 @@ func runPlan(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Observe and plan over the stored configuration, as the leader
-	// would: no migration, no seeding (run "gpubroker migrate" and
-	// "gpubroker serve" for those).
+	// Observe and plan as serve's first tick would, over the store as its
+	// seeding would leave it, writing nothing: no migration (run
+	// "gpubroker migrate"), no seeding (serve does it).
+	cfg.Preview = true
 	m, err := openApp(ctx, cfg)
 	if err != nil {
 		return err

@@ -1,9 +1,3 @@
-// Package app is the one assembly of gpubroker: it puts the broker together
-// from a validated configuration and injectable endpoints (benbjohnson/wtf's
-// Main pattern). "gpubroker serve", "plan" and "demo", the end-to-end world
-// and the tick benchmark all build the broker through Open, so a fix in the
-// wiring reaches every one of them; they differ only in what they start
-// around it (a private PostgreSQL, simulators, a workload).
 package app
 
 import (
@@ -42,6 +36,9 @@ type Config struct {
 	// Seed writes Pools, Tenants and Policy into the store (see Seed); plan
 	// leaves it off: it observes and plans without writing configuration.
 	Seed bool
+	// Preview shows the runtime the store as Seed would leave it, without
+	// writing it (plan: what serve's first tick would do).
+	Preview bool
 
 	Pools   []broker.Pool
 	Tenants []broker.Tenant
@@ -344,8 +341,12 @@ func InCluster(getenv func(string) string) bool {
 // process starting with empty memory, resuming from the ledger.
 func (m *Main) NewRuntime() (*broker.Runtime, error) {
 	c := m.cfg
+	var ledger broker.Ledger = m.st.Ledger()
+	if c.Preview {
+		ledger = previewLedger{Ledger: ledger, pools: c.Pools, tenants: c.Tenants, policy: c.Policy}
+	}
 	return broker.NewRuntime(broker.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
-		Ledger: m.st.Ledger(), Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
+		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
 		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints})
 }
 
