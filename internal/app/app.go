@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -329,11 +328,9 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(rc)
 }
 
-// InCluster reports whether the process runs in a Kubernetes pod.
+// InCluster reports whether the process runs in a Kubernetes pod, from
+// the environment getenv reads.
 func InCluster(getenv func(string) string) bool {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
 	return getenv("KUBERNETES_SERVICE_HOST") != ""
 }
 
