@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -104,8 +105,9 @@ func TestConfigMapEmbedsTheSampleConfig(t *testing.T) {
 // TestPlanLoadsTheSampleConfig runs "gpubroker plan --config" on
 // deploy/gpubroker.yaml with only its addresses swapped for loopback ones
 // (a real database, the YARN and AWS simulators): the full wiring accepts
-// the sample, seeds its pools, tenant and policy, and plans the reference
-// story's first step, a GPU node for a pending training job.
+// the sample and plans the reference story's first step, a GPU node for a
+// pending training job, over the pools, tenant and policy serve would seed;
+// plan itself neither migrates nor seeds the database.
 func TestPlanLoadsTheSampleConfig(t *testing.T) {
 	sample, err := os.ReadFile("../../deploy/gpubroker.yaml")
 	if err != nil {
@@ -158,9 +160,34 @@ func TestPlanLoadsTheSampleConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// plan never migrates: on a fresh database it says what to run.
 	code, out, errOut := runCLI(t, nil, "plan", "--config", path, "--json")
+	if code != 2 || !strings.Contains(errOut, "gpubroker migrate") {
+		t.Fatalf("plan on an unmigrated database: exit %d, want 2 naming gpubroker migrate\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if code, out, errOut := runCLI(t, nil, "migrate", "--config", path); code != 0 {
+		t.Fatalf("migrate: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// plan never seeds: it plans over the store as serve's seeding would
+	// leave it, and leaves the store as it was.
+	code, out, errOut = runCLI(t, nil, "plan", "--config", path, "--json")
 	if code != 0 {
 		t.Fatalf("plan: exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	if pools, err := st.ListPools(ctx); err != nil || len(pools) != 0 {
+		t.Fatalf("plan wrote pools %+v (%v); it must leave the configuration to serve", pools, err)
+	}
+	if ts, err := st.ListTenants(ctx); err != nil || len(ts) != 0 {
+		t.Fatalf("plan wrote tenants %+v (%v)", ts, err)
+	}
+	if pol, err := st.GetPolicy(ctx); err != nil || pol.Version != 0 {
+		t.Fatalf("plan wrote the policy %+v (%v)", pol, err)
 	}
 	var plan broker.Plan
 	if err := json.Unmarshal([]byte(out), &plan); err != nil {
@@ -172,12 +199,15 @@ func TestPlanLoadsTheSampleConfig(t *testing.T) {
 		t.Fatalf("plan %s, want one scale-up of gpu-training-group to 1 node", out)
 	}
 
-	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{URL: url})
+	// The configuration serve seeds at start: the sample's pools, tenant
+	// and policy.
+	c, err := loadConfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	if err := seed(ctx, st, c, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
 	pools, err := st.ListPools(ctx)
 	if err != nil {
 		t.Fatal(err)

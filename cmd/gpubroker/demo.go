@@ -20,8 +20,9 @@ import (
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/broker/workload"
-	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/internal/app"
+	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/k8s/k8ssim"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/store/pgserver"
@@ -105,17 +106,6 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	}
 	c := demoConfig()
 	c.file.Database.URL = pg.DatabaseURL("gpubroker")
-	if err := store.Migrate(ctx, c.file.Database.URL); err != nil {
-		return err
-	}
-	st, err := store.Open(ctx, store.Config{URL: c.file.Database.URL, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if err := seed(ctx, st, c, log); err != nil {
-		return err
-	}
 
 	// Simulated YARN: the RM REST API on a loopback port.
 	ysim, err := yarnsim.New(yarnsim.Config{Queues: []yarnsim.QueueSpec{{Path: "root.training", Capacity: 60}, {Path: "root.research", Capacity: 40}}})
@@ -163,13 +153,16 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		}
 	}
 	go kc.Run(ctx, 200*time.Millisecond)
-	kside, trigger, err := kubeSide(ctx, kc.Client(), kubernetesConfig{GPUNodeLabels: map[string]string{"infra-type": "gpu"}}, log)
+	// The bootstrap of a node that joins YARN cordons it on Kubernetes,
+	// as the broker's own release would.
+	kcfg := kubeConfig(kubernetesConfig{GPUNodeLabels: map[string]string{"infra-type": "gpu"}})
+	boot, err := k8s.NewActuator(kc.Client(), kcfg, log)
 	if err != nil {
 		return err
 	}
 
 	// Simulated AWS: an autoscaling group whose instances join a side.
-	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, yadmin: yadmin, yexclude: yexclude, kside: kside, log: log,
+	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, yadmin: yadmin, yexclude: yexclude, kside: bootCordon{boot}, log: log,
 		live: map[string]bool{}}
 	aws := awssim.New(awssim.Config{LaunchDelay: time.Second, BootDelay: 2 * time.Second, TerminateDelay: time.Second,
 		BootHook: joiner.boot, TerminateHook: joiner.gone, Logger: log})
@@ -182,37 +175,37 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		Tags: map[string]string{"gpubroker.io/pool": demoPool, "gpubroker.io/gpus-per-node": "4", "gpubroker.io/gpu-model": "A100"}}); err != nil {
 		return err
 	}
-	provider, err := cloud.New(ctx, cloud.Config{Region: "us-east-1", Endpoint: awsAddr,
-		Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", ""),
-		Pools:       cloudPools(c.pools), MaxProvisionTime: c.policy.MaxProvisionTime.D(), Logger: log})
-	if err != nil {
-		return err
-	}
 
-	yc := yarnConfig{RM: yclient.RMs(), AdminAddress: []string{yadminAddr}, ExcludeFile: yexclude.Path()}
-	yside, yactions, err := yarnSideWith(yc, log, joiner.restartNodeManager)
+	var secret string // the admin token, made once the store is open
+	// The broker, assembled as serve assembles it, on the simulators'
+	// endpoints.
+	m, err := openApp(ctx, app.Config{
+		DatabaseURL: c.file.Database.URL, Migrate: true, Seed: true,
+		Pools: c.pools, Tenants: c.tenants, Policy: c.policy,
+		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
+			RestartNodeManager: joiner.restartNodeManager},
+		Kubernetes: app.KubernetesConfig{Client: kc.Client(), Adapter: kcfg},
+		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: awsAddr,
+			Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", "")},
+		Logger: log, Period: 2 * time.Second, BatchWindow: 500 * time.Millisecond,
+		Listen: *listen,
+		Ready: func(addr string) {
+			fmt.Fprintf(e.stdout, "gpubroker demo: dashboard at http://%s\n", addr)
+			fmt.Fprintf(e.stdout, "admin token: %s\n", secret)
+			fmt.Fprintf(e.stdout, "open http://%s/#token=%s to sign in; Ctrl-C stops everything\n", addr, secret)
+		},
+	})
 	if err != nil {
 		return err
 	}
-	observers := withRegistration(provider, []broker.SideObserver{yside, kside})
-	actions := []broker.SideActions{yactions, kside}
-	w := &wired{st: st, provider: provider, sides: sides{observers: observers, actions: actions, trigger: trigger}}
-	w.newRuntime = func() (*broker.Runtime, error) {
-		return broker.NewRuntime(broker.RuntimeConfig{Observers: observers, Actions: actions, Pools: provider,
-			Ledger: st.Ledger(), Logger: log, Period: 2 * time.Second, BatchWindow: 500 * time.Millisecond})
-	}
-	secret, _, err := st.CreateToken(ctx, "demo-admin", store.RoleAdmin, "")
+	defer m.Close()
+	secret, _, err = m.Store().CreateToken(ctx, "demo-admin", store.RoleAdmin, "")
 	if err != nil {
 		return err
 	}
 
 	go runWorkload(ctx, gen, kc, ysim, yclient, log)
-	err = serve(ctx, e, w, *listen, log, func(addr string) {
-		fmt.Fprintf(e.stdout, "gpubroker demo: dashboard at http://%s\n", addr)
-		fmt.Fprintf(e.stdout, "admin token: %s\n", secret)
-		fmt.Fprintf(e.stdout, "open http://%s/#token=%s to sign in; Ctrl-C stops everything\n", addr, secret)
-	})
-	if err != nil {
+	if err := runApp(ctx, m); err != nil {
 		return err
 	}
 	fmt.Fprintln(e.stdout, "gpubroker demo: stopped")
@@ -227,6 +220,13 @@ func createDatabase(ctx context.Context, url, name string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	return err
+}
+
+// bootCordon cordons a node as released, as a bootstrap script would.
+type bootCordon struct{ act *k8s.Actuator }
+
+func (b bootCordon) Cordon(ctx context.Context, node string) error {
+	return b.act.Cordon(ctx, node, string(broker.OwnerNone))
 }
 
 // demoJoiner turns a booted instance into a node of the side with more

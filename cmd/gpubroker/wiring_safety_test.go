@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubroker/gpubroker/internal/app"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
 )
@@ -92,11 +93,11 @@ pools:
 			t.Errorf("restart log lacks %q:\n%s", want, out)
 		}
 	}
-	minN, maxN, ok, err := storeBounds(st)(ctx, "gpu-training-group")
+	minN, maxN, ok, err := app.StoreBounds(st)(ctx, "gpu-training-group")
 	if err != nil || !ok || minN != 0 || maxN != 8 {
 		t.Errorf("provider bounds %d..%d ok %v err %v, want 0..8 from the store", minN, maxN, ok, err)
 	}
-	if _, _, ok, err := storeBounds(st)(ctx, "unknown"); ok || err != nil {
+	if _, _, ok, err := app.StoreBounds(st)(ctx, "unknown"); ok || err != nil {
 		t.Errorf("bounds of an unknown pool: ok %v err %v, want none", ok, err)
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/internal/app"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn"
-	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
@@ -133,17 +133,17 @@ func TestYARNCommandsGoThroughTheJournal(t *testing.T) {
 		t.Fatalf("second command: exit %d: %s", code, errOut)
 	}
 
-	// The leader: the same Decommissioner the wiring builds.
-	client, _ := yarn.NewClient(yarn.Config{RMs: []string{srv.URL}})
-	rpc, _ := rmadmin.New(rmadmin.Config{Addrs: []string{addr}})
-	ex, _ := yarn.NewExcludeFile(exclude)
-	dec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: client, Admin: rpc, Exclude: ex,
-		RestartNodeManager: admin.RestartNodeManager})
+	// The leader: the broker assembled as serve assembles it.
+	m, err := app.Open(ctx, app.Config{Store: st, Cloud: app.CloudConfig{NodePool: noPools{}},
+		YARN: app.YARNConfig{RM: []string{srv.URL}, AdminAddress: []string{addr}, ExcludeFile: exclude,
+			RestartNodeManager: admin.RestartNodeManager},
+		Period: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := broker.NewRuntime(broker.RuntimeConfig{Observers: []broker.SideObserver{yarn.NewSide(client, yarn.MapOptions{})},
-		Actions: []broker.SideActions{dec}, Pools: noPools{}, Ledger: st.Ledger(), Period: 50 * time.Millisecond})
+	defer m.Close()
+	ex, _ := yarn.NewExcludeFile(exclude)
+	rt, err := m.NewRuntime()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,3 +194,10 @@ func TestYARNCommandsGoThroughTheJournal(t *testing.T) {
 		t.Fatal("gpu-1 still excluded")
 	}
 }
+
+// noPools is a provider with no groups, enough for a tick loop to run.
+type noPools struct{}
+
+func (noPools) Pools(context.Context) ([]broker.PoolState, error) { return nil, nil }
+func (noPools) SetDesired(context.Context, string, int) error     { return nil }
+func (noPools) Terminate(context.Context, string, string) error   { return nil }

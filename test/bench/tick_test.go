@@ -13,6 +13,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/internal/app"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/k8s/k8ssim"
 	"github.com/gpubroker/gpubroker/store"
@@ -25,7 +26,8 @@ var pg *pgtest.Server
 
 func TestMain(m *testing.M) { pgtest.Main(m, &pg) }
 
-// world is a broker wired to the simulators, as the demo wires it.
+// world is the broker assembled as serve and the demo assemble it, on the
+// simulators.
 type world struct {
 	rt   *broker.Runtime
 	ysim *yarnsim.Sim
@@ -106,20 +108,6 @@ func newWorld(tb testing.TB, nodes, demands int) *world {
 	if err := kc.Step(ctx); err != nil { // marks them unschedulable
 		tb.Fatal(err)
 	}
-	kcfg := k8s.Config{NamespaceIsTenant: true}
-	obs, err := k8s.NewObserver(kc.Client(), kcfg, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := obs.Start(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	act, err := k8s.NewActuator(kc.Client(), kcfg, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kside := k8s.NewSide(kc.Client(), obs, act, time.Second)
-
 	// AWS: the pool's group, empty (16-GPU asks fit no 8-GPU node, so the
 	// plan buys nothing and every tick measures observe-persist-plan).
 	aws := awssim.New(awssim.Config{})
@@ -131,15 +119,20 @@ func newWorld(tb testing.TB, nodes, demands int) *world {
 	if err := aws.CreateGroup(awssim.GroupSpec{Name: "gpu", Min: 0, Max: 2 * nodes}); err != nil {
 		tb.Fatal(err)
 	}
-	provider, err := cloud.New(ctx, cloud.Config{Region: "us-east-1", Endpoint: endpoint,
-		Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", ""),
-		Pools:       []cloud.PoolConfig{{Name: "gpu", GPUsPerNode: 8, GPUModel: "A100"}}})
+	// The broker, assembled as serve assembles it (YARN observed only: no
+	// admin port here).
+	m, err := app.Open(ctx, app.Config{Store: st, Policy: broker.DefaultPolicy(),
+		YARN:       app.YARNConfig{Client: yc},
+		Kubernetes: app.KubernetesConfig{Client: kc.Client(), Adapter: k8s.Config{NamespaceIsTenant: true}, DrainStep: time.Second},
+		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: endpoint,
+			Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", ""),
+			Pools:       []cloud.PoolConfig{{Name: "gpu", GPUsPerNode: 8, GPUModel: "A100"}}},
+		ObserveTimeout: time.Minute})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	rt, err := broker.NewRuntime(broker.RuntimeConfig{
-		Observers: []broker.SideObserver{yarn.NewSide(yc, yarn.MapOptions{}), kside},
-		Actions:   []broker.SideActions{kside}, Pools: provider, Ledger: st.Ledger(), ObserveTimeout: time.Minute})
+	tb.Cleanup(m.Close)
+	rt, err := m.NewRuntime()
 	if err != nil {
 		tb.Fatal(err)
 	}

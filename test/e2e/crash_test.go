@@ -96,7 +96,7 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 	if err := c.PolicyV1().PodDisruptionBudgets(w.ns).Delete(ctx, "guard", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w.start(w.cfg)
+	w.start()
 
 	w.eventually(90*time.Second, "the big pod to run on a new node", func() bool {
 		p, ok := w.pod("big")

@@ -176,7 +176,7 @@ func TestMissingAndFailingGroupsLeaveOtherPoolsActing(t *testing.T) {
 	}()
 	w.eventually(30*time.Second, "the healthy pool to grow by one", func() bool { return w.desired() == 1 })
 	w.eventually(60*time.Second, "the pod to run", func() bool { _, ok := w.running("train"); return ok })
-	states, err := w.cfg.Pools.Pools(w.ctx)
+	states, err := w.app.Pools().Pools(w.ctx)
 	if err != nil {
 		t.Fatalf("pools: %v", err)
 	}

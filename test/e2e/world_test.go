@@ -19,12 +19,12 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/internal/app"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/k8senv"
 	"github.com/gpubroker/gpubroker/test/pgtest"
 	"github.com/gpubroker/gpubroker/yarn"
-	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
@@ -61,7 +61,8 @@ var (
 	gpuTaint  = corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
 )
 
-// world is the broker wired to the real control plane and the simulators.
+// world is the broker, assembled by internal/app as serve assembles it, on
+// the real control plane and the simulators.
 type world struct {
 	t        *testing.T
 	ctx      context.Context
@@ -74,8 +75,7 @@ type world struct {
 	yclient  *yarn.Client
 	ns       string
 	calls    *callLog
-	cfg      broker.RuntimeConfig
-	trigger  <-chan struct{}
+	app      *app.Main
 	cancelRT context.CancelFunc
 	rtDone   chan struct{}
 
@@ -198,10 +198,6 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	yrpc, err := rmadmin.New(rmadmin.Config{Addrs: []string{yadminAddr}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &world{t: t, ctx: ctx, st: st, ysim: ysim, yadmin: yadmin, yexclude: yexclude, yclient: yclient, ns: o.namespace, calls: &callLog{}}
 	// The restart hook restarts the NodeManager of a running instance; a
 	// terminated one's host is gone.
@@ -216,11 +212,6 @@ func newWorld(t *testing.T, o worldOptions) *world {
 			return fmt.Errorf("restart nodemanager of %s: its instance is gone", host)
 		}
 		return yadmin.RestartNodeManager(ctx, host)
-	}
-	ydec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: yclient, Admin: yrpc, Exclude: yexclude,
-		RestartNodeManager: restart, Logger: log})
-	if err != nil {
-		t.Fatal(err)
 	}
 	// Booted instances join Kubernetes as KWOK nodes, and YARN as
 	// NodeManagers of excluded hosts (the RM turns them away as
@@ -264,56 +255,46 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 	minN, maxN := 0, o.maxNodes
-	provider, err := cloud.New(ctx, cloud.Config{Region: "us-east-1", Endpoint: endpoint,
-		Credentials: credentials.NewStaticCredentialsProvider("e2e", "e2e", ""),
-		Pools:       append([]cloud.PoolConfig{{Name: poolName, GPUsPerNode: 4, GPUModel: "A100", MinNodes: &minN, MaxNodes: &maxN}}, w.extraPools(o.extra)...)})
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	kcfg := k8s.Config{NamespaceIsTenant: true, GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
 	if len(o.extra.startupTaints) > 0 {
 		kcfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), o.extra.startupTaints...)
 	}
-	obs, err := k8s.NewObserver(kubeEnv.Client, kcfg, log)
+	// The broker, assembled as serve assembles it, on the simulators and
+	// the real control plane.
+	w.app, err = app.Open(ctx, app.Config{Store: st, Policy: pol, Logger: log,
+		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
+			RestartNodeManager: restart},
+		Kubernetes: app.KubernetesConfig{Client: kubeEnv.Client, Adapter: kcfg, DrainStep: 2 * time.Second},
+		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: endpoint,
+			Credentials: credentials.NewStaticCredentialsProvider("e2e", "e2e", ""),
+			Pools:       append([]cloud.PoolConfig{{Name: poolName, GPUsPerNode: 4, GPUModel: "A100", MinNodes: &minN, MaxNodes: &maxN}}, w.extraPools(o.extra)...),
+			Wrap: func(provider *cloud.Provider) broker.NodePool {
+				return recordingPool{Provider: provider, log: w.calls, onTerminate: func(id string) {
+					// A terminating machine's NodeManager cannot be restarted.
+					liveMu.Lock()
+					host := hostOf[id]
+					delete(live, host)
+					liveMu.Unlock()
+					w.termMu.Lock()
+					w.terminations = append(w.terminations, terminated{Host: host, YARNState: ysim.NodeState(host)})
+					w.termMu.Unlock()
+				}}
+			}},
+		Period: time.Second, BatchWindow: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := obs.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	act, err := k8s.NewActuator(kubeEnv.Client, kcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kside := k8s.NewSide(kubeEnv.Client, obs, act, 2*time.Second)
-	yside := yarn.NewSide(yclient, yarn.MapOptions{})
-	w.cfg = broker.RuntimeConfig{
-		Observers: []broker.SideObserver{yside, kside},
-		Actions:   []broker.SideActions{ydec, kside},
-		Pools: recordingPool{Provider: provider, log: w.calls, onTerminate: func(id string) {
-			// A terminating machine's NodeManager cannot be restarted.
-			liveMu.Lock()
-			host := hostOf[id]
-			delete(live, host)
-			liveMu.Unlock()
-			w.termMu.Lock()
-			w.terminations = append(w.terminations, terminated{Host: host, YARNState: ysim.NodeState(host)})
-			w.termMu.Unlock()
-		}},
-		Ledger: st.Ledger(), Logger: log,
-		Period: time.Second, BatchWindow: 200 * time.Millisecond}
-	w.trigger = obs.Unschedulable()
-	w.start(w.cfg)
+	t.Cleanup(w.app.Close)
+	w.start()
 	t.Cleanup(w.stop)
 	return w
 }
 
 // start runs a new runtime: a broker process starting with empty memory
 // on the same database, clusters and cloud.
-func (w *world) start(cfg broker.RuntimeConfig) {
+func (w *world) start() {
 	w.t.Helper()
-	rt, err := broker.NewRuntime(cfg)
+	rt, err := w.app.NewRuntime()
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -321,7 +302,7 @@ func (w *world) start(cfg broker.RuntimeConfig) {
 	rctx, rcancel := context.WithCancel(w.ctx)
 	done := make(chan struct{})
 	w.cancelRT, w.rtDone = rcancel, done
-	go func() { defer close(done); rt.Run(rctx, w.trigger) }()
+	go func() { defer close(done); rt.Run(rctx, w.app.Trigger()) }()
 }
 
 // crash stops the runtime abruptly, as a killed process would: whatever

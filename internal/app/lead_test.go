@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -35,16 +35,18 @@ func TestLeaderFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(st.Close)
-		newRT := func() (*broker.Runtime, error) {
-			return broker.NewRuntime(broker.RuntimeConfig{Pools: noPools{}, Ledger: st.Ledger(), Period: 100 * time.Millisecond})
+		m, err := Open(ctx, Config{Store: st, Cloud: CloudConfig{NodePool: noPools{}}, Period: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
 		}
-		first, err := newRT()
+		t.Cleanup(m.Close)
+		first, err := m.NewRuntime()
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := replica{ar: &apiRuntime{}, cancel: cancel, done: make(chan error, 1)}
 		r.ar.rt.Store(first)
-		go func() { r.done <- lead(ctx, st, r.ar, newRT, nil, slog.New(slog.DiscardHandler)) }()
+		go func() { r.done <- lead(ctx, st, r.ar, m.NewRuntime, m.Trigger(), slog.New(slog.DiscardHandler)) }()
 		return r
 	}
 	wait := func(what string, cond func() bool) {

@@ -1,0 +1,226 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpubroker/gpubroker/api"
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
+)
+
+// Run serves the API (when Config.Listen is set) and, while this replica
+// holds the leader lock, the tick loop, until ctx ends.
+func (m *Main) Run(ctx context.Context) error {
+	first, err := m.NewRuntime()
+	if err != nil {
+		return err
+	}
+	ar := &apiRuntime{}
+	ar.rt.Store(first)
+	errc := make(chan error, 2)
+	var srv *http.Server
+	if m.cfg.Listen != "" {
+		reg := m.cfg.Registry
+		if reg == nil {
+			reg = prometheus.NewRegistry()
+		}
+		handler, err := api.New(api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", m.cfg.Listen)
+		if err != nil {
+			return usagef("listen on %s: %s", m.cfg.Listen, err)
+		}
+		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- srv.Serve(ln) }()
+		m.log.Info("serving the API and dashboard", "address", "http://"+ln.Addr().String())
+		if m.cfg.Ready != nil {
+			m.cfg.Ready(ln.Addr().String())
+		}
+	}
+	go func() { errc <- lead(ctx, m.st, ar, m.NewRuntime, m.trigger, m.log) }()
+	go prune(ctx, m.st, ar, m.log)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	if srv != nil {
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// retention is how long capacity samples and decisions are kept.
+const retention = 7 * 24 * time.Hour
+
+// prune deletes samples and decisions older than the retention, hourly, on
+// the leader, so the audit tables stay bounded.
+func prune(ctx context.Context, st *store.Store, ar *apiRuntime, log *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !ar.leader.Load() {
+			continue
+		}
+		if err := st.PruneSamples(ctx, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
+			log.Warn("prune samples and decisions", "err", err)
+		}
+	}
+}
+
+// registrar is told which machines became nodes (the cloud provider), so
+// it can report instances that never register within the max provision
+// time.
+type registrar interface {
+	ObserveRegistered(names []string)
+}
+
+// registering tells the registrar the nodes each side observes.
+type registering struct {
+	broker.SideObserver
+	provider registrar
+	mu       *sync.Mutex
+	seen     map[broker.Source][]string
+}
+
+func (r registering) Observe(ctx context.Context, idx broker.TenantIndex) (broker.SideObservation, error) {
+	obs, err := r.SideObserver.Observe(ctx, idx)
+	if err != nil {
+		return obs, err
+	}
+	names := make([]string, 0, len(obs.Nodes))
+	for _, n := range obs.Nodes {
+		names = append(names, n.Name)
+		if n.InstanceID != "" {
+			names = append(names, n.InstanceID)
+		}
+	}
+	r.mu.Lock()
+	r.seen[obs.Source] = names
+	var all []string
+	for _, ns := range r.seen {
+		all = append(all, ns...)
+	}
+	r.mu.Unlock()
+	r.provider.ObserveRegistered(all)
+	return obs, nil
+}
+
+func withRegistration(p registrar, obs []broker.SideObserver) []broker.SideObserver {
+	mu := &sync.Mutex{}
+	seen := map[broker.Source][]string{}
+	out := make([]broker.SideObserver, len(obs))
+	for i, o := range obs {
+		out[i] = registering{SideObserver: o, provider: p, mu: mu, seen: seen}
+	}
+	return out
+}
+
+// apiRuntime lets the API reach the current runtime and leadership.
+type apiRuntime struct {
+	rt     atomic.Pointer[broker.Runtime]
+	leader atomic.Bool
+}
+
+var _ api.Runtime = (*apiRuntime)(nil)
+
+func (a *apiRuntime) DryRun(ctx context.Context) (broker.Plan, error) { return a.rt.Load().DryRun(ctx) }
+
+func (a *apiRuntime) Status() api.RuntimeStatus {
+	st := a.rt.Load().Status()
+	return api.RuntimeStatus{Leader: a.leader.Load(), LastTick: st.LastTick, Stale: st.Stale}
+}
+
+func (a *apiRuntime) acting() (*broker.Runtime, error) {
+	if !a.leader.Load() {
+		return nil, fmt.Errorf("this replica is a follower; send node operations to the leader: %w", broker.ErrConflict)
+	}
+	return a.rt.Load(), nil
+}
+
+func (a *apiRuntime) Cordon(ctx context.Context, node string) error {
+	rt, err := a.acting()
+	if err != nil {
+		return err
+	}
+	return rt.Cordon(ctx, node)
+}
+
+func (a *apiRuntime) Drain(ctx context.Context, node string) error {
+	rt, err := a.acting()
+	if err != nil {
+		return err
+	}
+	return rt.Drain(ctx, node)
+}
+
+func (a *apiRuntime) Transfer(ctx context.Context, node string, to broker.Owner) error {
+	rt, err := a.acting()
+	if err != nil {
+		return err
+	}
+	return rt.Transfer(ctx, node, to)
+}
+
+// lead runs the tick loop while this replica holds the leader lock, and
+// campaigns again when it loses it, until ctx ends. Each term gets a fresh
+// runtime that resumes from the journal.
+func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func() (*broker.Runtime, error), trigger <-chan struct{}, log *slog.Logger) error {
+	for {
+		lease, err := st.Lead(ctx, 2*time.Second, 2*time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		rt, err := newRuntime()
+		if err != nil {
+			lease.Release(context.WithoutCancel(ctx))
+			return err
+		}
+		ar.rt.Store(rt)
+		ar.leader.Store(true)
+		log.Info("leading: planning and acting")
+		termCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lease.Lost():
+				log.Warn("leader lock lost; stopping the tick loop")
+			case <-termCtx.Done():
+			}
+			cancel()
+		}()
+		err = rt.Run(termCtx, trigger)
+		cancel()
+		ar.leader.Store(false)
+		lease.Release(context.WithoutCancel(ctx))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			log.Error("tick loop stopped", "err", err)
+		}
+	}
+}
