@@ -150,6 +150,15 @@ func (p *hidingProxy) start(t *testing.T, rm string) string {
 		t.Fatal(err)
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
+	direct := rp.Director
+	rp.Director = func(r *http.Request) {
+		direct(r)
+		r.Header.Del("Accept-Encoding") // the RM's Jetty gzips; the filter reads plain JSON
+	}
+	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		t.Errorf("hiding proxy: %s: %v", r.URL.Path, err)
+		w.WriteHeader(http.StatusBadGateway)
+	}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		p.mu.Lock()
 		host := p.hidden
