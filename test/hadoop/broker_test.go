@@ -231,15 +231,15 @@ func dropHost(body []byte, host string) ([]byte, error) {
 	return json.Marshal(v)
 }
 
-// testPool is the in-test cloud: one pool whose instances are NodeManager
+// testPool is the in-test cloud: pools whose instances are NodeManager
 // hosts. Terminate records the RM's state of the host at that moment.
 type testPool struct {
-	name  string
+	names []string
 	state func(host string) string
 
 	mu         sync.Mutex
-	desired    int
-	instances  []broker.Instance
+	desired    map[string]int
+	instances  map[string][]broker.Instance
 	terminated []terminatedHost
 }
 
@@ -248,28 +248,42 @@ type terminatedHost struct{ Host, RMState string }
 func (p *testPool) Pools(context.Context) ([]broker.PoolState, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return []broker.PoolState{{Pool: broker.Pool{Name: p.name}, Desired: p.desired,
-		Instances: slices.Clone(p.instances)}}, nil
+	var out []broker.PoolState
+	for _, name := range p.names {
+		out = append(out, broker.PoolState{Pool: broker.Pool{Name: name}, Desired: p.desired[name],
+			Instances: slices.Clone(p.instances[name])})
+	}
+	return out, nil
+}
+
+// add puts a running instance for host into pool.
+func (p *testPool) add(pool, host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.instances[pool] = append(p.instances[pool], broker.Instance{ID: fmt.Sprintf("i-%s-%s", pool, host), Hostname: host,
+		Phase: broker.PhaseRegistered, LaunchedAt: time.Now().Add(-time.Hour)})
+	p.desired[pool]++
 }
 
 func (p *testPool) SetDesired(_ context.Context, pool string, target int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.desired = target
+	p.desired[pool] = target
 	return nil
 }
 
 func (p *testPool) Terminate(_ context.Context, pool, id string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i := slices.IndexFunc(p.instances, func(in broker.Instance) bool { return in.ID == id })
+	ins := p.instances[pool]
+	i := slices.IndexFunc(ins, func(in broker.Instance) bool { return in.ID == id })
 	if i < 0 {
 		return nil // gone already: no second decrement
 	}
-	host := p.instances[i].Hostname
+	host := ins[i].Hostname
 	p.terminated = append(p.terminated, terminatedHost{Host: host, RMState: p.state(host)})
-	p.instances = slices.Delete(p.instances, i, i+1)
-	p.desired--
+	p.instances[pool] = slices.Delete(ins, i, i+1)
+	p.desired[pool]--
 	return nil
 }
 
@@ -306,6 +320,13 @@ func (k *fakeK8s) set(node string, o broker.Owner) {
 	if _, ok := k.nodes[node]; ok {
 		k.nodes[node] = o
 	}
+}
+
+// join adds an idle schedulable node.
+func (k *fakeK8s) join(node string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.nodes[node] = broker.OwnerK8s
 }
 
 func (k *fakeK8s) Release(_ context.Context, node string, _ time.Time) (broker.ReleaseStatus, error) {
@@ -347,15 +368,39 @@ const brokerPool = "yarn-gpus"
 
 func newBrokerRig(t *testing.T, ctx context.Context, tg brokerTarget, rmURL string, direct *yarn.Client, pol broker.Policy, k8s *fakeK8s, hosts ...string) *brokerRig {
 	t.Helper()
+	return newBrokerRigPools(t, ctx, tg, rmURL, direct, pol, k8s, poolSpec{name: brokerPool, hosts: hosts})
+}
+
+// poolSpec is one pool of a rig: its partition and its instances' hosts.
+type poolSpec struct {
+	name, partition string
+	max             int // default: len(hosts)
+	hosts           []string
+}
+
+func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL string, direct *yarn.Client, pol broker.Policy, k8s *fakeK8s, pools ...poolSpec) *brokerRig {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	st, err := store.Open(ctx, store.Config{URL: pg.NewDatabase(t, store.Migrate)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	if _, err := st.UpsertPool(ctx, broker.Pool{Name: brokerPool, Provider: "test", Group: brokerPool, GPUModel: "A100",
-		GPUsPerNode: tg.gpus, MinNodes: 0, MaxNodes: len(hosts), Sides: broker.PoolShared}); err != nil {
-		t.Fatal(err)
+	pool := &testPool{desired: map[string]int{}, instances: map[string][]broker.Instance{}, state: func(host string) string {
+		return nodeState(t, context.WithoutCancel(ctx), direct, host)
+	}}
+	for _, ps := range pools {
+		if ps.max == 0 {
+			ps.max = len(ps.hosts)
+		}
+		if _, err := st.UpsertPool(ctx, broker.Pool{Name: ps.name, Provider: "test", Group: ps.name, GPUModel: "A100",
+			GPUsPerNode: tg.gpus, MinNodes: 0, MaxNodes: ps.max, Sides: broker.PoolShared, Partition: ps.partition}); err != nil {
+			t.Fatal(err)
+		}
+		pool.names = append(pool.names, ps.name)
+		for _, h := range ps.hosts {
+			pool.add(ps.name, h)
+		}
 	}
 	if _, err := st.CreateTenant(ctx, broker.Tenant{Name: "training", MaxGPUs: 100, Weight: 1,
 		YARNQueues: []string{"root.a"}}); err != nil {
@@ -363,13 +408,6 @@ func newBrokerRig(t *testing.T, ctx context.Context, tg brokerTarget, rmURL stri
 	}
 	if _, err := st.UpdatePolicy(ctx, pol); err != nil {
 		t.Fatal(err)
-	}
-	pool := &testPool{name: brokerPool, desired: len(hosts), state: func(host string) string {
-		return nodeState(t, context.WithoutCancel(ctx), direct, host)
-	}}
-	for i, h := range hosts {
-		pool.instances = append(pool.instances, broker.Instance{ID: fmt.Sprintf("i-%d-%s", i, h), Hostname: h,
-			Phase: broker.PhaseRegistered, LaunchedAt: time.Now().Add(-time.Hour)})
 	}
 	client, err := yarn.NewClient(yarn.Config{RMs: []string{rmURL}, User: "gpubroker"})
 	if err != nil {
