@@ -13,16 +13,21 @@ LDFLAGS := -X main.version=$(VERSION)
 # $(GPUBROKER_CACHE) (default ~/.cache/gpubroker).
 export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
-.PHONY: test lint vet fmt-check build bench test-deps demo replay
+.PHONY: test lint vet fmt-check tidy-check build bench test-deps demo replay
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
 
-lint: fmt-check vet
+lint: fmt-check tidy-check vet
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# go.mod and go.sum are exactly what the imports need (direct dependencies
+# not marked // indirect); prints the diff and fails otherwise.
+tidy-check:
+	$(GO) mod tidy -diff
 
 vet:
 	$(GO) vet ./...
