@@ -231,8 +231,11 @@ func runYARNDecommission(ctx context.Context, e env, args []string) error {
 		defer st.Close()
 		ctx, cancel := context.WithTimeout(ctx, *timeout+2*time.Minute)
 		defer cancel()
-		op := broker.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
+		op, err := broker.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
 			fmt.Sprintf("gpubroker yarn decommission of %s with a %s graceful timeout", host, *timeout))
+		if err != nil {
+			return err
+		}
 		return journalYARN(ctx, e, st, op, *noWait, *poll)
 	}
 	d, err := af.decommissioner(e)
@@ -294,8 +297,11 @@ func runYARNRecommission(ctx context.Context, e env, args []string) error {
 		defer st.Close()
 		wctx, cancel := context.WithTimeout(ctx, max(*wait, time.Second))
 		defer cancel()
-		op := broker.ManualOp(host, broker.OwnerNone, broker.OwnerYARN, false, time.Time{},
+		op, err := broker.ManualOp(host, broker.OwnerNone, broker.OwnerYARN, false, time.Time{},
 			"gpubroker yarn recommission of "+host)
+		if err != nil {
+			return err
+		}
 		return journalYARN(wctx, e, st, op, *wait == 0, *poll)
 	}
 	d, err := af.decommissioner(e)
