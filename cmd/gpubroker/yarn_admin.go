@@ -29,6 +29,9 @@ func runYARN(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 {
 		return usagef("yarn: want decommission HOST or recommission HOST")
 	}
+	if err := subcommandHelp(e, args[0], "gpubroker yarn decommission HOST [--timeout 10m] [flags] | recommission HOST [--wait 5m] [flags]"); err != nil {
+		return err
+	}
 	switch args[0] {
 	case "decommission":
 		return runYARNDecommission(ctx, e, args[1:])
