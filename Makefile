@@ -1,6 +1,8 @@
 # gpubroker — build, test and run.
 #
-#   make test    everything CI runs: formatting, vet, and all tests
+#   make test    everything CI runs: formatting, go.mod tidiness, vet,
+#                staticcheck, and all tests
+#   make lint    the checks alone, without the tests
 #   make build   the gpubroker binary in bin/
 #   make bench   benchmarks (they print figures; they never fail on time)
 #   make replay  replay the openb GPU trace against gpubroker and two baselines
@@ -13,19 +15,32 @@ LDFLAGS := -X main.version=$(VERSION)
 # $(GPUBROKER_CACHE) (default ~/.cache/gpubroker).
 export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
-.PHONY: test lint vet fmt-check build bench test-deps demo replay
+.PHONY: test lint vet fmt-check tidy-check staticcheck build bench test-deps demo replay
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
 
-lint: fmt-check vet
+lint: fmt-check tidy-check vet staticcheck
 
 fmt-check:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# go.mod and go.sum are exactly what the imports need (direct dependencies
+# not marked // indirect); prints the diff and fails otherwise.
+tidy-check:
+	$(GO) mod tidy -diff
+
 vet:
 	$(GO) vet ./...
+
+# staticcheck (honnef.co/go/tools), built from its module into
+# $(GPUBROKER_CACHE)/bin on first use by scripts/install-staticcheck.sh, which
+# pins the version; its analysis cache lives in $(GPUBROKER_CACHE)/staticcheck
+# (a cold one costs minutes: it analyses every dependency once).
+staticcheck:
+	@sc="$$(GO=$(GO) scripts/install-staticcheck.sh)" && echo "$$sc ./..." && \
+	STATICCHECK_CACHE="$(abspath $(GPUBROKER_CACHE))/staticcheck" "$$sc" ./...
 
 # Warm the caches of the real test components before the tests run, so the
 # per-package test timeouts measure tests rather than cold builds.

@@ -148,7 +148,10 @@ func (r *Runtime) cancelAttrition(ctx context.Context, a Action) {
 			return
 		}
 		data.CancelReason = a.Reason
-		op.Data, _ = json.Marshal(data)
+		if op.Data, err = encodeOpData(data); err != nil {
+			r.log.Error("cancel attrition", "op", op.ID, "node", a.Node, "err", err)
+			return
+		}
 		op.Step, op.Attempts, op.LastError, op.NextAttempt = stepRecommission, 0, "", time.Time{}
 		if _, err := r.cfg.Ledger.AdvanceOp(ctx, op); err != nil {
 			r.log.Error("cancel attrition", "op", op.ID, "node", a.Node, "err", err)

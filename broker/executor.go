@@ -194,6 +194,8 @@ func actionKey(a Action) string {
 		victims = append(victims, fmt.Sprintf("%s/%s:%d", v.Source, v.Key, v.GPUs))
 	}
 	slices.Sort(victims)
+	// Strings only (kinds and owners are string types): JSON encodes them
+	// all, so the error is always nil.
 	b, _ := json.Marshal([]any{a.Kind, a.Pool, a.Node, a.InstanceID, a.From, a.To, victims})
 	return string(b)
 }
@@ -223,7 +225,11 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, policy Policy, act
 			// node's work does, or is cancelled when demand could use it.
 			data.Expires = now.Add(opTimeout(a.Kind, policy))
 		}
-		raw, _ := json.Marshal(data)
+		raw, err := encodeOpData(data)
+		if err != nil {
+			r.log.Error("journal action", "kind", a.Kind, "pool", a.Pool, "node", a.Node, "err", err)
+			continue
+		}
 		op := Op{Kind: a.Kind, Pool: a.Pool, Node: a.Node, Target: a.Target, To: a.To,
 			Serves: a.Serves, Reason: a.Reason, State: OpPending, Step: firstStep(a.Kind), Data: raw}
 		// IMPORTANT: the intent is persisted before any step runs, so a
@@ -294,7 +300,10 @@ func (r *Runtime) cancelScaleDown(ctx context.Context, a Action) (Op, bool) {
 		}
 		data := opDataOf(&o)
 		data.Cancel = true
-		o.Data, _ = json.Marshal(data)
+		if o.Data, err = encodeOpData(data); err != nil {
+			r.log.Error("cancel scale-down", "op", o.ID, "node", a.Node, "err", err)
+			return Op{}, false
+		}
 		o.Step, o.Attempts, o.NextAttempt, o.LastError = stepGiveBack, 0, time.Time{}, a.Reason
 		stored, err := r.cfg.Ledger.AdvanceOp(ctx, o)
 		if err != nil {
@@ -313,7 +322,7 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 	ds := extra
 	tick := r.Status().Tick
 	for _, a := range plan.Actions {
-		detail, _ := json.Marshal(a)
+		detail := r.decisionDetail(string(a.Kind), a)
 		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: string(a.Kind), Demand: first(a.Serves),
 			Pool: a.Pool, Node: a.Node, Reason: a.Reason, Detail: detail})
 	}
@@ -331,7 +340,7 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 			continue
 		}
 		r.waitSeen[w.Demand] = w.Reason
-		detail, _ := json.Marshal(w)
+		detail := r.decisionDetail("wait", w)
 		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "wait", Demand: w.Demand,
 			Tenant: tenants[w.Demand], Reason: string(w.Reason) + ": " + w.Detail, Detail: detail})
 	}
@@ -345,7 +354,7 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 			continue
 		}
 		r.keptSeen[k.Node] = k.Reason
-		detail, _ := json.Marshal(k)
+		detail := r.decisionDetail("kept", k)
 		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "kept", Node: k.Node, Reason: k.Reason, Detail: detail})
 	}
 	for node := range r.keptSeen {
@@ -461,8 +470,17 @@ type stepCtx struct {
 	now  time.Time
 }
 
+// save returns the op with its data encoded. Data JSON cannot hold keeps
+// the op's previous data and records why in LastError (logged), so the
+// journal never loses the step's state to an empty encoding.
 func (s *stepCtx) save() Op {
-	s.op.Data, _ = json.Marshal(s.data)
+	raw, err := encodeOpData(s.data)
+	if err != nil {
+		s.op.LastError = err.Error()
+		s.r.log.Error("save op step", "op", s.op.ID, "kind", s.op.Kind, "step", s.op.Step, "err", err)
+		return s.op
+	}
+	s.op.Data = raw
 	return s.op
 }
 

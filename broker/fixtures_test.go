@@ -33,10 +33,7 @@ func gpus(n int) func(*PoolState) { return func(p *PoolState) { p.Pool.GPUsPerNo
 func bounds(lo, hi int) func(*PoolState) {
 	return func(p *PoolState) { p.Pool.MinNodes, p.Pool.MaxNodes = lo, hi }
 }
-func model(m string) func(*PoolState) { return func(p *PoolState) { p.Pool.GPUModel = m } }
-func sides(s PoolSides) func(*PoolState) {
-	return func(p *PoolState) { p.Pool.Sides = s }
-}
+func model(m string) func(*PoolState)  { return func(p *PoolState) { p.Pool.GPUModel = m } }
 func price(v float64) func(*PoolState) { return func(p *PoolState) { p.Pool.PricePerHour = v } }
 func exprio(v int) func(*PoolState)    { return func(p *PoolState) { p.Pool.ExpanderPriority = v } }
 func backoffFor(d time.Duration) func(*PoolState) {
@@ -137,8 +134,6 @@ func yarnApp(key string, units, per int, opts ...func(*Demand)) Demand {
 func prio(p int64) func(*Demand)           { return func(d *Demand) { d.Priority = p } }
 func tenant(t string) func(*Demand)        { return func(d *Demand) { d.Tenant = t } }
 func perUnit(g int) func(*Demand)          { return func(d *Demand) { d.GPUsPerUnit = g } }
-func units(u int) func(*Demand)            { return func(d *Demand) { d.Units = u } }
-func gang(d *Demand)                       { d.Gang = true }
 func notGang(d *Demand)                    { d.Gang = false }
 func seen(ago time.Duration) func(*Demand) { return func(d *Demand) { d.FirstSeen = t0.Add(-ago) } }
 func models(ms ...string) func(*Demand) {

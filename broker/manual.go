@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -51,7 +50,11 @@ func (r *Runtime) manual(ctx context.Context, node string, to Owner, cordonOnly 
 			return Invalid("node", "no actions are configured for %s, which node %q would move from or to", src, node)
 		}
 	}
-	op, err := r.cfg.Ledger.InsertOp(ctx, ManualOp(node, from, to, cordonOnly, time.Time{}, reason))
+	op, err := ManualOp(node, from, to, cordonOnly, time.Time{}, reason)
+	if err != nil {
+		return err
+	}
+	op, err = r.cfg.Ledger.InsertOp(ctx, op)
 	if err != nil {
 		return err
 	}
@@ -66,10 +69,14 @@ func (r *Runtime) manual(ctx context.Context, node string, to Owner, cordonOnly 
 // drain timeout when the executor starts it). Operators' tools outside the
 // API (gpubroker yarn decommission) journal it directly, so the leader's
 // executor carries it out and the planner sees it, instead of undoing a
-// change made behind its back.
-func ManualOp(node string, from, to Owner, cordonOnly bool, deadline time.Time, reason string) Op {
-	raw, _ := json.Marshal(opData{From: from, CordonOnly: cordonOnly, Deadline: deadline})
-	return Op{Kind: ActTransfer, Node: node, To: to, Reason: reason, State: OpPending, Step: stepRelease, Data: raw}
+// change made behind its back. It fails only on a deadline JSON cannot
+// hold (past the year 9999).
+func ManualOp(node string, from, to Owner, cordonOnly bool, deadline time.Time, reason string) (Op, error) {
+	raw, err := encodeOpData(opData{From: from, CordonOnly: cordonOnly, Deadline: deadline})
+	if err != nil {
+		return Op{}, fmt.Errorf("manual op on node %q: %w", node, err)
+	}
+	return Op{Kind: ActTransfer, Node: node, To: to, Reason: reason, State: OpPending, Step: stepRelease, Data: raw}, nil
 }
 
 // knows reports whether any side observed node in its last good observation.

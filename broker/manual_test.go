@@ -78,3 +78,20 @@ func TestRuntimeManualTransferNeedsActions(t *testing.T) {
 		t.Fatalf("ops %+v", w.ledger.ops)
 	}
 }
+
+// TestManualOpRefusesDeadlineJSONCannotHold: a deadline past the year 9999
+// cannot be journaled, so ManualOp fails instead of journaling an op whose
+// data (and deadline) is empty.
+func TestManualOpRefusesDeadlineJSONCannotHold(t *testing.T) {
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if op, err := ManualOp("n1", OwnerYARN, OwnerNone, false, far, "test"); err == nil {
+		t.Fatalf("ManualOp with a deadline in the year 10000 = %+v, want an error", op)
+	}
+	op, err := ManualOp("n1", OwnerYARN, OwnerNone, false, t0.Add(time.Hour), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := opDataOf(&op).Deadline; !got.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("deadline = %v, want %v", got, t0.Add(time.Hour))
+	}
+}

@@ -56,6 +56,8 @@ func resolveClaim(y, k *Node) ClaimConflict {
 
 // mergeNodes joins the sides' nodes, the pools' instances, what the store
 // remembers and the agents' reports into one list of nodes, by name.
+//
+//lint:ignore U1000 the tests' entry point (h/jobe2e's merge_machine_test.go); drop this line once a caller lands
 func mergeNodes(in mergeInput) []Node {
 	nodes, _ := mergeNodesClaims(in)
 	return nodes

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -630,7 +629,11 @@ func (r *Runtime) resolveClaims(ctx context.Context, snap *Snapshot, rep *TickRe
 			r.log.Warn("cannot cordon a claimed node: no actions configured", "node", c.Node, "side", c.Release)
 			continue
 		}
-		raw, _ := json.Marshal(opData{From: c.Release, CordonOnly: true})
+		raw, err := encodeOpData(opData{From: c.Release, CordonOnly: true})
+		if err != nil {
+			r.log.Error("journal cordon of a claimed node", "node", c.Node, "err", err)
+			continue
+		}
 		op, err := r.cfg.Ledger.InsertOp(ctx, Op{Kind: ActTransfer, Node: c.Node, To: c.Keep, Reason: c.Reason,
 			State: OpPending, Step: stepRelease, Data: raw})
 		if errors.Is(err, ErrConflict) {

@@ -35,11 +35,6 @@ func (w *rtWorld) setMin(min int) {
 	w.ledger.pools[0].Pool.MinNodes = min
 }
 
-func (w *rtWorld) openOps() []Op {
-	ops, _ := w.ledger.OpenOps(context.Background())
-	return ops
-}
-
 func (w *rtWorld) decisionsOf(kind string) []Decision {
 	var out []Decision
 	for _, d := range w.ledger.decisions {

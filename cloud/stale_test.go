@@ -138,7 +138,7 @@ func TestRaisedMaxNodesThroughAPIIsHonoured(t *testing.T) {
 		if err := p.SetDesired(ctx, "gpu-a", 4); err != nil {
 			t.Fatalf("scale-up within the raised max: %v", err)
 		}
-		s := waitPool(t, p, "gpu-a", "4 instances", func(s broker.PoolState) bool { return len(live(s)) == 4 })
+		waitPool(t, p, "gpu-a", "4 instances", func(s broker.PoolState) bool { return len(live(s)) == 4 })
 		bounds.set(1, 10)
 		err := p.SetDesired(ctx, "gpu-a", 7)
 		if !errors.As(err, &ve) || !strings.Contains(err.Error(), "MaxSize 6") {
@@ -148,7 +148,7 @@ func TestRaisedMaxNodesThroughAPIIsHonoured(t *testing.T) {
 		if err := p.SetDesired(ctx, "gpu-a", 2); err != nil {
 			t.Fatal(err)
 		}
-		s = waitPool(t, p, "gpu-a", "2 instances", func(s broker.PoolState) bool { return len(live(s)) == 2 && s.Desired == 2 })
+		s := waitPool(t, p, "gpu-a", "2 instances", func(s broker.PoolState) bool { return len(live(s)) == 2 && s.Desired == 2 })
 		if err := p.Terminate(ctx, "gpu-a", live(s)[0].ID); err != nil {
 			t.Fatalf("terminate to the store's min 1: %v", err)
 		}

@@ -1,7 +1,17 @@
-// Package yarn is gpubroker's adapter for Hadoop YARN: a client for the
-// ResourceManager REST API (/ws/v1/cluster) that observes pending GPU
-// demand, nodes and the queue tree, and the mapping from that observation to
-// broker.Demand.
+// Package yarn is gpubroker's adapter for Hadoop YARN:
+//
+//   - a client for the ResourceManager REST API (/ws/v1/cluster) that
+//     observes pending GPU demand, nodes with their partitions (node
+//     labels) and health, the queue tree, and the running containers of
+//     GPU apps (app attempts and their containers; the NodeManagers' REST
+//     API where the RM lacks that endpoint);
+//   - Side, the mapping from that observation to broker.Demand and
+//     broker.Node, with each container as running work of its queue's
+//     tenant (checkpoint ages from HDFS, checkpoint.go);
+//   - Decommissioner, broker.SideActions for YARN: graceful decommission
+//     and recommission through the exclude file and refreshNodes over the
+//     RM admin protocol (yarn/rmadmin), and container eviction through the
+//     signal API (preempt.go).
 //
 // The client is written against what real ResourceManagers answer (Hadoop
 // 3.3.x and 3.4/3.5; see testdata/ for captured responses), quirks

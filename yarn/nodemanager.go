@@ -103,7 +103,6 @@ func (c *Client) observeNodeManagers(ctx context.Context, obs *Observation, now 
 		return err
 	}
 
-	var nodes []*Node
 	live := map[string]bool{}
 	c.nm.mu.Lock()
 	if c.nm.nodes == nil {
@@ -117,7 +116,6 @@ func (c *Client) observeNodeManagers(ctx context.Context, obs *Observation, now 
 			continue
 		}
 		live[n.Host] = true
-		nodes = append(nodes, n)
 		fp := nodeAllocation{gpus: n.GPUsUsed, containers: n.Containers}
 		if e := c.nm.nodes[n.Host]; e != nil && e.fp == fp && now.Sub(e.fetched) < trustFor(n.Host) {
 			results[i] = e.containers

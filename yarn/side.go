@@ -11,13 +11,19 @@ import (
 )
 
 // Side is the YARN half of the tick loop's observations: pending GPU
-// containers and the running containers of GPU apps through the RM REST
-// API, mapped to tenants from the broker's tenant index on every poll so
-// tenant edits apply at once.
+// containers (each ask's partition from its nodeLabelExpression), the
+// NodeManagers with their partitions and health, and the running
+// containers of GPU apps through the RM REST API (or the NodeManagers'
+// where the RM lacks the containers endpoint), mapped to tenants from the
+// broker's tenant index on every poll so tenant edits apply at once.
 //
-// Taking nodes away from YARN (graceful decommission through the RM admin
-// protocol) is not part of Side yet; until it is, the runtime reports YARN
-// node operations as failed with "no actions configured for yarn".
+// Side only observes. Taking nodes from YARN and giving them back
+// (graceful decommission and recommission through the exclude file and
+// the RM admin protocol) and evicting containers are the Decommissioner's,
+// the broker.SideActions the runtime is given beside Side. Without one
+// (no yarn.admin_address and yarn.exclude_file) the runtime refuses
+// ownership transfers to and from YARN and fails YARN node operations
+// with "no actions configured for yarn".
 type Side struct {
 	client *Client
 	opts   MapOptions

@@ -17,6 +17,9 @@ func runInspect(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 {
 		return usagef("name what to inspect: one of %s", strings.Join(sortedKeys(targets), ", "))
 	}
+	if err := subcommandHelp(e, args[0], "gpubroker inspect "+strings.Join(sortedKeys(targets), " | ")+" [flags]"); err != nil {
+		return err
+	}
 	f, ok := targets[args[0]]
 	if !ok {
 		return usagef("unknown source %q: use one of %s", args[0], strings.Join(sortedKeys(targets), ", "))

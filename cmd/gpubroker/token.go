@@ -11,6 +11,11 @@ import (
 
 // runToken dispatches "gpubroker token <action>".
 func runToken(ctx context.Context, e env, args []string) error {
+	if len(args) > 0 {
+		if err := subcommandHelp(e, args[0], "gpubroker token create --role R [--tenant T] [--name N] [flags]"); err != nil {
+			return err
+		}
+	}
 	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
 		return usagef("name an action: create (gpubroker token create --role R [--tenant T] [--name N])")
 	}

@@ -29,6 +29,9 @@ func runYARN(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 {
 		return usagef("yarn: want decommission HOST or recommission HOST")
 	}
+	if err := subcommandHelp(e, args[0], "gpubroker yarn decommission HOST [--timeout 10m] [flags] | recommission HOST [--wait 5m] [flags]"); err != nil {
+		return err
+	}
 	switch args[0] {
 	case "decommission":
 		return runYARNDecommission(ctx, e, args[1:])
@@ -231,8 +234,11 @@ func runYARNDecommission(ctx context.Context, e env, args []string) error {
 		defer st.Close()
 		ctx, cancel := context.WithTimeout(ctx, *timeout+2*time.Minute)
 		defer cancel()
-		op := broker.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
+		op, err := broker.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
 			fmt.Sprintf("gpubroker yarn decommission of %s with a %s graceful timeout", host, *timeout))
+		if err != nil {
+			return err
+		}
 		return journalYARN(ctx, e, st, op, *noWait, *poll)
 	}
 	d, err := af.decommissioner(e)
@@ -294,8 +300,11 @@ func runYARNRecommission(ctx context.Context, e env, args []string) error {
 		defer st.Close()
 		wctx, cancel := context.WithTimeout(ctx, max(*wait, time.Second))
 		defer cancel()
-		op := broker.ManualOp(host, broker.OwnerNone, broker.OwnerYARN, false, time.Time{},
+		op, err := broker.ManualOp(host, broker.OwnerNone, broker.OwnerYARN, false, time.Time{},
 			"gpubroker yarn recommission of "+host)
+		if err != nil {
+			return err
+		}
 		return journalYARN(wctx, e, st, op, *wait == 0, *poll)
 	}
 	d, err := af.decommissioner(e)

@@ -8,7 +8,11 @@
 // ${GPUBROKER_CACHE:-$HOME/.cache/gpubroker} (install.sh; idempotent) and
 // compiles the launcher; Start runs it and returns once every NodeManager
 // is registered. Tests then submit unmanaged-AM applications whose GPU
-// containers stay pending when the cluster has no room for them.
+// containers stay pending when the cluster has no room for them, run
+// containers that really run (Cluster.Run), restart NodeManagers a
+// decommission stopped (Cluster.Restart) and label nodes into a partition
+// (Config.Label). StartHDFS runs a one-DataNode MiniDFSCluster for the
+// checkpoint reader.
 //
 // The versions tested are listed in GPUBROKER_HADOOP_VERSIONS (default
 // "3.3.6,3.5.0"). Test code only: product code never imports this package.

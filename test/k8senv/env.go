@@ -107,16 +107,6 @@ func EnsureBinaries(ctx context.Context, logf func(string, ...any)) (binDir, sta
 	return binDir, stages, nil
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func freePorts(n int) ([]int, error) {
 	// Hold all listeners until every port is chosen, so they differ.
 	var ls []net.Listener
