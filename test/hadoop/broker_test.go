@@ -149,12 +149,11 @@ func (p *hidingProxy) start(t *testing.T, rm string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	direct := rp.Director
-	rp.Director = func(r *http.Request) {
-		direct(r)
-		r.Header.Del("Accept-Encoding") // the RM's Jetty gzips; the filter reads plain JSON
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(u)
+		r.Out.Host = r.In.Host
+		r.Out.Header.Del("Accept-Encoding") // the RM's Jetty gzips; the filter reads plain JSON
+	}}
 	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		t.Errorf("hiding proxy: %s: %v", r.URL.Path, err)
 		w.WriteHeader(http.StatusBadGateway)
