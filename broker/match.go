@@ -11,6 +11,11 @@ const (
 	// Kubernetes must not use. The planner ignores it when matching: who may
 	// use a node is decided by Node.Owner, and a transfer removes the taint.
 	TaintOwner = "gpubroker.io/owner"
+	// TaintUnschedulable is the taint Kubernetes puts on a cordoned node.
+	// The planner ignores it when matching as it does TaintOwner: a node
+	// released from Kubernetes is cordoned, and handing it back (or over
+	// from YARN) uncordons it.
+	TaintUnschedulable = "node.kubernetes.io/unschedulable"
 )
 
 // target is what constraints are matched against: an existing node, or the
@@ -79,7 +84,7 @@ func (c *Constraints) matches(src Source, t target) bool {
 	switch src {
 	case SourceK8s:
 		for _, taint := range t.taints {
-			if taint.Key == TaintOwner || (taint.Effect != "NoSchedule" && taint.Effect != "NoExecute") {
+			if taint.Key == TaintOwner || taint.Key == TaintUnschedulable || (taint.Effect != "NoSchedule" && taint.Effect != "NoExecute") {
 				continue
 			}
 			if !tolerated(c.Tolerations, taint) {

@@ -39,6 +39,7 @@ func TestConstraintsMatch(t *testing.T) {
 	noSched := []Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}
 	soft := []Taint{{Key: "spot", Value: "true", Effect: "PreferNoSchedule"}}
 	owner := []Taint{{Key: TaintOwner, Value: "yarn", Effect: "NoSchedule"}}
+	cordoned := []Taint{{Key: TaintUnschedulable, Effect: "NoSchedule"}}
 	noExec := []Taint{{Key: "maintenance", Effect: "NoExecute"}}
 	tolGPU := []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists"}}
 	inZone := func(vals ...string) []AffinityTerm {
@@ -69,6 +70,7 @@ func TestConstraintsMatch(t *testing.T) {
 		{"untolerated NoExecute taint", Constraints{Tolerations: tolGPU}, SourceK8s, labels, noExec, "", "", false},
 		{"PreferNoSchedule does not keep demand off", Constraints{}, SourceK8s, labels, soft, "", "", true},
 		{"the broker's owner taint is ignored", Constraints{}, SourceK8s, labels, owner, "", "", true},
+		{"a cordon's taint is ignored", Constraints{}, SourceK8s, labels, cordoned, "", "", true},
 		{"YARN ignores Kubernetes taints", Constraints{}, SourceYARN, labels, noSched, "", "", true},
 		{"YARN default demand on a labelled node", Constraints{}, SourceYARN, labels, nil, "", "fast", false},
 		{"YARN matching partition", Constraints{NodeLabel: "fast"}, SourceYARN, labels, nil, "", "fast", true},

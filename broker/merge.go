@@ -54,6 +54,22 @@ func resolveClaim(y, k *Node) ClaimConflict {
 	return c
 }
 
+// fillMachine copies into n what only other's side reports about the
+// machine: YARN lists no labels, taints or GPU model, so a node
+// YARN owns keeps its Kubernetes Node's, which Kubernetes demand is matched
+// against when the node would be handed over (or preempted across sides).
+func fillMachine(n, other *Node) {
+	if len(n.Labels) == 0 {
+		n.Labels = other.Labels
+	}
+	if len(n.Taints) == 0 {
+		n.Taints = other.Taints
+	}
+	if n.GPUModel == "" {
+		n.GPUModel = other.GPUModel
+	}
+}
+
 // mergeNodes joins the sides' nodes, the pools' instances, what the store
 // remembers and the agents' reports into one list of nodes, by name.
 //
@@ -86,13 +102,16 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 		for _, sn := range obs.Nodes {
 			n, existed := get(sn.Name)
 			if !existed || (n.Owner == OwnerNone && sn.Owner != OwnerNone) {
-				work := n.Work
+				prev := *n
 				*n = sn
-				n.Work = append(append([]Workload(nil), sn.Work...), work...)
+				n.Work = append(append([]Workload(nil), sn.Work...), prev.Work...)
 				if n.Utilisation == 0 && !existed {
 					n.Utilisation = -1
 				}
 				n.Healthy = true
+				if existed {
+					fillMachine(n, &prev)
+				}
 				continue
 			}
 			if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {
@@ -107,6 +126,7 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 					n.Healthy = other.Healthy
 					n.Work = append(append([]Workload(nil), sn.Work...), other.Work...)
 					n.GPUsAllocated = max(other.GPUsAllocated, sn.GPUsAllocated)
+					fillMachine(n, &other)
 					continue
 				}
 			}
@@ -115,6 +135,7 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 			// progress), so nothing is terminated under it.
 			n.Work = append(n.Work, sn.Work...)
 			n.GPUsAllocated = max(n.GPUsAllocated, sn.GPUsAllocated)
+			fillMachine(n, &sn)
 		}
 	}
 	// Pool membership comes from the cloud alone: a side may remember a

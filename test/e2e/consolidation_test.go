@@ -7,12 +7,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/test/k8senv"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
@@ -25,17 +27,17 @@ import (
 // and waits 8 s of underuse (the pod has run longer than that), as the
 // reference test shortens the unneeded time.
 //
-// KWOK's pod-complete stage finishes every Job pod at once, so a running
-// Job pod cannot be held here; the batch pod is a Deployment's pod marked
-// gpubroker.io/training: "true", which classifies exactly as a Job's pod
-// (k8s.TestClassifyRunningPods covers the Job owner reference itself).
+// The batch pod is a real batch/v1 Job's pod (owned by the Job, so
+// k8s.classifyWork makes it batch work). KWOK completes Job pods at once;
+// the Job's pod template carries k8senv.KeepRunningAnnotation so that its
+// pod stays Running, as a long training Job's would.
 
 // consolidationWorld builds two GPU nodes through the broker: the one the
 // workload under test runs on (1 of 4 GPUs: underused), and another with
 // 3 of 4 GPUs held by a bare pod, whose free GPU could take the workload.
 // It returns the node of the workload and the other node. maxWorkLost,
 // when set, replaces the policy's consolidation.max_work_lost.
-func consolidationWorld(t *testing.T, ns string, unneeded, maxWorkLost time.Duration, annotations map[string]string) (w *world, x, y string) {
+func consolidationWorld(t *testing.T, ns string, unneeded, maxWorkLost time.Duration, kind workKind, annotations map[string]string) (w *world, x, y string) {
 	t.Helper()
 	w = newWorld(t, worldOptions{maxNodes: 2, unneeded: unneeded, namespace: ns, bootDelay: time.Second})
 	if maxWorkLost > 0 {
@@ -69,15 +71,7 @@ func consolidationWorld(t *testing.T, ns string, unneeded, maxWorkLost time.Dura
 	if n1 == n2 {
 		t.Fatalf("both 3-GPU pods on node %s", n1)
 	}
-	one := int32(1)
-	labels := map[string]string{"app": "work"}
-	spec := gpuPodSpec(1, "")
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: w.ns},
-		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec}}}
-	if _, err := kubeEnv.Client.AppsV1().Deployments(w.ns).Create(w.ctx, d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createWork(t, w, kind, annotations)
 	w.eventually(60*time.Second, "the workload to run", func() bool {
 		p, ok := w.workPod()
 		if ok {
@@ -97,7 +91,64 @@ func consolidationWorld(t *testing.T, ns string, unneeded, maxWorkLost time.Dura
 	return w, x, y
 }
 
-// workPod returns the running pod of the "work" Deployment.
+// workKind is the controller of the workload under test.
+type workKind int
+
+const (
+	deploymentWork workKind = iota // a Deployment of one replica
+	jobWork                        // a batch/v1 Job whose pod keeps running
+)
+
+// createWork creates the workload "work" of one 1-GPU pod labelled
+// app=work, with annotations on its pod template.
+func createWork(t *testing.T, w *world, kind workKind, annotations map[string]string) {
+	t.Helper()
+	labels := map[string]string{"app": "work"}
+	spec := gpuPodSpec(1, "")
+	switch kind {
+	case jobWork:
+		a := map[string]string{k8senv.KeepRunningAnnotation: "true"}
+		for k, v := range annotations {
+			a[k] = v
+		}
+		spec.RestartPolicy = corev1.RestartPolicyNever
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: w.ns},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: a}, Spec: spec}}}
+		if _, err := kubeEnv.Client.BatchV1().Jobs(w.ns).Create(w.ctx, j, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		one := int32(1)
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: w.ns},
+			Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec}}}
+		if _, err := kubeEnv.Client.AppsV1().Deployments(w.ns).Create(w.ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// assertJobPod fails unless the running work pod belongs to the Job
+// "work" and the Job has neither succeeded nor failed.
+func assertJobPod(t *testing.T, w *world) {
+	t.Helper()
+	p, ok := w.workPod()
+	if !ok {
+		t.Fatal("no running pod of the Job")
+	}
+	if ref := metav1.GetControllerOf(p); ref == nil || ref.Kind != "Job" || ref.Name != "work" {
+		t.Fatalf("pod %s is controlled by %+v, want the Job work", p.Name, ref)
+	}
+	j, err := kubeEnv.Client.BatchV1().Jobs(w.ns).Get(w.ctx, "work", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status.Succeeded != 0 {
+		t.Fatalf("the Job completed (%+v): its pod did not keep running", j.Status)
+	}
+}
+
+// workPod returns the running pod of the workload "work".
 func (w *world) workPod() (*corev1.Pod, bool) {
 	pods, err := kubeEnv.Client.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{LabelSelector: "app=work"})
 	if err != nil {
@@ -167,53 +218,137 @@ func assertDrained(t *testing.T, w *world, x, y string) {
 	})
 }
 
-// TestConsolidationKeepsBatchPodWithoutCheckpoint: a node running a batch
+// TestConsolidationKeepsJobPodWithoutCheckpoint: a node running a Job's
 // pod with no checkpoint is not drained by idle reclaim, and the decision
-// says why.
-func TestConsolidationKeepsBatchPodWithoutCheckpoint(t *testing.T) {
-	w, x, _ := consolidationWorld(t, "consolidate-nockpt", 8*time.Second, 5*time.Second, map[string]string{k8s.TrainingAnnotation: "true"})
+// "kept" says why.
+func TestConsolidationKeepsJobPodWithoutCheckpoint(t *testing.T) {
+	w, x, _ := consolidationWorld(t, "consolidate-nockpt", 8*time.Second, 5*time.Second, jobWork, nil)
+	assertJobPod(t, w)
 	assertKept(t, w, x, "no known checkpoint")
+	assertJobPod(t, w)
 }
 
-// TestConsolidationDrainsBatchPodWithFreshCheckpoint: the same pod with a
-// checkpoint 1 min old is drained; its controller recreates it elsewhere.
-func TestConsolidationDrainsBatchPodWithFreshCheckpoint(t *testing.T) {
-	w, x, y := consolidationWorld(t, "consolidate-ckpt", 3*time.Second, 0, map[string]string{k8s.TrainingAnnotation: "true",
-		k8s.LastCheckpointAnnotation: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)})
+// TestConsolidationDrainsJobPodWithFreshCheckpoint: the same Job's pod
+// with a checkpoint 1 min old (gpubroker.io/last-checkpoint) is drained;
+// the Job controller recreates it on the other node.
+func TestConsolidationDrainsJobPodWithFreshCheckpoint(t *testing.T) {
+	w, x, y := consolidationWorld(t, "consolidate-ckpt", 3*time.Second, 0, jobWork,
+		map[string]string{k8s.LastCheckpointAnnotation: time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)})
+	first, _ := w.workPod()
+	assertJobPod(t, w)
 	assertDrained(t, w, x, y)
+	assertJobPod(t, w)
+	if p, _ := w.workPod(); p.UID == first.UID {
+		t.Fatalf("pod %s was not recreated", p.Name)
+	}
+}
+
+// TestConsolidationKeepsTrainingPodWithoutCheckpoint: a Deployment's pod
+// marked gpubroker.io/training: "true" is batch work too.
+func TestConsolidationKeepsTrainingPodWithoutCheckpoint(t *testing.T) {
+	w, x, _ := consolidationWorld(t, "consolidate-training", 8*time.Second, 5*time.Second, deploymentWork, map[string]string{k8s.TrainingAnnotation: "true"})
+	assertKept(t, w, x, "no known checkpoint")
 }
 
 // TestConsolidationMovesDeploymentPod: a Deployment's pod costs nothing to move.
 func TestConsolidationMovesDeploymentPod(t *testing.T) {
-	w, x, y := consolidationWorld(t, "consolidate-svc", 3*time.Second, 0, nil)
+	w, x, y := consolidationWorld(t, "consolidate-svc", 3*time.Second, 0, deploymentWork, nil)
 	assertDrained(t, w, x, y)
 }
 
 // TestConsolidationLeavesAnnotatedPods: pods annotated do-not-disrupt (the
-// cluster autoscaler's, Karpenter's or gpubroker's annotation) are left.
+// cluster autoscaler's, Karpenter's or gpubroker's annotation) are left,
+// even a Job's pod whose fresh checkpoint would otherwise let it move.
 func TestConsolidationLeavesAnnotatedPods(t *testing.T) {
-	for _, a := range []struct{ ns, key, value string }{
-		{"consolidate-ca", k8s.SafeToEvictAnnotation, "false"},
-		{"consolidate-karpenter", k8s.KarpenterDoNotDisruptAnnotation, "true"},
+	fresh := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	for _, a := range []struct {
+		ns   string
+		kind workKind
+		ann  map[string]string
+	}{
+		{"consolidate-ca", deploymentWork, map[string]string{k8s.SafeToEvictAnnotation: "false"}},
+		{"consolidate-karpenter", deploymentWork, map[string]string{k8s.KarpenterDoNotDisruptAnnotation: "true"}},
+		{"consolidate-gpubroker", jobWork, map[string]string{k8s.DoNotDisruptAnnotation: "true", k8s.LastCheckpointAnnotation: fresh}},
 	} {
-		t.Run(a.key, func(t *testing.T) {
-			w, x, _ := consolidationWorld(t, a.ns, 3*time.Second, 0, map[string]string{a.key: a.value})
+		t.Run(a.ns, func(t *testing.T) {
+			w, x, _ := consolidationWorld(t, a.ns, 3*time.Second, 0, a.kind, a.ann)
 			assertKept(t, w, x, "do-not-disrupt")
 		})
 	}
 }
 
-// TestPreemptionRecordsWorkLost: with the pool at max, a YARN application
-// at priority 1000000 (its tenant's base priority) takes the GPUs of a
-// Kubernetes pod at priority 0: one preemption evicts the pod, releases the
-// node from Kubernetes and hands it to YARN, and its decision records the
-// GPU-hours lost.
-//
-// The other direction (a pod at 1000000 over a YARN container) needs the
-// YARN side to report running containers per node, which yarn.BrokerNodes
-// does not do yet; broker.TestRuntimePreemptsAcrossSidesAndHandsNodeOver
-// covers it at the tick-loop level.
-func TestPreemptionRecordsWorkLost(t *testing.T) {
+// TestPreemptionByPodRecordsWorkLost: with the pool at max (one node), a
+// Kubernetes pod of PriorityClass high-priority-training (1000000) needs the
+// GPUs of a YARN container at priority 0. kube-scheduler cannot preempt
+// there (the node is YARN's, cordoned in Kubernetes, and holds no pods), so
+// the broker does: one preemption evicts the container, releases the node
+// from YARN and hands it to Kubernetes, the pod runs on it, and the
+// decision records the GPU-hours of work lost.
+func TestPreemptionByPodRecordsWorkLost(t *testing.T) {
+	ensurePriorityClass(t, "high-priority-training", 1000000)
+	w := newWorld(t, worldOptions{maxNodes: 1, unneeded: 10 * time.Minute, namespace: "preempt-pod", bootDelay: time.Second, preemption: true})
+	app, err := w.ysim.Submit(yarnsim.AppSpec{Name: "etl-train", Queue: "root.training",
+		Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node string
+	w.eventually(90*time.Second, "the YARN container to run on a node of the pool", func() bool {
+		obs, err := w.yclient.Observe(w.ctx)
+		if err != nil {
+			return false
+		}
+		a, ok := obs.App(app)
+		if !ok || a.RunningContainers != 1 || len(a.Containers) != 1 {
+			return false
+		}
+		node = a.Containers[0].Host
+		return true
+	})
+	urgent := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "urgent", Namespace: w.ns}, Spec: gpuPodSpec(4, "high-priority-training")}
+	if _, err := kubeEnv.Client.CoreV1().Pods(w.ns).Create(w.ctx, urgent, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.eventually(90*time.Second, "the priority-1000000 pod to run on the node taken from YARN", func() bool {
+		p, ok := w.pod("urgent")
+		return ok && p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning
+	})
+	if p, _ := w.pod("urgent"); p.Spec.Priority == nil || *p.Spec.Priority != 1000000 {
+		t.Fatalf("pod priority %v, want 1000000", p.Spec.Priority)
+	}
+	obs, err := w.yclient.Observe(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := obs.App(app); ok && a.RunningContainers > 0 {
+		t.Fatalf("the YARN app still runs %d containers", a.RunningContainers)
+	}
+	ds := w.decisions(string(broker.ActPreempt), node)
+	if len(ds) == 0 {
+		t.Fatal("no preemption decision recorded")
+	}
+	var a broker.Action
+	if err := json.Unmarshal(ds[0].Detail, &a); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("preemption: %s (%.4f GPU-hours)", ds[0].Reason, a.GPUHoursLost)
+	if a.GPUHoursLost <= 0 || !strings.Contains(ds[0].Reason, "GPU-hours of work") || a.From != broker.OwnerYARN || a.To != broker.OwnerK8s {
+		t.Fatalf("preemption decision %+v does not record the work lost and the hand-over", a)
+	}
+	if len(a.Victims) != 1 || a.Victims[0].Source != broker.SourceYARN || a.Victims[0].App != app || a.Victims[0].GPUs != 4 {
+		t.Fatalf("victims %+v, want the YARN app's one 4-GPU container", a.Victims)
+	}
+	if w.desired() != 1 {
+		t.Fatalf("desired %d: preemption must not grow a pool at max", w.desired())
+	}
+}
+
+// TestPreemptionByYARNRecordsWorkLost: with the pool at max, a YARN
+// application at priority 1000000 (its tenant's base priority) takes the
+// GPUs of a Kubernetes pod at priority 0: one preemption evicts the pod,
+// releases the node from Kubernetes and hands it to YARN, and its decision
+// records the GPU-hours lost.
+func TestPreemptionByYARNRecordsWorkLost(t *testing.T) {
 	ensurePriorityClass(t, "low-priority", 0)
 	w := newWorld(t, worldOptions{maxNodes: 1, unneeded: 10 * time.Minute, namespace: "preempt-cost", bootDelay: time.Second, preemption: true})
 	tn, err := w.st.GetTenant(w.ctx, "training")

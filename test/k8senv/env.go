@@ -158,6 +158,9 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			e.stopProcs()
 		}
 	}()
+	if stages, err = writeStages(stages, e.Dir); err != nil {
+		return nil, err
+	}
 	p, err := writePKI(e.Dir)
 	if err != nil {
 		return nil, err

@@ -44,13 +44,15 @@ build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver
 
 # KWOK stage definitions ship inside the kwok module: nodes become Ready and keep
-# their lease, pods on fake nodes run, Job pods complete, deleted pods go away.
+# their lease, pods on fake nodes run, deleted pods go away. Job pods complete by
+# pod-complete.yaml next to this script, which Start appends (stages.go): a copy
+# of the upstream stage that leaves pods annotated k8senv.gpubroker.io/keep-running.
 if [[ ! -s "$root/stages.yaml" ]]; then
 	kwokdir="$(cd "$here/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)"
 	s="$kwokdir/kustomize/stage"
 	{
 		for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-			pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+			pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml; do
 			echo "---"
 			cat "$s/$f"
 		done
