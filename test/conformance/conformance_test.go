@@ -145,6 +145,7 @@ func TestSchemathesis(t *testing.T) {
 	t1 := time.Now()
 	run := exec.CommandContext(ctx, st, args...)
 	run.Env = append(os.Environ(), "SCHEMATHESIS_TELEMETRY=false", "NO_COLOR=1")
+	run.Dir = dir // schemathesis keeps a .schemathesis cache in its working directory
 	var report bytes.Buffer
 	run.Stdout, run.Stderr = &report, &report
 	err = run.Run()
@@ -225,16 +226,23 @@ func lastLine(s string) string {
 	return last
 }
 
-// summaryLine finds schemathesis's closing line ("=== 12 passed in 3.2s ===").
+// summaryLine joins schemathesis's test case count ("1645 generated, 1645
+// passed, 36 skipped") and its closing line ("=== 2 warnings in 8.5s ===").
 func summaryLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
+	var cases string
+	for i, l := range lines {
+		if strings.TrimSpace(l) == "Test cases:" && i+1 < len(lines) {
+			cases = strings.TrimSpace(lines[i+1]) + "; "
+		}
+	}
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := strings.TrimSpace(lines[i])
 		if strings.HasPrefix(l, "=") && strings.Contains(l, " in ") {
-			return strings.Trim(l, "= ")
+			return cases + strings.Trim(l, "= ")
 		}
 	}
-	return lastLine(s)
+	return cases + lastLine(s)
 }
 
 func tail(s string, n int) string {
