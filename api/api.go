@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -157,8 +158,13 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, "not_found", "", "no such path "+r.URL.Path+"; see /api/v1/openapi.json")
 	})
+	root := r
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, http.StatusMethodNotAllowed, "method_not_allowed", "", r.Method+" is not allowed on "+r.URL.Path)
+		// RFC 9110 15.5.6: a 405 lists the methods the path supports.
+		allowed := allowedMethods(root, r.URL.Path)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeErr(w, http.StatusMethodNotAllowed, "method_not_allowed", "",
+			r.Method+" is not allowed on "+r.URL.Path+"; use "+strings.Join(allowed, ", "))
 	})
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
@@ -201,6 +207,21 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	})
 	r.Method(http.MethodGet, "/*", dash)
 	return r
+}
+
+// routedMethods are the methods the router serves on some path.
+var routedMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// allowedMethods lists the methods root routes for path, for the Allow
+// header of a 405.
+func allowedMethods(root *chi.Mux, path string) []string {
+	var out []string
+	for _, m := range routedMethods {
+		if root.Find(chi.NewRouteContext(), m, path) != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {

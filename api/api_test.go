@@ -483,7 +483,7 @@ func TestNodes(t *testing.T) {
 	}
 	wantInvalid(t, e.call("POST", "/api/v1/nodes/ip-10-0-0-2/transfer", "admin", map[string]any{"to": "mesos"}), "to", "bad side")
 	wantInvalid(t, e.call("POST", "/api/v1/nodes/ip-10-0-0-2/transfer", "admin", map[string]any{}), "to", "no side")
-	wantInvalid(t, e.call("POST", "/api/v1/nodes/ip-10-0-0-1/transfer", "admin", map[string]any{"to": "k8s"}), "to", "same side")
+	want(t, e.call("POST", "/api/v1/nodes/ip-10-0-0-1/transfer", "admin", map[string]any{"to": "k8s"}), 409, "same side")
 	want(t, e.call("POST", "/api/v1/nodes/nope/cordon", "admin", nil), 404, "cordon missing node")
 	e.rt.mu.Lock()
 	calls := strings.Join(e.rt.calls, "; ")

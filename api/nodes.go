@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -71,6 +72,9 @@ func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
 	rep, err := s.st.LatestReport(r.Context(), name)
 	switch {
 	case err == nil:
+		if rep.GPUs == nil {
+			rep.GPUs = []broker.GPUReport{}
+		}
 		out.Report = &rep
 	case !errors.Is(err, broker.ErrNotFound):
 		s.fail(w, r, err)
@@ -145,7 +149,8 @@ func (s *server) transfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n.Owner == b.To {
-		s.fail(w, r, broker.Invalid("to", "node %s already belongs to %s", n.Name, b.To))
+		// The request is well formed; the node's state clashes with it.
+		s.fail(w, r, fmt.Errorf("node %s already belongs to %s; transfer it to the other side: %w", n.Name, b.To, broker.ErrConflict))
 		return
 	}
 	s.nodeAction(w, r, "transfer", b.To, func(rt Runtime, n string) error { return rt.Transfer(r.Context(), n, b.To) })
@@ -187,6 +192,9 @@ func (s *server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
+	if rep.Node == "" {
+		rep.Node = name // the path names the node; the body may leave it out
+	}
 	if rep.Node != name {
 		s.fail(w, r, broker.Invalid("node", "must equal the node in the path (%q), got %q", name, rep.Node))
 		return

@@ -29,6 +29,14 @@ func queryParams(r *http.Request, allowed ...string) *params {
 			p.err = broker.Invalid(name, "must be given once")
 			return p
 		}
+		if len(vs[0]) > maxParamLength {
+			p.err = broker.Invalid(name, "must be at most %d bytes long, got %d", maxParamLength, len(vs[0]))
+			return p
+		}
+		if vs[0] == "" {
+			p.err = broker.Invalid(name, "is empty; give a value or leave the parameter out")
+			return p
+		}
 	}
 	return p
 }
@@ -107,4 +115,26 @@ func (p *params) cursorID(name string) int64 {
 		p.err = broker.Invalid(name, "must be the positive id returned as next by the previous page, got %d", n)
 	}
 	return n
+}
+
+// Limits the OpenAPI document states.
+const (
+	// maxParamLength bounds a query parameter's value.
+	maxParamLength = 253
+	// maxGPUs bounds GPU counts (tenant quotas, policy limits); the default
+	// cluster_max_gpus is this bound.
+	maxGPUs = 1 << 20
+	// maxNodes bounds a pool's node counts.
+	maxNodes = 100_000
+	// maxListItems and maxItemLength bound a tenant's lists.
+	maxListItems  = 256
+	maxItemLength = 255
+)
+
+// atMost is a field error when v exceeds max.
+func atMost(field string, v, max int64) error {
+	if v > max {
+		return broker.Invalid(field, "must be at most %d, got %d", max, v)
+	}
+	return nil
 }

@@ -56,6 +56,22 @@ func (s *server) patchPool(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, broker.Invalid("body", "must set min_nodes, max_nodes or both"))
 		return
 	}
+	for _, f := range []struct {
+		name string
+		v    *int
+	}{{"min_nodes", patch.MinNodes}, {"max_nodes", patch.MaxNodes}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 0 {
+			s.fail(w, r, broker.Invalid(f.name, "must not be negative, got %d", *f.v))
+			return
+		}
+		if err := atMost(f.name, int64(*f.v), maxNodes); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	cur, err := s.st.GetPool(r.Context(), name)
 	if err != nil {
 		s.fail(w, r, err)
@@ -119,6 +135,10 @@ func (s *server) patchPolicy(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := policyBounds(next); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if next.Version != cur.Version && next.Version != want {
 		s.fail(w, r, broker.Invalid("version", "must be left out or equal the If-Match version %d, got %d", want, next.Version))
 		return
@@ -140,4 +160,26 @@ func (s *server) patchPolicy(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("ETag", etag(updated.Version))
 	writeJSON(w, http.StatusOK, updated)
+}
+
+// policyBounds checks the upper limits the OpenAPI document states.
+func policyBounds(p broker.Policy) error {
+	if err := atMost("cluster_min_gpus", int64(p.ClusterMinGPUs), maxGPUs); err != nil {
+		return err
+	}
+	if err := atMost("cluster_max_gpus", int64(p.ClusterMaxGPUs), maxGPUs); err != nil {
+		return err
+	}
+	if len(p.ModelMaxGPUs) > maxListItems {
+		return broker.Invalid("model_max_gpus", "must name at most %d models, got %d", maxListItems, len(p.ModelMaxGPUs))
+	}
+	for m, n := range p.ModelMaxGPUs {
+		if len(m) > maxItemLength {
+			return broker.Invalid("model_max_gpus", "model names must be at most %d bytes long, got %d", maxItemLength, len(m))
+		}
+		if err := atMost("model_max_gpus."+m, int64(n), maxGPUs); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -111,6 +112,12 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK b
 	if err != nil {
 		return err
 	}
+	if field := nullField(body, ""); field != "" {
+		// encoding/json would keep the zero value for a null, so a null
+		// in a list or for a boolean would pass as "" or false; PostgreSQL
+		// cannot store a NUL character in text.
+		return broker.Invalid(field, "must not be null or contain a NUL character; give a value or leave the field out")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -123,6 +130,55 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any, emptyOK b
 		return broker.Invalid("body", "must hold exactly one JSON object; found more data after it")
 	}
 	return nil
+}
+
+// nullField names the first null value, or string holding a NUL, in the JSON body ("gpus[0].uuid"),
+// or "" when there is none or the body is not JSON (decoding reports that).
+func nullField(body []byte, path string) string {
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return ""
+	}
+	return findNull(v, path)
+}
+
+func findNull(v any, path string) string {
+	switch x := v.(type) {
+	case nil:
+		if path == "" {
+			return "body"
+		}
+		return path
+	case string:
+		if strings.ContainsRune(x, 0) {
+			return path
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if strings.ContainsRune(k, 0) {
+				return p
+			}
+			if f := findNull(x[k], p); f != "" {
+				return f
+			}
+		}
+	case []any:
+		for i, y := range x {
+			if f := findNull(y, path+"["+strconv.Itoa(i)+"]"); f != "" {
+				return f
+			}
+		}
+	}
+	return ""
 }
 
 // fieldOf finds which top-level field of body a custom decoder (such as

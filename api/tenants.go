@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -60,6 +61,10 @@ func (s *server) createTenant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, broker.Invalid("version", "is set by the server; leave it out"))
 		return
 	}
+	if err := tenantBounds(t); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	created, err := s.st.CreateTenant(r.Context(), t)
 	if err != nil {
 		s.fail(w, r, err)
@@ -91,6 +96,10 @@ func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	if t.Version != 0 && t.Version != want {
 		s.fail(w, r, broker.Invalid("version", "must be left out or equal the If-Match version %d, got %d", want, t.Version))
+		return
+	}
+	if err := tenantBounds(t); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	t.Name, t.Version = name, want
@@ -169,4 +178,29 @@ func sorted(xs []string) []string {
 	out := slices.Clone(xs)
 	slices.Sort(out)
 	return out
+}
+
+// tenantBounds checks the upper limits the OpenAPI document states, which
+// the database's columns also need.
+func tenantBounds(t broker.Tenant) error {
+	if err := atMost("guaranteed_gpus", int64(t.GuaranteedGPUs), maxGPUs); err != nil {
+		return err
+	}
+	if err := atMost("max_gpus", int64(t.MaxGPUs), maxGPUs); err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		field string
+		items []string
+	}{{"yarn_queues", t.YARNQueues}, {"namespaces", t.Namespaces}, {"admins", t.Admins}} {
+		if len(l.items) > maxListItems {
+			return broker.Invalid(l.field, "must list at most %d items, got %d", maxListItems, len(l.items))
+		}
+		for i, v := range l.items {
+			if len(v) > maxItemLength {
+				return broker.Invalid(fmt.Sprintf("%s[%d]", l.field, i), "must be at most %d bytes long, got %d", maxItemLength, len(v))
+			}
+		}
+	}
+	return nil
 }

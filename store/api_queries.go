@@ -76,7 +76,7 @@ func (s *Store) ListClosed(ctx context.Context, f ClosedFilter) ([]ClosedDemand,
 			first_seen, closed_at, reason, waited_ms
 		FROM demand_history
 		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR tenant = $2) AND ($3 = '' OR reason = $3)
-		  AND ($4 = 0 OR id < $4) AND waited_ms >= $5
+		  AND ($4::bigint = 0 OR id < $4) AND waited_ms >= $5
 		ORDER BY id DESC LIMIT $6`,
 		string(f.Source), f.Tenant, string(f.Reason), f.BeforeID, f.MinWait.Milliseconds(), limit)
 	if err != nil {

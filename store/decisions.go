@@ -55,7 +55,7 @@ func (s *Store) ListDecisions(ctx context.Context, f DecisionFilter) ([]broker.D
 		SELECT id, at, tick, kind, demand, tenant, pool, node, reason, detail FROM decisions
 		WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR demand = $2) AND ($3 = '' OR tenant = $3)
 		  AND ($4 = '' OR pool = $4) AND ($5 = '' OR node = $5)
-		  AND ($6::timestamptz IS NULL OR at >= $6) AND ($7 = 0 OR id < $7)
+		  AND ($6::timestamptz IS NULL OR at >= $6) AND ($7::bigint = 0 OR id < $7)
 		ORDER BY id DESC LIMIT $8`,
 		f.Kind, f.Demand, f.Tenant, f.Pool, f.Node, since, f.BeforeID, limit)
 	if err != nil {

@@ -379,7 +379,7 @@ func (s *Store) ListHistory(ctx context.Context, f HistoryFilter) ([]ClosedDeman
 			first_seen, closed_at, reason, waited_ms
 		FROM demand_history
 		WHERE ($1 = '' OR source = $1) AND ($2 = '' OR tenant = $2) AND ($3 = '' OR reason = $3)
-		  AND ($4 = 0 OR id < $4)
+		  AND ($4::bigint = 0 OR id < $4)
 		ORDER BY id DESC LIMIT $5`,
 		string(f.Source), f.Tenant, string(f.Reason), f.BeforeID, limit)
 	if err != nil {

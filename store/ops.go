@@ -135,7 +135,7 @@ func (s *Store) ListOps(ctx context.Context, f OpFilter) ([]broker.Op, error) {
 	}
 	rows, err := s.pool.Query(ctx, opSelect+`
 		WHERE (cardinality($1::text[]) = 0 OR state = ANY($1)) AND ($2 = '' OR kind = $2)
-		  AND ($3 = '' OR pool = $3) AND ($4 = '' OR node = $4) AND ($5 = 0 OR id < $5)
+		  AND ($3 = '' OR pool = $3) AND ($4 = '' OR node = $4) AND ($5::bigint = 0 OR id < $5)
 		ORDER BY id DESC LIMIT $6`,
 		nonNil(states), f.Kind, f.Pool, f.Node, f.BeforeID, limit)
 	if err != nil {
