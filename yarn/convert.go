@@ -142,6 +142,11 @@ func convertNodes(r *nodesResponse) []Node {
 		}
 		out = append(out, n)
 	}
+	return finishNodes(out)
+}
+
+// finishNodes sorts nodes by host and keeps one entry per host.
+func finishNodes(out []Node) []Node {
 	slices.SortFunc(out, func(x, y Node) int { return cmp.Compare(x.Host, y.Host) })
 	// A restarted NodeManager can briefly appear twice (old port LOST or
 	// SHUTDOWN, new port RUNNING): keep one entry per host, preferring the
