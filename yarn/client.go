@@ -239,13 +239,14 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 	if int64(buf.Len()) > c.cfg.MaxResponseBytes {
 		return "", fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
 	}
-	var err2 error
+	// The large answers decode themselves (decode.go); the rest go
+	// through encoding/json into their wire shapes.
 	if d, ok := v.(decoder); ok {
-		err2 = d.decodeAnswer(buf.Bytes())
+		err = d.decodeAnswer(buf.Bytes())
 	} else {
-		err2 = json.Unmarshal(buf.Bytes(), v)
+		err = json.Unmarshal(buf.Bytes(), v)
 	}
-	if err := err2; err != nil {
+	if err != nil {
 		var se *json.SyntaxError
 		var sc *scanError
 		if (errors.As(err, &se) && se.Offset >= int64(buf.Len())) || (errors.As(err, &sc) && sc.eof) {

@@ -7,10 +7,11 @@ import (
 )
 
 // Fast decoders of the large answers straight into the Observation's
-// shapes (see scanner). They produce what json.Unmarshal into the wire.go
-// types followed by convertApps / convertNodes / attemptContainers
-// produces (TestFastDecodeMatchesReference pins it on every recorded
-// answer); only values the mapping never reads are skipped unchecked.
+// shapes (see scanner). They produce what json.Unmarshal into the wire
+// shapes followed by their conversion produces (reference_test.go;
+// TestFastDecodeMatchesReference pins it on every recorded answer); only
+// values the mapping never reads are skipped unchecked, so an answer whose
+// unread fields are malformed no longer fails.
 
 // decoder is implemented by answer types that decode themselves from a
 // whole body; Client.Get uses it instead of encoding/json.
@@ -82,7 +83,7 @@ func (in interner) str(s *scanner) string {
 	return v
 }
 
-// app decodes one AppInfo as convertApps maps it, and whether it is active.
+// app decodes one AppInfo as convertApps (reference_test.go) maps it, and whether it is active.
 func (s *scanner) app(in *interner) (App, bool) {
 	a := App{AllocatedGPUs: -1}
 	var tags string
@@ -283,7 +284,7 @@ func (r *nodesAnswer) decodeAnswer(b []byte) error {
 	return nil
 }
 
-// node decodes one NodeInfo as convertNodes maps it.
+// node decodes one NodeInfo as convertNodes (reference_test.go) maps it.
 func (s *scanner) node(in *interner) Node {
 	var (
 		n                Node
@@ -343,8 +344,11 @@ func (s *scanner) node(in *interner) Node {
 	return n
 }
 
-// containersAnswer is an attempt's containers answer (containersResponse)
-// decoded into the live Containers.
+// containersAnswer is an attempt's containers answer (ContainersInfo,
+// containersResponse in reference_test.go) decoded into the live
+// Containers: Hadoop 3.3 and 3.5 render it without its root element,
+// {"container": [...]}, the wrapped {"containers": {"container": ...}} is
+// read too.
 type containersAnswer struct {
 	containers []Container
 }
@@ -388,7 +392,7 @@ func (r *containersAnswer) decodeAnswer(b []byte) error {
 	return nil
 }
 
-// container decodes one ContainerInfo as attemptContainers maps it, and
+// container decodes one ContainerInfo as convertContainers maps it, and
 // whether it is live (not COMPLETE).
 func (s *scanner) container() (Container, bool) {
 	var (

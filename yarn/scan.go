@@ -1,7 +1,6 @@
 package yarn
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -105,9 +104,13 @@ func (s *scanner) rawString() ([]byte, bool) {
 	s.i++
 	start := s.i
 	// Fast path: the closing quote with no backslash before it.
-	if j := bytes.IndexByte(s.b[start:], '"'); j >= 0 && bytes.IndexByte(s.b[start:start+j], '\\') < 0 {
-		s.i = start + j + 1
-		return s.b[start : start+j], false
+	for j := start; j < len(s.b); j++ {
+		if c := s.b[j]; c == '"' {
+			s.i = j + 1
+			return s.b[start:j], false
+		} else if c == '\\' {
+			break
+		}
 	}
 	esc := false
 	for s.i < len(s.b) {
@@ -269,7 +272,12 @@ func (s *scanner) skip() {
 	case '{', '[':
 		depth := 0
 		for s.i < len(s.b) {
-			switch s.b[s.i] {
+			c := s.b[s.i]
+			if !structural[c] {
+				s.i++
+				continue
+			}
+			switch c {
 			case '"':
 				s.rawString()
 				if s.err != nil {
@@ -457,3 +465,6 @@ func (s *scanner) resource(name string) (memory, vcores, value int64, present, f
 	})
 	return
 }
+
+// structural marks the bytes skip must look at inside objects and arrays.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
