@@ -270,31 +270,38 @@ func (s *scanner) skip() {
 	case '"':
 		s.rawString()
 	case '{', '[':
-		depth := 0
-		for s.i < len(s.b) {
-			c := s.b[s.i]
+		// One tight loop over the value: strings are stepped over in
+		// place, so braces inside them do not count.
+		b, i, depth := s.b, s.i, 0
+		for i < len(b) {
+			c := b[i]
+			i++
 			if !structural[c] {
-				s.i++
 				continue
 			}
 			switch c {
 			case '"':
-				s.rawString()
-				if s.err != nil {
-					return
+				for i < len(b) {
+					c = b[i]
+					i++
+					if c == '"' {
+						break
+					}
+					if c == '\\' {
+						i++
+					}
 				}
-				continue
 			case '{', '[':
 				depth++
-			case '}', ']':
+			default: // '}', ']'
 				depth--
 				if depth == 0 {
-					s.i++
+					s.i = i
 					return
 				}
 			}
-			s.i++
 		}
+		s.i = len(b)
 		s.fail("truncated value")
 	case 't':
 		s.literal("true")
