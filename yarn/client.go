@@ -43,7 +43,7 @@ type Client struct {
 
 	// bufs holds answer buffers between polls: an observation at scale
 	// reads tens of MiB.
-	bufs sync.Pool
+	bufs bufferPool
 
 	// cache keeps the container lists of apps between polls; nm those of
 	// NodeManagers, read instead once nmMode says the RM lacks the
@@ -61,8 +61,7 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Client{
-		bufs: sync.Pool{New: func() any { return new(bytes.Buffer) }},
-		cfg:  cfg,
+		cfg: cfg,
 		http: &http.Client{
 			Transport: cfg.Transport,
 			// Redirects are followed by hand: a standby RM's redirect
@@ -82,8 +81,8 @@ func (c *Client) RMs() []string { return slices.Clone(c.cfg.RMs) }
 // observation.
 func (c *Client) Observe(ctx context.Context) (*Observation, error) {
 	var (
-		apps  appsResponse
-		nodes nodesResponse
+		apps  appsAnswer
+		nodes nodesAnswer
 		sched schedulerResponse
 		wg    sync.WaitGroup
 		rms   [3]string
@@ -109,8 +108,8 @@ func (c *Client) Observe(ctx context.Context) (*Observation, error) {
 	obs := &Observation{
 		RM:    rms[0],
 		At:    c.cfg.Now().UTC(),
-		Apps:  convertApps(&apps),
-		Nodes: convertNodes(&nodes),
+		Apps:  apps.apps,
+		Nodes: nodes.nodes,
 	}
 	obs.Scheduler, obs.Queues = convertScheduler(&sched)
 	resolveQueues(obs.Apps, obs.Queues)
@@ -228,15 +227,9 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 		detail, _ := errorDetail(resp)
 		return "", fmt.Errorf("answered %q, not JSON: %s", ct, detail)
 	}
-	buf := c.bufs.Get().(*bytes.Buffer)
-	defer func() {
-		// Keep buffers of ordinary size for the next poll; drop huge ones.
-		if buf.Cap() <= 128<<20 {
-			buf.Reset()
-			c.bufs.Put(buf)
-		}
-	}()
-	buf.Reset()
+	kind := bufferKind(target)
+	buf := c.bufs.get(kind)
+	defer c.bufs.put(kind, buf)
 	if resp.ContentLength > 0 && resp.ContentLength <= c.cfg.MaxResponseBytes {
 		buf.Grow(int(resp.ContentLength) + 1)
 	}
@@ -246,9 +239,17 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 	if int64(buf.Len()) > c.cfg.MaxResponseBytes {
 		return "", fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
 	}
-	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
+	// The large answers decode themselves (decode.go); the rest go
+	// through encoding/json into their wire shapes.
+	if d, ok := v.(decoder); ok {
+		err = d.decodeAnswer(buf.Bytes())
+	} else {
+		err = json.Unmarshal(buf.Bytes(), v)
+	}
+	if err != nil {
 		var se *json.SyntaxError
-		if errors.As(err, &se) && se.Offset >= int64(buf.Len()) {
+		var sc *scanError
+		if (errors.As(err, &se) && se.Offset >= int64(buf.Len())) || (errors.As(err, &sc) && sc.eof) {
 			return "", fmt.Errorf("decode answer: truncated JSON after %d bytes: %w", buf.Len(), err)
 		}
 		return "", fmt.Errorf("decode answer: %w", err)
@@ -306,4 +307,84 @@ func origin(raw string) string {
 		return raw
 	}
 	return u.Scheme + "://" + u.Host + strings.TrimSuffix(strings.SplitN(u.Path, "/ws/", 2)[0], "/")
+}
+
+// bufferPool keeps answer buffers between polls. Unlike a sync.Pool it is
+// not emptied by the garbage collector, which runs several times a poll at
+// scale: the apps answer's buffer (tens of MiB) is reused, not grown again.
+// Each kind of answer remembers its last size, so the three bulk answers
+// fetched together each get a buffer that fits.
+type bufferPool struct {
+	mu   sync.Mutex
+	free []*bytes.Buffer
+	last map[string]int
+}
+
+// maxPooledBuffers bounds the buffers kept: one per bulk answer and per
+// container call in flight.
+const maxPooledBuffers = containerConcurrency + 4
+
+// bufferKind names the kind of answer target is: its path, with the ids of
+// per-app paths left out.
+func bufferKind(target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		return ""
+	}
+	if strings.HasPrefix(u.Path, "/ws/v1/cluster/apps/") {
+		return "per-app"
+	}
+	return u.Path
+}
+
+// get returns the smallest kept buffer that holds the last answer of kind,
+// or else the largest, grown to fit it.
+func (p *bufferPool) get(kind string) *bytes.Buffer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	want := p.last[kind]
+	best := -1
+	for i, b := range p.free {
+		switch {
+		case best < 0:
+			best = i
+		case b.Cap() >= want && (p.free[best].Cap() < want || b.Cap() < p.free[best].Cap()):
+			best = i
+		case p.free[best].Cap() < want && b.Cap() > p.free[best].Cap():
+			best = i
+		}
+	}
+	var b *bytes.Buffer
+	if best < 0 {
+		b = new(bytes.Buffer)
+	} else {
+		b = p.free[best]
+		p.free[best] = p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+	}
+	b.Reset()
+	// Room for the answer and bytes.Buffer.ReadFrom's last read.
+	b.Grow(want + bytes.MinRead)
+	return b
+}
+
+// put keeps buf for the next poll and remembers the size of its answer;
+// huge buffers and those beyond the bound are dropped.
+func (p *bufferPool) put(kind string, buf *bytes.Buffer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last == nil {
+		p.last = map[string]int{}
+	}
+	if n := buf.Len(); kind == "per-app" {
+		// Per-app answers differ in size: remember a decaying maximum.
+		p.last[kind] = max(n, p.last[kind]*7/8)
+	} else {
+		p.last[kind] = n
+	}
+	if buf.Cap() > 256<<20 || len(p.free) >= maxPooledBuffers {
+		return
+	}
+	buf.Reset()
+	p.free = append(p.free, buf)
 }

@@ -279,7 +279,7 @@ func (c *Client) attemptContainers(ctx context.Context, app, attempt string) ([]
 	if attempt == "" {
 		return nil, nil
 	}
-	var r containersResponse
+	var r containersAnswer
 	path := fmt.Sprintf(PathAttemptContainers, url.PathEscape(app), url.PathEscape(attempt))
 	if _, err := c.Get(ctx, path, &r); err != nil {
 		var se *statusError
@@ -288,27 +288,5 @@ func (c *Client) attemptContainers(ctx context.Context, app, attempt string) ([]
 		}
 		return nil, err
 	}
-	all := r.all()
-	out := make([]Container, 0, len(all))
-	for _, w := range all {
-		switch w.ContainerState {
-		case "COMPLETE":
-			continue
-		}
-		node := w.NodeID
-		if node == "" {
-			node = w.AssignedNodeID
-		}
-		host, _, _ := strings.Cut(node, ":")
-		ct := Container{
-			ID: w.ContainerID, Host: host, NodeID: node, Priority: int32(w.Priority),
-			MemoryMB: int64(w.AllocatedMB), VCores: int64(w.AllocatedVCores),
-			Started: millis(w.StartedTime), State: w.ContainerState,
-		}
-		if g, ok := w.AllocatedResources[GPUResource]; ok {
-			ct.GPUs = int(g)
-		}
-		out = append(out, ct)
-	}
-	return out, nil
+	return r.containers, nil
 }

@@ -11,7 +11,10 @@ import (
 // This file holds the JSON shapes of the RM REST API (the JAXB DAOs of
 // org.apache.hadoop.yarn.server.resourcemanager.webapp.dao) and decoders for
 // the quirks of their Jersey rendering. Only the fields gpubroker reads are
-// declared; encoding/json ignores the rest.
+// declared; encoding/json ignores the rest. The three large answers (apps,
+// nodes, an attempt's containers) are decoded by decode.go's scanner
+// instead; their encoding/json shapes, the reference it is tested against,
+// are in reference_test.go.
 
 // list decodes a JAXB collection that Jersey may render as null, as {} (an
 // empty wrapper), as a bare object when it holds one element, or as an
@@ -98,30 +101,6 @@ func (m *entryMap) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// requestPriority decodes a resource request's priority, an int in Hadoop
-// 3.x ("priority": 1) and an object in some builds ({"priority": 1}).
-type requestPriority int32
-
-func (p *requestPriority) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '{' {
-		var w struct {
-			Priority flexInt `json:"priority"`
-		}
-		if err := json.Unmarshal(b, &w); err != nil {
-			return err
-		}
-		*p = requestPriority(w.Priority)
-		return nil
-	}
-	var n flexInt
-	if err := n.UnmarshalJSON(b); err != nil {
-		return err
-	}
-	*p = requestPriority(n)
-	return nil
-}
-
 // resourceInfo is a ResourceInfo: memory and vCores, plus every resource
 // type (memory-mb, vcores, yarn.io/gpu, ...) in resourceInformations.
 type resourceInfo struct {
@@ -151,70 +130,6 @@ func (r *resourceInfo) get(name string) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-type appsResponse struct {
-	Apps *struct {
-		App list[appInfo] `json:"app"`
-	} `json:"apps"`
-}
-
-type appInfo struct {
-	ID                string                `json:"id"`
-	User              string                `json:"user"`
-	Name              string                `json:"name"`
-	Queue             string                `json:"queue"`
-	State             string                `json:"state"`
-	ApplicationType   string                `json:"applicationType"`
-	ApplicationTags   string                `json:"applicationTags"`
-	Priority          flexInt               `json:"priority"`
-	StartedTime       flexInt               `json:"startedTime"`
-	RunningContainers flexInt               `json:"runningContainers"`
-	AllocatedMB       flexInt               `json:"allocatedMB"`
-	AllocatedVCores   flexInt               `json:"allocatedVCores"`
-	ResourceSeconds   entryMap              `json:"resourceSecondsMap"`
-	ResourceRequests  list[resourceRequest] `json:"resourceRequests"`
-	Unmanaged         bool                  `json:"unmanagedApplication"`
-	// ResourceInfo is decoded (into appResourceInfo) only for apps that
-	// hold containers: it is most of an app's answer.
-	ResourceInfo json.RawMessage `json:"resourceInfo"`
-}
-
-type resourceRequest struct {
-	Priority            requestPriority `json:"priority"`
-	AllocationRequestID flexInt         `json:"allocationRequestId"`
-	ResourceName        string          `json:"resourceName"`
-	Capability          resourceInfo    `json:"capability"`
-	NumContainers       flexInt         `json:"numContainers"`
-	RelaxLocality       bool            `json:"relaxLocality"`
-	NodeLabelExpression string          `json:"nodeLabelExpression"`
-	ExecutionType       *struct {
-		ExecutionType string `json:"executionType"`
-	} `json:"executionTypeRequest"`
-}
-
-type nodesResponse struct {
-	Nodes *struct {
-		Node list[nodeInfo] `json:"node"`
-	} `json:"nodes"`
-}
-
-type nodeInfo struct {
-	Rack              string        `json:"rack"`
-	State             string        `json:"state"`
-	ID                string        `json:"id"`
-	NodeHostName      string        `json:"nodeHostName"`
-	NodeHTTPAddress   string        `json:"nodeHTTPAddress"`
-	LastHealthUpdate  flexInt       `json:"lastHealthUpdate"`
-	Version           string        `json:"version"`
-	HealthReport      string        `json:"healthReport"`
-	NumContainers     flexInt       `json:"numContainers"`
-	UsedMemoryMB      flexInt       `json:"usedMemoryMB"`
-	AvailMemoryMB     flexInt       `json:"availMemoryMB"`
-	NodeLabels        list[string]  `json:"nodeLabels"`
-	TotalResource     *resourceInfo `json:"totalResource"`
-	UsedResource      *resourceInfo `json:"usedResource"`
-	AvailableResource *resourceInfo `json:"availableResource"`
 }
 
 type schedulerResponse struct {
@@ -261,16 +176,6 @@ type remoteException struct {
 	} `json:"RemoteException"`
 }
 
-// appResourceInfo is an app's resourceInfo (ResourcesInfo): what it holds
-// and asks for per partition, with every resource type. Hadoop 3.1 and
-// later render it; older RMs omit it.
-type appResourceInfo struct {
-	ResourceUsagesByPartition list[struct {
-		PartitionName string        `json:"partitionName"`
-		Used          *resourceInfo `json:"used"`
-	}] `json:"resourceUsagesByPartition"`
-}
-
 // appAttemptsResponse is GET /ws/v1/cluster/apps/{app}/appattempts
 // (AppAttemptsInfo).
 type appAttemptsResponse struct {
@@ -290,26 +195,6 @@ type appAttemptInfo struct {
 	NodeID          string  `json:"nodeId"`
 	AppAttemptID    string  `json:"appAttemptId"`
 	AppAttemptState string  `json:"appAttemptState"`
-}
-
-// containersResponse is GET
-// /ws/v1/cluster/apps/{app}/appattempts/{attempt}/containers (ContainersInfo):
-// the attempt's live containers as the scheduler holds them. Hadoop 3.3 and
-// 3.5 render it without its root element, {"container": [...]} (a bare
-// object for one container); the wrapped {"containers": {"container": ...}}
-// form is read too.
-type containersResponse struct {
-	Container  list[containerInfo] `json:"container"`
-	Containers *struct {
-		Container list[containerInfo] `json:"container"`
-	} `json:"containers"`
-}
-
-func (r *containersResponse) all() []containerInfo {
-	if r.Containers != nil {
-		return append(slices.Clone(r.Container), r.Containers.Container...)
-	}
-	return r.Container
 }
 
 // containerInfo is one ContainerInfo of yarn-server-common's webapp DAO.
