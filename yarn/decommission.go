@@ -331,7 +331,12 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 		return err
 	}
 	if removed || n.State == "DECOMMISSIONING" {
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Normal, 0); err != nil {
+		// IMPORTANT: a graceful refresh. A NORMAL one forcefully
+		// decommissions every other excluded host that is not
+		// DECOMMISSIONED yet (NodesListManager.handleExcludeNodeList),
+		// killing the containers of nodes draining gracefully or by
+		// attrition; a graceful one keeps their per-host timeouts.
+		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
 			return fmt.Errorf("recommission %s: %w", node, err)
 		}
 		d.cfg.Logger.Info("yarn node recommissioned", "node", node, "state", n.State)
@@ -359,7 +364,8 @@ func (d *Decommissioner) Forget(ctx context.Context, host string) error {
 		return err
 	}
 	if removed {
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Normal, 0); err != nil {
+		// Graceful, as in Admit: other draining hosts keep their timeouts.
+		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
 			return fmt.Errorf("forget %s: %w", host, err)
 		}
 	}

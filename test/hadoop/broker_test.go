@@ -345,6 +345,13 @@ func (k *fakeK8s) Admit(_ context.Context, node string) error {
 
 func (k *fakeK8s) Evict(context.Context, string, broker.Workload) error { return nil }
 
+// k8sSide is the Kubernetes side a rig runs with: fakeK8s, or podK8s
+// (broker_preempt_test.go) for nodes that run pods.
+type k8sSide interface {
+	broker.SideObserver
+	broker.SideActions
+}
+
 // brokerRig is one broker process over a target: a fresh database, the
 // real yarn side and decommissioner through the hiding proxy, and pool.
 type brokerRig struct {
@@ -365,7 +372,7 @@ func (r *brokerRig) restarted() []string {
 
 const brokerPool = "yarn-gpus"
 
-func newBrokerRig(t *testing.T, ctx context.Context, tg brokerTarget, rmURL string, direct *yarn.Client, pol broker.Policy, k8s *fakeK8s, hosts ...string) *brokerRig {
+func newBrokerRig(t *testing.T, ctx context.Context, tg brokerTarget, rmURL string, direct *yarn.Client, pol broker.Policy, k8s k8sSide, hosts ...string) *brokerRig {
 	t.Helper()
 	return newBrokerRigPools(t, ctx, tg, rmURL, direct, pol, k8s, poolSpec{name: brokerPool, hosts: hosts})
 }
@@ -377,7 +384,7 @@ type poolSpec struct {
 	hosts           []string
 }
 
-func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL string, direct *yarn.Client, pol broker.Policy, k8s *fakeK8s, pools ...poolSpec) *brokerRig {
+func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL string, direct *yarn.Client, pol broker.Policy, k8s k8sSide, pools ...poolSpec) *brokerRig {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	st, err := store.Open(ctx, store.Config{URL: pg.NewDatabase(t, store.Migrate)})
@@ -693,7 +700,7 @@ func runBroker(t *testing.T, tg brokerTarget) {
 		return
 	}
 
-	t.Run("HandOverToYARN", func(t *testing.T) {
+	ok = t.Run("HandOverToYARN", func(t *testing.T) {
 		// The spare node is full (another tenant's container), the busy
 		// one leaves by attrition, the idle one was decommissioned: its
 		// machine came back as an idle Kubernetes node.
@@ -769,6 +776,10 @@ func runBroker(t *testing.T, tg brokerTarget) {
 			t.Fatal(err)
 		}
 	})
+	if !ok {
+		return
+	}
+	runBrokerPreempt(t, ctx, tg, rmURL, direct, base, spare, func() error { return containerOn(busy, busyContainer) })
 }
 
 type testWriter struct{ t *testing.T }
