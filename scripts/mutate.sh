@@ -48,7 +48,11 @@ plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s: 
 runtime: one failing pool describe does not stop the tick~broker/runtime.go~r.log.Warn("observe pools", "err", poolErr)~return nil, Policy{}, poolErr
 runtime: a stale pool keeps its last-known GPUs~broker/runtime.go~ps.Desired, ps.Instances = prev.Desired, prev.Instances~_ = prev
 runtime: claimed nodes are detected~broker/merge.go~if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {~if false {
-executor: every op has a deadline~broker/executor.go~if s.now.After(s.data.Expires) && op.Step != stepGiveBack {~if false {
+plan: idle reclaim never drains a busy YARN node~broker/scaledown.go~case w.side == SourceYARN && nc.gpuWork > 0:~case false:
+plan: unknown allocated GPUs are never idle~broker/scaledown.go~case n.GPUsAllocated > nc.knownGPUs:~case false:
+plan: consolidation loses at most max_work_lost~broker/scaledown.go~case nc.lost > pl.p.MaxWorkLost.D():~case false:
+executor: a scale-up waits for its instances to launch~broker/executor.go~if have := ps.InService(); have < want {~if have := ps.InService(); have < want && want < 0 {
+executor: every op has a deadline~broker/executor.go~if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != stepGiveBack {~if false {
 executor: retries are bounded~broker/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
 executor: an unknown release is never drained nor forced~broker/executor.go~if st.Unknown != "" {~if false && st.Unknown != "" {
 executor: terminate only after every side drained~broker/executor.go~if st.Drained {~if true {
@@ -62,7 +66,7 @@ executor: a scale-up counts the removals still to come~broker/executor.go~target
 journal: a scale-up supersedes one awaiting gpu-ready~broker/executor.go~if o.Kind != ActScaleUp || o.Pool != next.Pool || o.Step != stepAwaitReady ||~if true ||
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/runtime.go~stale = "group not found at the cloud provider"~stale = ""
-executor: a transfer that cannot drain gives the node back~broker/executor.go~if op.Kind == ActTransfer {\n\t\t\t\t// IMPORTANT: a transfer that cannot drain~if false {\n\t\t\t\t// IMPORTANT: a transfer that cannot drain
+executor: a transfer that cannot drain gives the node back~broker/executor.go~if op.Kind == ActTransfer || op.Kind == ActPreempt {~if false {
 EOF
 )
 
