@@ -38,6 +38,9 @@ func BenchmarkApplyObservation50k(b *testing.B) {
 	if _, err := s.ApplyObservation(ctx, store.Observation{Source: broker.SourceK8s, At: at, Demand: window(0)}); err != nil {
 		b.Fatal(err)
 	}
+	steps := map[string]time.Duration{}
+	store.SetTraceApplyForTest(func(step string, took time.Duration) { steps[step] += took })
+	defer store.SetTraceApplyForTest(nil)
 	b.ResetTimer()
 	start := time.Now()
 	for n := 1; n <= b.N; n++ {
@@ -54,5 +57,8 @@ func BenchmarkApplyObservation50k(b *testing.B) {
 	}
 	elapsed := time.Since(start)
 	b.ReportMetric(float64(rows*b.N)/elapsed.Seconds(), "rows/s")
-	b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "ms/observation")
+	b.ReportMetric(float64(elapsed.Microseconds())/1000/float64(b.N), "ms/observation")
+	for step, took := range steps {
+		b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/"+step)
+	}
 }
