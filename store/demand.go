@@ -62,8 +62,14 @@ type ApplyResult struct {
 // did not change are not rewritten), and live rows of the source that obs
 // no longer holds move to the history with their reason and wait time.
 //
-// It runs COPY into a temporary table and set-based statements, so a whole
-// observation of tens of thousands of rows costs a few round trips.
+// When the ledger holds exactly the last observation this Store applied
+// (the source's generation, read under its row lock, is the one that apply
+// left), it diffs in memory and sends only new and changed rows (as arrays)
+// and the vanished keys: at 10% churn a 50,000-row observation costs about a
+// tenth of the full merge. Otherwise (first apply, restart, another Store
+// applied in between, after any error) it runs COPY into a temporary table
+// and set-based statements over the whole observation. Either way it is a
+// few round trips in one transaction.
 func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyResult, error) {
 	var res ApplyResult
 	if !obs.Source.Valid() {
