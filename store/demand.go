@@ -116,8 +116,7 @@ func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyRes
 		next.rows[obs.Demand[i].Key] = encodeRow(&obs.Demand[i])
 	}
 	step("encode")
-	s.seen.mu.Lock()
-	defer s.seen.mu.Unlock()
+	defer s.seen.lock(obs.Source)()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// IMPORTANT: lock the source's observation row first, so two
 		// replicas (or a leader and a stale former leader) applying

@@ -18,8 +18,26 @@ import (
 // no restart, applied anything in between), it is dropped for the source on
 // any error, and a fresh Store starts empty and takes the full path.
 type obsCache struct {
-	mu  sync.Mutex // held for a whole ApplyObservation: applies are serialised per Store
-	src map[broker.Source]*sourceRows
+	mu    sync.Mutex // guards the maps
+	src   map[broker.Source]*sourceRows
+	apply map[broker.Source]*sync.Mutex // held for a whole ApplyObservation of the source
+}
+
+// lock serialises the applies of one source on this Store (the sources
+// apply in parallel); the returned func unlocks.
+func (c *obsCache) lock(src broker.Source) func() {
+	c.mu.Lock()
+	if c.apply == nil {
+		c.apply = make(map[broker.Source]*sync.Mutex)
+	}
+	m := c.apply[src]
+	if m == nil {
+		m = &sync.Mutex{}
+		c.apply[src] = m
+	}
+	c.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 type sourceRows struct {
@@ -28,6 +46,8 @@ type sourceRows struct {
 }
 
 func (c *obsCache) get(src broker.Source, gen int64) *sourceRows {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if r := c.src[src]; r != nil && r.gen == gen {
 		return r
 	}
@@ -35,13 +55,19 @@ func (c *obsCache) get(src broker.Source, gen int64) *sourceRows {
 }
 
 func (c *obsCache) put(src broker.Source, r *sourceRows) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.src == nil {
 		c.src = make(map[broker.Source]*sourceRows)
 	}
 	c.src[src] = r
 }
 
-func (c *obsCache) drop(src broker.Source) { delete(c.src, src) }
+func (c *obsCache) drop(src broker.Source) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.src, src)
+}
 
 // encodeRow is the exact identity of the attributes ApplyObservation writes
 // (everything but first_seen and the wait reason), length-prefixed so no two
