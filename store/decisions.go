@@ -81,18 +81,41 @@ type CapacitySample struct {
 	GPUsPending  int       `json:"gpus_pending"`
 }
 
-// RecordSamples stores capacity samples; a sample for the same time and
-// side replaces the earlier one.
+// RecordSamples stores capacity samples in one statement; a sample for the
+// same time and side replaces the earlier one (also within ss: the last
+// wins).
 func (s *Store) RecordSamples(ctx context.Context, ss []CapacitySample) error {
-	b := &pgx.Batch{}
-	for _, c := range ss {
-		b.Queue(`INSERT INTO capacity_samples (at, side, gpus_busy, gpus_idle, gpus_in_flight, gpus_pending)
-			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (at, side) DO UPDATE SET gpus_busy = excluded.gpus_busy, gpus_idle = excluded.gpus_idle,
-				gpus_in_flight = excluded.gpus_in_flight, gpus_pending = excluded.gpus_pending`,
-			c.At, c.Side, c.GPUsBusy, c.GPUsIdle, c.GPUsInFlight, c.GPUsPending)
+	if len(ss) == 0 {
+		return nil
 	}
-	return mapError("record capacity samples", s.pool.SendBatch(ctx, b).Close())
+	type slot struct {
+		at   time.Time
+		side string
+	}
+	last := make(map[slot]int, len(ss))
+	for i, c := range ss {
+		last[slot{c.At.UTC(), c.Side}] = i
+	}
+	var (
+		ats                        []time.Time
+		sides                      []string
+		busy, idle, flight, pendng []int32
+	)
+	for i, c := range ss {
+		if last[slot{c.At.UTC(), c.Side}] != i {
+			continue
+		}
+		ats, sides = append(ats, c.At), append(sides, c.Side)
+		busy, idle = append(busy, int32(c.GPUsBusy)), append(idle, int32(c.GPUsIdle))
+		flight, pendng = append(flight, int32(c.GPUsInFlight)), append(pendng, int32(c.GPUsPending))
+	}
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO capacity_samples (at, side, gpus_busy, gpus_idle, gpus_in_flight, gpus_pending)
+		SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::integer[], $4::integer[], $5::integer[], $6::integer[])
+		ON CONFLICT (at, side) DO UPDATE SET gpus_busy = excluded.gpus_busy, gpus_idle = excluded.gpus_idle,
+			gpus_in_flight = excluded.gpus_in_flight, gpus_pending = excluded.gpus_pending`,
+		ats, sides, busy, idle, flight, pendng)
+	return mapError("record capacity samples", err)
 }
 
 // Samples reads capacity samples in [from, to), oldest first.

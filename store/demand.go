@@ -62,8 +62,14 @@ type ApplyResult struct {
 // did not change are not rewritten), and live rows of the source that obs
 // no longer holds move to the history with their reason and wait time.
 //
-// It runs COPY into a temporary table and set-based statements, so a whole
-// observation of tens of thousands of rows costs a few round trips.
+// When the ledger holds exactly the last observation this Store applied
+// (the source's generation, read under its row lock, is the one that apply
+// left), it diffs in memory and sends only new and changed rows (as arrays)
+// and the vanished keys: at 10% churn a 50,000-row observation costs about a
+// tenth of the full merge. Otherwise (first apply, restart, another Store
+// applied in between, after any error) it runs COPY into a temporary table
+// and set-based statements over the whole observation. Either way it is a
+// few round trips in one transaction.
 func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyResult, error) {
 	var res ApplyResult
 	if !obs.Source.Valid() {
@@ -95,15 +101,32 @@ func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyRes
 		closedReasons = append(closedReasons, string(r))
 	}
 
+	mark := time.Now()
+	step := func(name string) {
+		if traceApply != nil {
+			now := time.Now()
+			traceApply(name, now.Sub(mark))
+			mark = now
+		}
+	}
+	// The identity of every row, for the diff against the last applied
+	// observation.
+	next := &sourceRows{rows: make(map[string]string, len(obs.Demand))}
+	for i := range obs.Demand {
+		next.rows[obs.Demand[i].Key] = encodeRow(&obs.Demand[i])
+	}
+	step("encode")
+	defer s.seen.lock(obs.Source)()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// IMPORTANT: lock the source's observation row first, so two
 		// replicas (or a leader and a stale former leader) applying
 		// observations of one source are serialised rather than interleaved.
 		var prev time.Time
+		var gen int64
 		err := tx.QueryRow(ctx, `
 			INSERT INTO observations (source, observed_at) VALUES ($1, $2)
 			ON CONFLICT (source) DO UPDATE SET source = excluded.source
-			RETURNING observed_at`, obs.Source, obs.At).Scan(&prev)
+			RETURNING observed_at, generation`, obs.Source, obs.At).Scan(&prev, &gen)
 		if err != nil {
 			return err
 		}
@@ -111,86 +134,32 @@ func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyRes
 			return fmt.Errorf("observation of %s at %s is older than the applied one at %s: %w",
 				obs.Source, obs.At.Format(time.RFC3339Nano), prev.Format(time.RFC3339Nano), broker.ErrConflict)
 		}
-		// The temporary table has no index: after ANALYZE the joins below
-		// are hash joins over the whole observation, which beat maintaining
-		// an index during COPY. work_mem keeps those hashes in memory.
-		if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
-			return err
+		step("lock")
+		if last := s.seen.get(obs.Source, gen); last != nil {
+			// Fast path: the ledger holds exactly the last observation this
+			// Store applied (same generation under the lock), so only new
+			// and changed rows are written and vanished keys deleted by key.
+			err = applyDiff(ctx, tx, obs, last, next, closedKeys, closedReasons, &res, step)
+		} else {
+			err = applyFull(ctx, tx, obs, closedKeys, closedReasons, &res, step)
 		}
-		if _, err := tx.Exec(ctx, `
-			CREATE TEMP TABLE obs_demand (
-				key text, name text, tenant text, queue text, priority bigint,
-				gpus_per_unit integer, units integer, gang boolean, constraints jsonb, preemptible boolean
-			) ON COMMIT DROP`); err != nil {
-			return err
-		}
-		rows := make([][]any, len(obs.Demand))
-		for i, d := range obs.Demand {
-			c, err := json.Marshal(d.Constraints)
-			if err != nil {
-				return fmt.Errorf("encode constraints of %s: %w", d.ID(), err)
-			}
-			rows[i] = []any{d.Key, d.Name, d.Tenant, d.Queue, d.Priority, d.GPUsPerUnit, d.Units, d.Gang, string(c), d.Preemptible}
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"obs_demand"},
-			[]string{"key", "name", "tenant", "queue", "priority", "gpus_per_unit", "units", "gang", "constraints", "preemptible"},
-			pgx.CopyFromRows(rows)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `ANALYZE obs_demand`); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, `
-			WITH gone AS (
-				DELETE FROM demand d
-				WHERE d.source = $1 AND NOT EXISTS (SELECT 1 FROM obs_demand o WHERE o.key = d.key)
-				RETURNING d.*
-			), reasons AS (
-				SELECT * FROM unnest($3::text[], $4::text[]) AS r(key, reason)
-			)
-			INSERT INTO demand_history (source, key, name, tenant, queue, priority, gpus_per_unit,
-				units, gang, first_seen, closed_at, reason, waited_ms)
-			SELECT g.source, g.key, g.name, g.tenant, g.queue, g.priority, g.gpus_per_unit,
-				g.units, g.gang, g.first_seen, $2,
-				coalesce(r.reason, 'vanished'),
-				greatest(0, (extract(epoch FROM ($2::timestamptz - g.first_seen)) * 1000)::bigint)
-			FROM gone g LEFT JOIN reasons r ON r.key = g.key`,
-			obs.Source, obs.At, closedKeys, closedReasons)
 		if err != nil {
 			return err
 		}
-		res.Closed = int(tag.RowsAffected())
-		// One statement inserts new keys and rewrites only rows whose
-		// attributes changed; unchanged rows are skipped by the WHERE of
-		// DO UPDATE, so a steady ledger creates no dead tuples.
 		err = tx.QueryRow(ctx, `
-			WITH up AS (
-				INSERT INTO demand (source, key, name, tenant, queue, priority, gpus_per_unit, units,
-					gang, constraints, preemptible, first_seen)
-				SELECT $1, o.key, o.name, o.tenant, o.queue, o.priority, o.gpus_per_unit, o.units,
-					o.gang, o.constraints, o.preemptible, $2
-				FROM obs_demand o
-				ON CONFLICT (source, key) DO UPDATE SET name = excluded.name, tenant = excluded.tenant,
-					queue = excluded.queue, priority = excluded.priority,
-					gpus_per_unit = excluded.gpus_per_unit, units = excluded.units, gang = excluded.gang,
-					constraints = excluded.constraints, preemptible = excluded.preemptible
-				WHERE (demand.name, demand.tenant, demand.queue, demand.priority, demand.gpus_per_unit,
-					demand.units, demand.gang, demand.constraints, demand.preemptible)
-				  IS DISTINCT FROM
-				  (excluded.name, excluded.tenant, excluded.queue, excluded.priority, excluded.gpus_per_unit,
-					excluded.units, excluded.gang, excluded.constraints, excluded.preemptible)
-				RETURNING xmax = 0 AS inserted
-			)
-			SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM up`,
-			obs.Source, obs.At).Scan(&res.Inserted, &res.Updated)
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `
 			UPDATE observations SET observed_at = $2, generation = generation + 1, rows = $3
-			WHERE source = $1`, obs.Source, obs.At, len(obs.Demand))
+			WHERE source = $1 RETURNING generation`, obs.Source, obs.At, len(obs.Demand)).Scan(&next.gen)
+		step("record")
 		return err
 	})
+	step("commit")
+	if err != nil {
+		// The transaction may or may not have committed: forget the source
+		// so the next observation takes the full path.
+		s.seen.drop(obs.Source)
+	} else {
+		s.seen.put(obs.Source, next)
+	}
 	if err != nil {
 		return ApplyResult{}, mapError("apply "+string(obs.Source)+" observation", err)
 	}
@@ -426,4 +395,157 @@ func decodeCursor(c string) (time.Time, int64, error) {
 		return time.Time{}, 0, bad
 	}
 	return time.UnixMicro(us), n, nil
+}
+
+// traceApply, when set (by benchmarks), receives the time of each step of
+// ApplyObservation.
+var traceApply func(step string, took time.Duration)
+
+// closeSQL moves the rows picked by the DELETE's USING/WHERE (%s) to the
+// history; $1 source, $2 observation time, $3/$4 the known close reasons.
+const closeSQL = `
+	WITH gone AS (
+		DELETE FROM demand d %s
+		RETURNING d.*
+	), reasons AS (
+		SELECT * FROM unnest($3::text[], $4::text[]) AS r(key, reason)
+	)
+	INSERT INTO demand_history (source, key, name, tenant, queue, priority, gpus_per_unit,
+		units, gang, first_seen, closed_at, reason, waited_ms)
+	SELECT g.source, g.key, g.name, g.tenant, g.queue, g.priority, g.gpus_per_unit,
+		g.units, g.gang, g.first_seen, $2,
+		coalesce(r.reason, 'vanished'),
+		greatest(0, (extract(epoch FROM ($2::timestamptz - g.first_seen)) * 1000)::bigint)
+	FROM gone g LEFT JOIN reasons r ON r.key = g.key`
+
+// upsertSQL inserts the rows of %s (an expression naming o) with first-seen
+// $2 and rewrites only rows whose attributes changed; unchanged rows are
+// skipped by the WHERE of DO UPDATE, so a steady ledger creates no dead
+// tuples.
+const upsertSQL = `
+	WITH up AS (
+		INSERT INTO demand (source, key, name, tenant, queue, priority, gpus_per_unit, units,
+			gang, constraints, preemptible, first_seen)
+		SELECT $1, o.key, o.name, o.tenant, o.queue, o.priority, o.gpus_per_unit, o.units,
+			o.gang, o.constraints::jsonb, o.preemptible, $2
+		FROM %s
+		ON CONFLICT (source, key) DO UPDATE SET name = excluded.name, tenant = excluded.tenant,
+			queue = excluded.queue, priority = excluded.priority,
+			gpus_per_unit = excluded.gpus_per_unit, units = excluded.units, gang = excluded.gang,
+			constraints = excluded.constraints, preemptible = excluded.preemptible
+		WHERE (demand.name, demand.tenant, demand.queue, demand.priority, demand.gpus_per_unit,
+			demand.units, demand.gang, demand.constraints, demand.preemptible)
+		  IS DISTINCT FROM
+		  (excluded.name, excluded.tenant, excluded.queue, excluded.priority, excluded.gpus_per_unit,
+			excluded.units, excluded.gang, excluded.constraints, excluded.preemptible)
+		RETURNING xmax = 0 AS inserted
+	)
+	SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM up`
+
+// applyFull merges a whole observation: COPY into an unindexed temporary
+// table, then set-based statements (hash joins over the observation).
+func applyFull(ctx context.Context, tx pgx.Tx, obs Observation, closedKeys, closedReasons []string,
+	res *ApplyResult, step func(string)) error {
+	// work_mem keeps the hashes of the joins below in memory.
+	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `
+		CREATE TEMP TABLE obs_demand (
+			key text, name text, tenant text, queue text, priority bigint,
+			gpus_per_unit integer, units integer, gang boolean, constraints jsonb, preemptible boolean
+		) ON COMMIT DROP`); err != nil {
+		return err
+	}
+	rows := make([][]any, len(obs.Demand))
+	for i, d := range obs.Demand {
+		c, err := json.Marshal(d.Constraints)
+		if err != nil {
+			return fmt.Errorf("encode constraints of %s: %w", d.ID(), err)
+		}
+		rows[i] = []any{d.Key, d.Name, d.Tenant, d.Queue, d.Priority, d.GPUsPerUnit, d.Units, d.Gang, string(c), d.Preemptible}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"obs_demand"},
+		[]string{"key", "name", "tenant", "queue", "priority", "gpus_per_unit", "units", "gang", "constraints", "preemptible"},
+		pgx.CopyFromRows(rows)); err != nil {
+		return err
+	}
+	step("copy")
+	if _, err := tx.Exec(ctx, `ANALYZE obs_demand`); err != nil {
+		return err
+	}
+	step("analyze")
+	tag, err := tx.Exec(ctx, fmt.Sprintf(closeSQL, `WHERE d.source = $1 AND NOT EXISTS (SELECT 1 FROM obs_demand o WHERE o.key = d.key)`),
+		obs.Source, obs.At, closedKeys, closedReasons)
+	if err != nil {
+		return err
+	}
+	res.Closed = int(tag.RowsAffected())
+	step("close")
+	err = tx.QueryRow(ctx, fmt.Sprintf(upsertSQL, `obs_demand o`), obs.Source, obs.At).Scan(&res.Inserted, &res.Updated)
+	step("upsert")
+	return err
+}
+
+// applyDiff writes only what changed since last, the observation this
+// Store applied before (and which the ledger still holds): new and changed
+// rows go in as arrays, vanished keys are deleted by key.
+func applyDiff(ctx context.Context, tx pgx.Tx, obs Observation, last, next *sourceRows,
+	closedKeys, closedReasons []string, res *ApplyResult, step func(string)) error {
+	var gone []string
+	for k := range last.rows {
+		if _, ok := next.rows[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	var (
+		keys, names, tenants, queues, constraints []string
+		prios                                     []int64
+		gpus, units                               []int32
+		gangs, preempt                            []bool
+	)
+	for i := range obs.Demand {
+		d := &obs.Demand[i]
+		if old, ok := last.rows[d.Key]; ok && old == next.rows[d.Key] {
+			continue
+		}
+		c, err := json.Marshal(d.Constraints)
+		if err != nil {
+			return fmt.Errorf("encode constraints of %s: %w", d.ID(), err)
+		}
+		keys, names, tenants, queues = append(keys, d.Key), append(names, d.Name), append(tenants, d.Tenant), append(queues, d.Queue)
+		prios, gpus, units = append(prios, d.Priority), append(gpus, int32(d.GPUsPerUnit)), append(units, int32(d.Units))
+		gangs, constraints, preempt = append(gangs, d.Gang), append(constraints, string(c)), append(preempt, d.Preemptible)
+	}
+	step("diff")
+	if len(gone) > 0 {
+		tag, err := tx.Exec(ctx, fmt.Sprintf(closeSQL, `USING unnest($5::text[]) AS g(key) WHERE d.source = $1 AND d.key = g.key`),
+			obs.Source, obs.At, closedKeys, closedReasons, gone)
+		if err != nil {
+			return err
+		}
+		res.Closed = int(tag.RowsAffected())
+		if res.Closed != len(gone) {
+			// The ledger is not what the cache says (it cannot happen
+			// while the generation matches, but the full path is always
+			// right): merge the whole observation in this transaction.
+			closed := res.Closed
+			if err := applyFull(ctx, tx, obs, closedKeys, closedReasons, res, step); err != nil {
+				return err
+			}
+			res.Closed += closed
+			return nil
+		}
+	}
+	step("close")
+	if len(keys) == 0 {
+		return nil
+	}
+	err := tx.QueryRow(ctx, fmt.Sprintf(upsertSQL, `unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+			$8::integer[], $9::integer[], $10::boolean[], $11::text[], $12::boolean[])
+		AS o(key, name, tenant, queue, priority, gpus_per_unit, units, gang, constraints, preemptible)`),
+		obs.Source, obs.At, keys, names, tenants, queues, prios, gpus, units, gangs, constraints, preempt).
+		Scan(&res.Inserted, &res.Updated)
+	step("upsert")
+	return err
 }

@@ -50,6 +50,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	log  *slog.Logger
+	// seen caches the last observation applied per source (see obscache.go).
+	seen obsCache
 }
 
 // Open connects to the database and checks that it answers.
