@@ -22,7 +22,7 @@ import (
 
 // answers is what the fuzzed RM serves: one body per REST path family.
 type answers struct {
-	mu                                      sync.Mutex
+	mu                                       sync.Mutex
 	apps, nodes, sched, attempts, containers []byte
 }
 

@@ -97,7 +97,7 @@ func FuzzAdminServerRequest(f *testing.F) {
 		f.Add(c)
 	}
 	f.Add(append(calls[3], calls[0][7:]...)) // two calls on one connection
-	f.Add([]byte("hrpc\x09\x00\x21"))      // SASL: a fatal answer
+	f.Add([]byte("hrpc\x09\x00\x21"))        // SASL: a fatal answer
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		sim, err := New(Config{})
