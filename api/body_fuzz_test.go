@@ -12,7 +12,7 @@ import (
 // whose ETag the call must send back, "" where none is needed.
 var bodyRoutes = []struct {
 	method, path, ifMatch string
-	seeds                []string
+	seeds                 []string
 }{
 	{"POST", "/api/v1/tenants", "", []string{`{"name":"new","max_gpus":1,"weight":1}`, `{"name":"x","max_gpus":-1}`, `{"name":"","weight":1e400}`, `{"name":"a","yarn_queues":["root.a"],"namespaces":["a"]}`}},
 	{"PUT", "/api/v1/tenants/vision", "/api/v1/tenants/vision", []string{`{"max_gpus":8,"guaranteed_gpus":1,"weight":2}`, `{"max_gpus":1,"guaranteed_gpus":2}`, `{"version":99}`}},
