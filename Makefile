@@ -4,6 +4,7 @@
 #                staticcheck, and all tests
 #   make lint    the checks alone, without the tests
 #   make build   the gpubroker binary in bin/
+#   make fuzz    fuzz every target for FUZZTIME (10s) each
 #   make bench   benchmarks (they print figures; they never fail on time)
 #   make replay  replay the openb GPU trace against gpubroker and two baselines
 
@@ -19,6 +20,7 @@ export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
+	FUZZTIME=$(CI_FUZZTIME) GO=$(GO) test/fuzz.sh
 
 lint: fmt-check tidy-check vet staticcheck
 
@@ -55,6 +57,14 @@ build:
 # The whole product on this machine, with simulated clusters.
 demo:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker demo
+
+# Mutation fuzzing of every go test -fuzz target, FUZZTIME each (make
+# test runs CI_FUZZTIME each); crashers land in <pkg>/testdata/fuzz/.
+FUZZTIME    ?= 10s
+CI_FUZZTIME ?= 3s
+.PHONY: fuzz
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) test/fuzz.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -70,7 +70,7 @@ func (f *fakeRuntime) set(fn func(f *fakeRuntime)) {
 
 // env is one API server on its own database, with a token per role.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	st      *store.Store
 	rt      *fakeRuntime
 	srv     *httptest.Server
@@ -97,7 +97,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
 	url := pg.NewDatabase(t, store.Migrate)

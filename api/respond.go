@@ -232,6 +232,9 @@ func decodeError(err error, v any, body []byte) error {
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, _ = strconv.Unquote(name)
+		if name == "" {
+			return broker.Invalid("body", "has a field with an empty name; allowed: %s", strings.Join(jsonFields(v), ", "))
+		}
 		return broker.Invalid(name, "is not a known field; allowed: %s", strings.Join(jsonFields(v), ", "))
 	}
 	// Errors of custom decoders such as broker.Duration name the value.

@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,7 +111,8 @@ func poolFromTags(name, group string, tags map[string]string, pc *PoolConfig) (b
 	}
 	if v, ok := tags[TagPrice]; ok {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 {
+		// NaN and Inf parse, but would poison the cost expander's sums.
+		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
 			warn = append(warn, "tag "+TagPrice+"="+strconv.Quote(v)+" is not a non-negative number")
 		} else {
 			p.PricePerHour = f

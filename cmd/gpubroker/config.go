@@ -173,7 +173,46 @@ var yamlTypeNames = map[string]string{
 	"main.taintConfig": "a taint", "main.nodeManagerRestartConfig": "yarn.nodemanager_restart",
 }
 
-var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\S+)$`)
+var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.*) not found in type (main\.\w+|struct \{.*\})$`)
+
+var unmarshalRE = regexp.MustCompile(`^line \d+: cannot unmarshal `)
+
+// plainTypes names config sections and kinds of value instead of Go types
+// in yaml.v3's "cannot unmarshal !!seq into main.policyConfig" messages.
+// The value shown may hold anything, so the type is after the last "into".
+func plainTypes(msg string) string {
+	i := strings.LastIndex(msg, " into ")
+	if !unmarshalRE.MatchString(msg) || i < 0 {
+		return msg
+	}
+	return msg[:i] + " into " + plainType(strings.TrimPrefix(msg[i+len(" into "):], "*"))
+}
+
+func plainType(t string) string {
+	if w, ok := yamlTypeNames[t]; ok {
+		return w + ", a mapping of keys"
+	}
+	switch {
+	case strings.HasPrefix(t, "[]"):
+		if w, ok := yamlTypeNames[strings.TrimPrefix(t, "[]")]; ok {
+			return "a list of " + strings.TrimPrefix(w, "a ") + "s"
+		}
+		return "a list"
+	case strings.HasPrefix(t, "map[") || strings.HasPrefix(t, "struct {") || strings.HasPrefix(t, "main."):
+		return "a mapping of keys"
+	case strings.HasSuffix(t, "Duration"):
+		return "a duration such as 90s or 5m"
+	case strings.HasPrefix(t, "int") || strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case strings.HasPrefix(t, "float"):
+		return "a number"
+	case t == "bool":
+		return "true or false"
+	case t == "string":
+		return "a string"
+	}
+	return "a value of another kind"
+}
 
 func parseConfig(path string, b []byte) (*config, error) {
 	var fc fileConfig
@@ -185,12 +224,15 @@ func parseConfig(path string, b []byte) (*config, error) {
 			msg := te.Errors[0]
 			if m := unknownFieldRE.FindStringSubmatch(msg); m != nil {
 				where := yamlTypeNames[m[3]]
+				if strings.HasPrefix(m[3], "struct {") && strings.Contains(m[3], "max_work_lost") {
+					where = "policy.consolidation" // the one unnamed section
+				}
 				if where == "" {
-					where = m[3]
+					where = "a section"
 				}
 				return nil, usagef("config %s: line %s: unknown key %q in %s; remove it or check its spelling", path, m[1], m[2], where)
 			}
-			return nil, usagef("config %s: %s", path, msg)
+			return nil, usagef("config %s: %s", path, plainTypes(msg))
 		}
 		return nil, usagef("config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
 	}

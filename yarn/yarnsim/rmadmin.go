@@ -332,6 +332,10 @@ func (a *AdminServer) updateNodeResource(host string, mem, vcores int64, gpus in
 	if n == nil {
 		return fmt.Errorf("node %s is not found", host)
 	}
+	if gpus < 0 {
+		// As AddNode refuses: a negative total breaks the free-GPU books.
+		return fmt.Errorf("node %s: resource yarn.io/gpu must not be negative, got %d", host, gpus)
+	}
 	a.mu.Lock()
 	if _, ok := a.registered[host]; !ok {
 		a.registered[host] = n.spec
