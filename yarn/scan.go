@@ -108,8 +108,8 @@ func (s *scanner) rawString() ([]byte, bool) {
 		if c := s.b[j]; c == '"' {
 			s.i = j + 1
 			return s.b[start:j], false
-		} else if c == '\\' {
-			break
+		} else if c == '\\' || c < 0x20 || c >= 0x80 {
+			break // escapes, control bytes, non-ASCII: encoding/json's rules
 		}
 	}
 	esc := false
@@ -123,6 +123,9 @@ func (s *scanner) rawString() ([]byte, bool) {
 			esc = true
 			s.i += 2
 		default:
+			// Control bytes and non-ASCII go through encoding/json too: it
+			// rejects the first and replaces invalid UTF-8 with U+FFFD.
+			esc = esc || s.b[s.i] < 0x20 || s.b[s.i] >= 0x80
 			s.i++
 		}
 	}
