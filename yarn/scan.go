@@ -158,19 +158,6 @@ func (s *scanner) str() string {
 	return string(raw)
 }
 
-// is reports whether the string value next equals want, consuming it; a
-// null is "".
-func (s *scanner) strIs(want string) bool {
-	if s.null() {
-		return want == ""
-	}
-	raw, esc := s.rawString()
-	if esc {
-		return s.unescape(raw) == want
-	}
-	return string(raw) == want
-}
-
 // boolean decodes true, false or null (false).
 func (s *scanner) boolean() bool {
 	switch s.ws() {
