@@ -38,6 +38,12 @@ type RuntimeStatus struct {
 	LastTick time.Time `json:"last_tick,omitzero"`
 	// Stale maps each source whose observation failed or is too old to why.
 	Stale map[broker.Source]string `json:"stale,omitempty"`
+	// StalePools maps each pool the cloud could not show in the last tick
+	// to why.
+	StalePools map[string]string `json:"stale_pools,omitempty"`
+	// ClaimConflicts counts the ticks' detections of a node both sides
+	// claim, since this replica began leading.
+	ClaimConflicts int64 `json:"claim_conflicts,omitempty"`
 }
 
 // Config configures the API handler.
@@ -118,6 +124,8 @@ type server struct {
 	metrics *metrics
 	// ops is the gpubroker_ops gauge, refreshed on each scrape.
 	ops *opsGauge
+	// state is the broker's state as metrics, refreshed on each scrape.
+	state *stateMetrics
 	// capCache holds the last capacity summary (see capacityCache).
 	capCache capacityCache
 }
@@ -133,9 +141,12 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{cfg: cfg, st: cfg.Store, rt: cfg.Runtime, log: cfg.Logger, metrics: m,
-		auth: newAuthCache(cfg.AuthCacheTTL, cfg.Now), ops: newOpsGauge()}
+		auth: newAuthCache(cfg.AuthCacheTTL, cfg.Now), ops: newOpsGauge(), state: &stateMetrics{}}
 	if err := cfg.Registry.Register(s.ops.g); err != nil {
 		return nil, fmt.Errorf("register ops metric: %w", err)
+	}
+	if err := cfg.Registry.Register(s.state); err != nil {
+		return nil, fmt.Errorf("register state metrics: %w", err)
 	}
 	dash, err := dashboardHandler()
 	if err != nil {

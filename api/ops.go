@@ -84,6 +84,9 @@ func (s *server) metricsHandler(next http.Handler) http.Handler {
 		if err := s.ops.refresh(r.Context(), s.st); err != nil && r.Context().Err() == nil {
 			s.log.WarnContext(r.Context(), "refresh ops metric", "err", err)
 		}
+		if err := s.state.refresh(r.Context(), s); err != nil && r.Context().Err() == nil {
+			s.log.WarnContext(r.Context(), "refresh state metrics", "err", err)
+		}
 		next.ServeHTTP(w, r)
 	})
 }

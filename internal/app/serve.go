@@ -149,7 +149,8 @@ func (a *apiRuntime) DryRun(ctx context.Context) (broker.Plan, error) { return a
 
 func (a *apiRuntime) Status() api.RuntimeStatus {
 	st := a.rt.Load().Status()
-	return api.RuntimeStatus{Leader: a.leader.Load(), LastTick: st.LastTick, Stale: st.Stale}
+	return api.RuntimeStatus{Leader: a.leader.Load(), LastTick: st.LastTick, Stale: st.Stale,
+		StalePools: st.StalePools, ClaimConflicts: st.ClaimConflicts}
 }
 
 func (a *apiRuntime) acting() (*broker.Runtime, error) {
