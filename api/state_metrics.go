@@ -59,7 +59,7 @@ var (
 		"1 while a pool backs off (a purchase failed or timed out; it does not grow), else 0; the reason is in GET /api/v1/pools/{name}.",
 		[]string{"pool"}, nil)
 	descDemandGPUs = prometheus.NewDesc("gpubroker_demand_pending_gpus",
-		"GPUs of pending demand by tenant and wait reason (over-quota, pool-backoff, in-flight, ...; empty before the first plan).",
+		"GPUs of pending demand by tenant and wait reason (over-quota, pool-backoff, in-flight, ...; none: no plan has given it a reason).",
 		[]string{"tenant", "wait_reason"}, nil)
 	descDemandUnits = prometheus.NewDesc("gpubroker_demand_pending",
 		"Pending demand rows (a pod, or a YARN app's request) by tenant and wait reason.", []string{"tenant", "wait_reason"}, nil)
@@ -104,6 +104,10 @@ func flag(b bool) float64 {
 	}
 	return 0
 }
+
+// noWaitReason labels demand that no plan has given a wait reason (the
+// ledger's empty one), so its series keep a wait_reason label.
+const noWaitReason = "none"
 
 // refresh reads the store and the runtime status and replaces the series.
 // On an error the previous series stay.
@@ -173,6 +177,9 @@ func (m *stateMetrics) refresh(ctx context.Context, s *server) error {
 	demand := map[tr]*agg{}
 	for _, g := range sum.Demand {
 		k := tr{g.Tenant, g.WaitReason}
+		if k.reason == "" {
+			k.reason = noWaitReason
+		}
 		a := demand[k]
 		if a == nil {
 			a = &agg{}

@@ -49,7 +49,7 @@ func scrape(t *testing.T, e *env, url string) map[string]float64 {
 // TestStateMetricsValues: /metrics exports the state the alert rules and
 // the Grafana dashboard use — capacity by side and pool, pool backoff
 // (only while it lasts), pending demand by tenant and wait reason with the
-// oldest wait, node health and phases from the store; leadership, source
+// oldest wait (demand no plan has given a reason labelled none), node health and phases from the store; leadership, source
 // and pool staleness, the last tick and claim conflicts from the runtime,
 // the loop's series on the leader only.
 func TestStateMetricsValues(t *testing.T) {
@@ -102,7 +102,7 @@ func TestStateMetricsValues(t *testing.T) {
 		`gpubroker_pool_backoff{pool="gpu-training-group"}`:                       1,
 		`gpubroker_pool_backoff{pool="cpu-node-group"}`:                           0,
 		`gpubroker_demand_pending_gpus{tenant="ml",wait_reason="in-flight"}`:      2,
-		`gpubroker_demand_pending_gpus{tenant="ml",wait_reason=""}`:               1,
+		`gpubroker_demand_pending_gpus{tenant="ml",wait_reason="none"}`:           1,
 		`gpubroker_demand_pending_gpus{tenant="vision",wait_reason="over-quota"}`: 4,
 		`gpubroker_demand_pending{tenant="vision",wait_reason="over-quota"}`:      1,
 		`gpubroker_node_unhealthy{node="ip-10-0-0-2",pool="gpu-training-group"}`:  1,
@@ -121,7 +121,7 @@ func TestStateMetricsValues(t *testing.T) {
 	for series, lo := range map[string]float64{
 		`gpubroker_demand_oldest_wait_seconds{tenant="ml",wait_reason="in-flight"}`:      590,
 		`gpubroker_demand_oldest_wait_seconds{tenant="vision",wait_reason="over-quota"}`: 590,
-		`gpubroker_demand_oldest_wait_seconds{tenant="ml",wait_reason=""}`:               50,
+		`gpubroker_demand_oldest_wait_seconds{tenant="ml",wait_reason="none"}`:           50,
 	} {
 		if got := m[series]; got < lo || got > lo+120 {
 			t.Errorf("%s = %v, want about %v", series, got, lo+10)
