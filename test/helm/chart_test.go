@@ -415,10 +415,11 @@ func TestChartTLSAndKerberos(t *testing.T) {
 		t.Errorf("config api.tls (-want +got):\n%s", d)
 	}
 	wantKrb := map[string]any{
-		"principal":         "gpubroker/_HOST@HADOOP.EXAMPLE.COM",
+		"principal":         "gpubroker@HADOOP.EXAMPLE.COM",
 		"keytab":            "/etc/gpubroker/kerberos/gpubroker.keytab",
 		"krb5_conf":         "/etc/krb5.conf",
-		"service_principal": "rm/_HOST@HADOOP.EXAMPLE.COM",
+		"service_principal": "HTTP/_HOST@HADOOP.EXAMPLE.COM",
+		"rm_principal":      "rm/_HOST@HADOOP.EXAMPLE.COM",
 	}
 	if d := cmp.Diff(wantKrb, yarnCfg["kerberos"]); d != "" {
 		t.Errorf("config yarn.kerberos (-want +got):\n%s", d)
@@ -468,7 +469,7 @@ func TestChartTLSAndKerberos(t *testing.T) {
 	}
 	svc := find(t, objs, "Service", "gpubroker")
 	ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
-	if d := cmp.Diff([]any{map[string]any{"name": "https", "port": float64(443), "targetPort": "http", "protocol": "TCP"}}, ports); d != "" {
+	if d := cmp.Diff([]any{map[string]any{"name": "https", "port": float64(443), "targetPort": "https", "protocol": "TCP"}}, ports); d != "" {
 		t.Errorf("Service ports (-want +got):\n%s", d)
 	}
 
@@ -483,11 +484,14 @@ func TestChartTLSAndKerberos(t *testing.T) {
 	if flags["broker"] != "https://gpubroker.gpubroker.svc" {
 		t.Errorf("agent --broker=%q, want https://gpubroker.gpubroker.svc", flags["broker"])
 	}
+	// The client certificate authenticates the agent instead of a token.
+	if f, ok := flags["token-file"]; ok {
+		t.Errorf("agent --token-file=%s beside its client certificate", f)
+	}
 	for flag, want := range map[string]string{
-		"ca-file":    "secret gpubroker-agent-tls key ca.crt",
-		"cert-file":  "secret gpubroker-agent-tls key tls.crt",
-		"key-file":   "secret gpubroker-agent-tls key tls.key",
-		"token-file": "secret gpubroker-agent-token key token",
+		"ca-file":   "secret gpubroker-agent-tls key ca.crt",
+		"cert-file": "secret gpubroker-agent-tls key tls.crt",
+		"key-file":  "secret gpubroker-agent-tls key tls.key",
 	} {
 		if flags[flag] == "" {
 			t.Errorf("agent args %q have no --%s", args, flag)

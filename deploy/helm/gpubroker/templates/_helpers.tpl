@@ -89,9 +89,11 @@ pointing at the mounted Secrets when those are enabled.
 {{- end -}}
 {{- if .Values.kerberos.enabled -}}
 {{- $yarn := default (dict) (get $cfg "yarn") -}}
-{{- $krb := dict "principal" (required "kerberos.principal is required with kerberos.enabled: the broker's principal, e.g. gpubroker/_HOST@EXAMPLE.COM" .Values.kerberos.principal) "keytab" "/etc/gpubroker/kerberos/gpubroker.keytab" "krb5_conf" "/etc/krb5.conf" -}}
-{{- if .Values.kerberos.servicePrincipal -}}
-{{- $_ := set $krb "service_principal" .Values.kerberos.servicePrincipal -}}
+{{- $krb := dict "principal" (required "kerberos.principal is required with kerberos.enabled: the broker's principal, e.g. gpubroker@EXAMPLE.COM" .Values.kerberos.principal) "keytab" "/etc/gpubroker/kerberos/gpubroker.keytab" "krb5_conf" "/etc/krb5.conf" -}}
+{{- range $value, $field := dict "servicePrincipal" "service_principal" "rmPrincipal" "rm_principal" "namenodePrincipal" "namenode_principal" -}}
+{{- with index $.Values.kerberos $value -}}
+{{- $_ := set $krb $field . -}}
+{{- end -}}
 {{- end -}}
 {{- $_ := set $yarn "kerberos" $krb -}}
 {{- $_ := set $cfg "yarn" $yarn -}}
