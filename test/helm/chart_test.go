@@ -424,11 +424,11 @@ func TestChartTLSAndKerberos(t *testing.T) {
 	if d := cmp.Diff(wantKrb, yarnCfg["kerberos"]); d != "" {
 		t.Errorf("config yarn.kerberos (-want +got):\n%s", d)
 	}
-	// Everything else is the sample's configuration, as with the defaults.
+	// Everything else is the configuration without them.
 	delete(api, "tls")
 	delete(yarnCfg, "kerberos")
-	if d := cmp.Diff(brokerConfig(t, render(t)), cfg); d != "" {
-		t.Errorf("TLS and Kerberos changed more of the configuration than api.tls and yarn.kerberos (-default +secure):\n%s", d)
+	if d := cmp.Diff(brokerConfig(t, render(t, "--set", "tls.enabled=false", "--set", "kerberos.enabled=false")), cfg); d != "" {
+		t.Errorf("TLS and Kerberos changed more of the configuration than api.tls and yarn.kerberos (-plain +secure):\n%s", d)
 	}
 
 	broker := podSpec(t, find(t, objs, "Deployment", "gpubroker"))
@@ -503,6 +503,39 @@ func TestChartTLSAndKerberos(t *testing.T) {
 	}
 }
 
+// TestChartWithoutTLS: with tls.enabled=false the broker serves plain HTTP
+// and the agents authenticate by token: no TLS file is mounted or named.
+func TestChartWithoutTLS(t *testing.T) {
+	objs := render(t, "--set", "tls.enabled=false")
+	api, _ := brokerConfig(t, objs)["api"].(map[string]any)
+	if tls, ok := api["tls"]; ok {
+		t.Errorf("config api.tls %v with tls.enabled=false", tls)
+	}
+	broker := podSpec(t, find(t, objs, "Deployment", "gpubroker"))
+	if got := source(broker, "gpubroker", "/etc/gpubroker/tls/tls.crt"); got != "" {
+		t.Errorf("broker mounts /etc/gpubroker/tls/tls.crt from %q with tls.enabled=false", got)
+	}
+	ctrs, _, _ := unstructured.NestedSlice(broker, "containers")
+	if s, _, _ := unstructured.NestedString(ctrs[0].(map[string]any), "readinessProbe", "httpGet", "scheme"); s == "HTTPS" {
+		t.Error("readiness probe over HTTPS on a plain HTTP listener")
+	}
+	ports, _, _ := unstructured.NestedSlice(find(t, objs, "Service", "gpubroker").Object, "spec", "ports")
+	if d := cmp.Diff([]any{map[string]any{"name": "http", "port": float64(80), "targetPort": "http", "protocol": "TCP"}}, ports); d != "" {
+		t.Errorf("Service ports (-want +got):\n%s", d)
+	}
+	agent := podSpec(t, find(t, objs, "DaemonSet", "gpubroker-agent"))
+	actrs, _, _ := unstructured.NestedSlice(agent, "containers")
+	args, _, _ := unstructured.NestedStringSlice(actrs[0].(map[string]any), "args")
+	want := []string{"--broker=http://gpubroker.gpubroker.svc", "--token-file=/var/run/secrets/gpubroker/token",
+		"--node=$(NODE_NAME)", "--interval=15s"}
+	if d := cmp.Diff(want, args); d != "" {
+		t.Errorf("agent args (-want +got):\n%s", d)
+	}
+	if got := source(agent, "agent", "/var/run/secrets/gpubroker/token"); got != "secret gpubroker-agent-token key token" {
+		t.Errorf("agent token from %q, want secret gpubroker-agent-token key token", got)
+	}
+}
+
 // TestChartRefusesIncompleteValues: values an operator must give make
 // helm template fail with a message naming them, rather than render a
 // broker that cannot start.
@@ -528,7 +561,7 @@ func TestChartRefusesIncompleteValues(t *testing.T) {
 		})
 	}
 	// Existing Secrets replace the chart's.
-	objs := render(t, "--set", "database.existingSecret=pg", "--set", "agent.existingSecret=agent-token")
+	objs := render(t, "--set", "tls.enabled=false", "--set", "database.existingSecret=pg", "--set", "agent.existingSecret=agent-token")
 	for _, o := range objs {
 		if o.GetKind() == "Secret" {
 			t.Errorf("with existing Secrets the chart still renders %s", key(o))
