@@ -11,7 +11,8 @@
 //     leaving out only the Namespace, which helm install --create-namespace
 //     makes;
 //   - with TLS and Kerberos on, every file the configuration and the agent's
-//     flags name is mounted from the Secret or ConfigMap it must come from;
+//     flags name is mounted from the Secret or ConfigMap it must come from
+//     (agents by client certificate); with TLS off, plain HTTP and tokens;
 //   - both renderings pass deploytest.Check on a real kube-apiserver
 //     (server-side dry run, Pod Security warnings, SubjectAccessReviews), the
 //     same check as the plain manifests.
