@@ -12,8 +12,12 @@
 //   - gpubroker.yaml: the sample configuration of the reference scenario,
 //     also embedded in the ConfigMap.
 //   - docker/Dockerfile: the broker and agent images the manifests name.
+//   - helm/gpubroker: the Helm chart of the same objects, config from
+//     values, with TLS and Kerberos values; test/helm keeps it equivalent
+//     to kubernetes/.
 //
-// kubernetes_test.go applies every manifest to a real kube-apiserver
+// manifests_test.go applies every manifest to a real kube-apiserver
 // (test/k8senv) with server-side dry run and checks the RBAC rules with
-// SubjectAccessReviews. The package has no product code.
+// SubjectAccessReviews (deploytest.Check, which test/helm runs on the
+// chart's rendering too). The package has no product code.
 package deploy
