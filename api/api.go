@@ -172,7 +172,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.json", serveOpenAPI)
 		r.Group(func(r chi.Router) {
-			r.Use(s.authenticate)
+			r.Use(s.authenticate, s.audit)
 			r.With(allow(readers...)).Get("/tenants", s.listTenants)
 			r.With(allow(admins...)).Post("/tenants", s.createTenant)
 			r.With(allow(readers...)).Get("/tenants/{name}", s.getTenant)
@@ -203,6 +203,8 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(readers...)).Get("/capacity", s.capacity)
 			r.With(allow(readers...)).Get("/capacity/series", s.capacitySeries)
 			r.With(allow(readers...)).Get("/whoami", s.whoami)
+
+			r.With(allow(editors...)).Get("/audit", s.listAudit)
 		})
 	})
 	r.Method(http.MethodGet, "/*", dash)
