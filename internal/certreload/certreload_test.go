@@ -197,4 +197,3 @@ func TestNewNamesTheField(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
