@@ -152,10 +152,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			var expired *store.ExpiredError
 			switch {
 			case errors.As(err, &expired):
-				s.metrics.authFailures.WithLabelValues("expired").Inc()
-				w.Header().Set("WWW-Authenticate", `Bearer realm="gpubroker", error="invalid_token", error_description="the token expired"`)
-				writeErr(w, http.StatusUnauthorized, "unauthorized", "Authorization",
-					"the token expired at "+expired.At.UTC().Format(time.RFC3339)+"; create a new one with 'gpubroker token create'")
+				s.refuseExpired(w, expired.At)
 				return
 			case errors.Is(err, broker.ErrNotFound):
 				s.metrics.authFailures.WithLabelValues("invalid").Inc()
@@ -168,11 +165,23 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			}
 			s.auth.put(h, tok)
 		}
+		if !tok.ExpiresAt.IsZero() && !s.cfg.Now().Before(tok.ExpiresAt) {
+			s.refuseExpired(w, tok.ExpiresAt)
+			return
+		}
 		if lr, ok := w.(*loggingWriter); ok {
 			lr.token = tok
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, tok)))
 	})
+}
+
+// refuseExpired answers a token past its expiry.
+func (s *server) refuseExpired(w http.ResponseWriter, at time.Time) {
+	s.metrics.authFailures.WithLabelValues("expired").Inc()
+	w.Header().Set("WWW-Authenticate", `Bearer realm="gpubroker", error="invalid_token", error_description="the token expired"`)
+	writeErr(w, http.StatusUnauthorized, "unauthorized", "Authorization",
+		"the token expired at "+at.UTC().Format(time.RFC3339)+"; create a new one with 'gpubroker token create'")
 }
 
 // allow lets only the given roles through; others get 403.
