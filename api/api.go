@@ -69,6 +69,10 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultAuthCacheTTL is how long a checked token is trusted by default:
+// a revoked token stops working within this time.
+const DefaultAuthCacheTTL = 10 * time.Second
+
 func (c *Config) setDefaults() error {
 	if c.Store == nil {
 		return broker.Invalid("store", "must be set")
@@ -86,7 +90,7 @@ func (c *Config) setDefaults() error {
 		return broker.Invalid("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
 	}
 	if c.AuthCacheTTL == 0 {
-		c.AuthCacheTTL = 10 * time.Second
+		c.AuthCacheTTL = DefaultAuthCacheTTL
 	}
 	if c.CapacityCacheTTL == 0 {
 		c.CapacityCacheTTL = time.Second

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -217,4 +218,16 @@ func mayEditTenant(w http.ResponseWriter, r *http.Request, tenant string) bool {
 func (s *server) whoami(w http.ResponseWriter, r *http.Request) {
 	tok, _ := principal(r)
 	writeJSON(w, http.StatusOK, tok)
+}
+
+// tokenRE matches gpubroker token secrets (see store's token prefix).
+var tokenRE = regexp.MustCompile(`gpb_[A-Za-z0-9_-]+`)
+
+// redactTokens hides token secrets pasted into a path before it is
+// logged: a secret in a URL is still a secret.
+func redactTokens(s string) string {
+	if !strings.Contains(s, "gpb_") {
+		return s
+	}
+	return tokenRE.ReplaceAllString(s, "gpb_[redacted]")
 }

@@ -129,3 +129,14 @@ func TestServeTLSConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditRetentionDefault: audit entries are kept 90 days unless the
+// configuration says otherwise.
+func TestAuditRetentionDefault(t *testing.T) {
+	if got := (&Main{}).auditRetention(); got != 90*24*time.Hour {
+		t.Fatalf("default retention %s, want 90 days", got)
+	}
+	if got := (&Main{cfg: Config{AuditRetention: time.Hour}}).auditRetention(); got != time.Hour {
+		t.Fatalf("configured retention %s, want 1h", got)
+	}
+}
