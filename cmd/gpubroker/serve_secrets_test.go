@@ -289,4 +289,3 @@ func randomHex(t *testing.T) string {
 	}
 	return hex.EncodeToString(b)
 }
-
