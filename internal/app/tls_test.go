@@ -81,6 +81,13 @@ func TestServeTLS(t *testing.T) {
 	if code, body := get(https, "https://"+addr+"/healthz"); code != 200 {
 		t.Fatalf("https: %d %s", code, body)
 	}
+	// Browsers speak HTTP/2: the per-handshake configuration offers it.
+	h2 := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	if res, err := h2.Get("https://" + addr + "/healthz"); err != nil || res.ProtoMajor != 2 {
+		t.Fatalf("HTTP/2 over TLS: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 	if code, body := get(http.DefaultClient, "http://"+addr+"/healthz"); code != 400 || !strings.Contains(body, "HTTP request to an HTTPS server") {
 		t.Fatalf("plain HTTP to the TLS listener: %d %q, want 400 saying it is an HTTPS server", code, body)
 	}
