@@ -53,6 +53,10 @@ func (e *ExpiredError) Error() string {
 	return "token expired at " + e.At.UTC().Format(time.RFC3339)
 }
 
+// Is makes an expired token match broker.ErrNotFound: it authenticates
+// nobody.
+func (e *ExpiredError) Is(target error) bool { return target == broker.ErrNotFound }
+
 // tokenPrefix marks gpubroker tokens so secret scanners can find leaked ones.
 const tokenPrefix = "gpb_"
 
@@ -130,10 +134,6 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (Token, error) 
 	}
 	return tok, nil
 }
-
-// Is makes an expired token match broker.ErrNotFound: it authenticates
-// nobody.
-func (e *ExpiredError) Is(target error) bool { return target == broker.ErrNotFound }
 
 // TokenInfo is a stored token as "gpubroker token list" shows it.
 type TokenInfo struct {
