@@ -75,6 +75,10 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultAuthCacheTTL is how long a checked token is trusted by default:
+// a revoked token stops working within this time.
+const DefaultAuthCacheTTL = 10 * time.Second
+
 func (c *Config) setDefaults() error {
 	if c.Store == nil {
 		return broker.Invalid("store", "must be set")
@@ -92,7 +96,7 @@ func (c *Config) setDefaults() error {
 		return broker.Invalid("max_body_bytes", "must be positive, got %d", c.MaxBodyBytes)
 	}
 	if c.AuthCacheTTL == 0 {
-		c.AuthCacheTTL = 10 * time.Second
+		c.AuthCacheTTL = DefaultAuthCacheTTL
 	}
 	if c.CapacityCacheTTL == 0 {
 		c.CapacityCacheTTL = time.Second
@@ -183,7 +187,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.json", serveOpenAPI)
 		r.Group(func(r chi.Router) {
-			r.Use(s.authenticate)
+			r.Use(s.authenticate, s.audit)
 			r.With(allow(readers...)).Get("/tenants", s.listTenants)
 			r.With(allow(admins...)).Post("/tenants", s.createTenant)
 			r.With(allow(readers...)).Get("/tenants/{name}", s.getTenant)
@@ -214,6 +218,8 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(readers...)).Get("/capacity", s.capacity)
 			r.With(allow(readers...)).Get("/capacity/series", s.capacitySeries)
 			r.With(allow(readers...)).Get("/whoami", s.whoami)
+
+			r.With(allow(editors...)).Get("/audit", s.listAudit)
 		})
 	})
 	r.Method(http.MethodGet, "/*", dash)

@@ -84,6 +84,7 @@ func TestRolesPerRoute(t *testing.T) {
 		{"GET", "/api/v1/capacity", nil, nil, readers},
 		{"GET", "/api/v1/capacity/series", nil, nil, readers},
 		{"GET", "/api/v1/whoami", nil, nil, readers},
+		{"GET", "/api/v1/audit", nil, nil, []string{"admin", "ml-admin"}},
 	}
 	for _, rt := range routes {
 		for _, role := range []string{"agent", "viewer", "ml-admin", "admin"} { // admin last: it may change state

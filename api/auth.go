@@ -3,9 +3,12 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,10 +19,53 @@ import (
 
 type tokenKey struct{}
 
-// principal returns the authenticated token of a request.
+type certKey struct{}
+
+// principal returns the authenticated token of a request. A client
+// certificate authenticates as a token of role agent named by its subject
+// (see clientCert).
 func principal(r *http.Request) (store.Token, bool) {
 	t, ok := r.Context().Value(tokenKey{}).(store.Token)
 	return t, ok
+}
+
+// clientCert returns the verified client certificate a request
+// authenticated with, or nil when it sent a token.
+func clientCert(r *http.Request) *x509.Certificate {
+	c, _ := r.Context().Value(certKey{}).(*x509.Certificate)
+	return c
+}
+
+// actor is who made a request, for the audit trail.
+type actor struct {
+	actor, kind string
+	tok         store.Token
+}
+
+func who(r *http.Request) actor {
+	tok, _ := principal(r)
+	if c := clientCert(r); c != nil {
+		return actor{actor: c.Subject.String(), kind: store.ActorCertificate, tok: tok}
+	}
+	name := tok.Name
+	if name == "" { // unnamed tokens are named by their id
+		name = "token " + strconv.FormatInt(tok.ID, 10)
+	}
+	return actor{actor: name, kind: store.ActorToken, tok: tok}
+}
+
+// mayReportFor lets a client certificate report only for the node it
+// names: its common name, or one of its DNS names (a wildcard such as
+// *.ec2.internal names every node of that domain). Tokens of role agent
+// may report for any node.
+func mayReportFor(w http.ResponseWriter, r *http.Request, node string) bool {
+	c := clientCert(r)
+	if c == nil || c.Subject.CommonName == node || c.VerifyHostname(node) == nil {
+		return true
+	}
+	writeErr(w, http.StatusForbidden, "forbidden", "",
+		"the client certificate "+c.Subject.String()+" names another node; it may report only for the node in its common name or DNS names, not "+node)
+	return false
 }
 
 // authCache remembers authenticated tokens for a short time, so that reads
@@ -67,12 +113,29 @@ func (c *authCache) put(h [32]byte, t store.Token) {
 	if len(c.m) >= maxCachedTokens {
 		clear(c.m)
 	}
-	c.m[h] = cachedToken{tok: t, expires: c.now().Add(c.ttl)}
+	exp := c.now().Add(c.ttl)
+	if !t.ExpiresAt.IsZero() && t.ExpiresAt.Before(exp) {
+		// A token about to expire is trusted only until it does.
+		exp = t.ExpiresAt
+	}
+	c.m[h] = cachedToken{tok: t, expires: exp}
 }
 
-// authenticate requires a valid bearer token and puts it in the context.
+// authenticate requires a valid bearer token, or a client certificate the
+// TLS listener verified against api.tls.client_ca_file, and puts the
+// principal in the context. A token, when sent, wins over a certificate.
 func (s *server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
+			c := r.TLS.VerifiedChains[0][0]
+			tok := store.Token{Name: c.Subject.String(), Role: store.RoleAgent}
+			if lr, ok := w.(*loggingWriter); ok {
+				lr.token = tok
+			}
+			ctx := context.WithValue(context.WithValue(r.Context(), tokenKey{}, tok), certKey{}, c)
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
 		scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		secret = strings.TrimSpace(secret)
 		if !strings.EqualFold(scheme, "Bearer") || secret == "" {
@@ -87,7 +150,11 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		if !ok {
 			var err error
 			tok, err = s.st.Authenticate(r.Context(), secret)
+			var expired *store.ExpiredError
 			switch {
+			case errors.As(err, &expired):
+				s.refuseExpired(w, expired.At)
+				return
 			case errors.Is(err, broker.ErrNotFound):
 				s.metrics.authFailures.WithLabelValues("invalid").Inc()
 				w.Header().Set("WWW-Authenticate", `Bearer realm="gpubroker", error="invalid_token"`)
@@ -99,11 +166,23 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			}
 			s.auth.put(h, tok)
 		}
+		if !tok.ExpiresAt.IsZero() && !s.cfg.Now().Before(tok.ExpiresAt) {
+			s.refuseExpired(w, tok.ExpiresAt)
+			return
+		}
 		if lr, ok := w.(*loggingWriter); ok {
 			lr.token = tok
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), tokenKey{}, tok)))
 	})
+}
+
+// refuseExpired answers a token past its expiry.
+func (s *server) refuseExpired(w http.ResponseWriter, at time.Time) {
+	s.metrics.authFailures.WithLabelValues("expired").Inc()
+	w.Header().Set("WWW-Authenticate", `Bearer realm="gpubroker", error="invalid_token", error_description="the token expired"`)
+	writeErr(w, http.StatusUnauthorized, "unauthorized", "Authorization",
+		"the token expired at "+at.UTC().Format(time.RFC3339)+"; create a new one with 'gpubroker token create'")
 }
 
 // allow lets only the given roles through; others get 403.
@@ -139,4 +218,16 @@ func mayEditTenant(w http.ResponseWriter, r *http.Request, tenant string) bool {
 func (s *server) whoami(w http.ResponseWriter, r *http.Request) {
 	tok, _ := principal(r)
 	writeJSON(w, http.StatusOK, tok)
+}
+
+// tokenRE matches gpubroker token secrets (see store's token prefix).
+var tokenRE = regexp.MustCompile(`gpb_[A-Za-z0-9_-]+`)
+
+// redactTokens hides token secrets pasted into a path before it is
+// logged: a secret in a URL is still a secret.
+func redactTokens(s string) string {
+	if !strings.Contains(s, "gpb_") {
+		return s
+	}
+	return tokenRE.ReplaceAllString(s, "gpb_[redacted]")
 }

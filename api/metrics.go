@@ -92,7 +92,7 @@ func (s *server) instrument(next http.Handler) http.Handler {
 		if r.Method != http.MethodGet || lw.status >= 500 {
 			level = s.log.InfoContext
 		}
-		level(r.Context(), "api request", "method", r.Method, "route", route, "path", r.URL.Path,
+		level(r.Context(), "api request", "method", r.Method, "route", route, "path", redactTokens(r.URL.Path),
 			"status", lw.status, "duration_ms", d.Milliseconds(),
 			"token_id", lw.token.ID, "token_name", lw.token.Name, "role", string(lw.token.Role))
 	})
@@ -106,7 +106,7 @@ func (s *server) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.log.ErrorContext(r.Context(), "handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
+				s.log.ErrorContext(r.Context(), "handler panic", "path", redactTokens(r.URL.Path), "panic", fmt.Sprint(v))
 				writeErr(w, http.StatusInternalServerError, "internal", "", "internal error; see the broker's log")
 			}
 		}()

@@ -99,7 +99,8 @@ func (s *server) nodeAction(w http.ResponseWriter, r *http.Request, action strin
 	if !ok {
 		return
 	}
-	if _, err := s.st.GetNode(r.Context(), name); err != nil {
+	n, err := s.st.GetNode(r.Context(), name)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -110,7 +111,9 @@ func (s *server) nodeAction(w http.ResponseWriter, r *http.Request, action strin
 	tok, _ := principal(r)
 	s.log.InfoContext(r.Context(), "manual node operation accepted", "node", name, "action", action,
 		"to", string(to), "token_id", tok.ID, "token_name", tok.Name)
-	writeJSON(w, http.StatusAccepted, accepted{Node: name, Action: action, To: to, Status: "accepted"})
+	out := accepted{Node: name, Action: action, To: to, Status: "accepted"}
+	audited(r).values(viewNode(n), out)
+	writeJSON(w, http.StatusAccepted, out)
 }
 
 func (s *server) cordon(w http.ResponseWriter, r *http.Request) {
@@ -171,6 +174,11 @@ func (s *server) protect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
+	before, err := s.st.GetNode(r.Context(), name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if err := s.st.SetNodeProtected(r.Context(), name, *b.Protected); err != nil {
 		s.fail(w, r, err)
 		return
@@ -180,6 +188,7 @@ func (s *server) protect(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	audited(r).values(viewNode(before), viewNode(n))
 	writeJSON(w, http.StatusOK, viewNode(n))
 }
 
@@ -192,6 +201,9 @@ func (s *server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
+	if !mayReportFor(w, r, name) {
+		return
+	}
 	if rep.Node == "" {
 		rep.Node = name // the path names the node; the body may leave it out
 	}

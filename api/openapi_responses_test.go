@@ -60,8 +60,11 @@ func TestOpenAPIResponsesMatch(t *testing.T) {
 		{"POST", "/api/v1/plan", "viewer", "", nil},
 		{"GET", "/api/v1/capacity", "viewer", "", nil},
 		{"GET", "/api/v1/capacity/series", "viewer", "", nil},
-		{"GET", "/api/v1/tenants", "", "", nil},          // 401
-		{"POST", "/api/v1/tenants", "viewer", `{}`, nil}, // 403
+		{"GET", "/api/v1/audit", "admin", "", nil},
+		{"GET", "/api/v1/audit?target=tenant/vision&limit=1", "ml-admin", "", nil},
+		{"GET", "/api/v1/audit?since=2026-11-30T12:00:00Z&until=2026-11-30T11:00:00Z", "admin", "", nil}, // 400
+		{"GET", "/api/v1/tenants", "", "", nil},                                                          // 401
+		{"POST", "/api/v1/tenants", "viewer", `{}`, nil},                                                 // 403
 	}
 	mux := e.handler.(*chi.Mux)
 	covered := map[string]bool{}

@@ -81,6 +81,7 @@ func (s *server) patchPool(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, stale("pool "+name, cur.Version, want))
 		return
 	}
+	before := cur
 	if patch.MinNodes != nil {
 		cur.MinNodes = *patch.MinNodes
 	}
@@ -97,6 +98,7 @@ func (s *server) patchPool(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	audited(r).values(before, updated)
 	w.Header().Set("ETag", etag(updated.Version))
 	writeJSON(w, http.StatusOK, updated)
 }
@@ -158,6 +160,7 @@ func (s *server) patchPolicy(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	audited(r).values(cur, updated)
 	w.Header().Set("ETag", etag(updated.Version))
 	writeJSON(w, http.StatusOK, updated)
 }

@@ -93,7 +93,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; there is nobody to answer.
 	default:
-		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", redactTokens(r.URL.Path), "err", err)
 		writeErr(w, http.StatusInternalServerError, "internal", "", "internal error; see the broker's log")
 	}
 }

@@ -65,11 +65,13 @@ func (s *server) createTenant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	audited(r).set("tenant/"+t.Name, t.Name)
 	created, err := s.st.CreateTenant(r.Context(), t)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	audited(r).values(nil, created)
 	w.Header().Set("ETag", etag(created.Version))
 	w.Header().Set("Location", "/api/v1/tenants/"+url.PathEscape(created.Name))
 	writeJSON(w, http.StatusCreated, created)
@@ -129,32 +131,37 @@ func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	audited(r).values(cur, updated)
 	w.Header().Set("ETag", etag(updated.Version))
 	writeJSON(w, http.StatusOK, updated)
 }
 
 func (s *server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
+	var want int64 = -1
 	if r.Header.Get("If-Match") != "" {
-		want, err := ifMatch(r)
-		if err != nil {
+		var err error
+		if want, err = ifMatch(r); err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		cur, err := s.st.GetTenant(r.Context(), name)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if cur.Version != want {
-			s.fail(w, r, stale("tenant "+name, cur.Version, want))
-			return
-		}
+	}
+	// Read it first: a missing tenant is a 404 either way, and the audit
+	// trail keeps what was deleted.
+	cur, err := s.st.GetTenant(r.Context(), name)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if want >= 0 && cur.Version != want {
+		s.fail(w, r, stale("tenant "+name, cur.Version, want))
+		return
 	}
 	if err := s.st.DeleteTenant(r.Context(), name); err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	audited(r).values(cur, nil)
 	w.WriteHeader(http.StatusNoContent)
 }
 

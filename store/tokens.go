@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/gpubroker/gpubroker/broker"
 )
 
@@ -40,7 +42,20 @@ type Token struct {
 	Role      Role      `json:"role"`
 	Tenant    string    `json:"tenant,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt is when the token stops working; zero: never.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 }
+
+// ExpiredError is the answer of Authenticate for a token past its expiry.
+type ExpiredError struct{ At time.Time }
+
+func (e *ExpiredError) Error() string {
+	return "token expired at " + e.At.UTC().Format(time.RFC3339)
+}
+
+// Is makes an expired token match broker.ErrNotFound: it authenticates
+// nobody.
+func (e *ExpiredError) Is(target error) bool { return target == broker.ErrNotFound }
 
 // tokenPrefix marks gpubroker tokens so secret scanners can find leaked ones.
 const tokenPrefix = "gpb_"
@@ -48,6 +63,12 @@ const tokenPrefix = "gpb_"
 // CreateToken makes a new random bearer token and stores its SHA-256 hash.
 // The returned secret is shown once and cannot be recovered.
 func (s *Store) CreateToken(ctx context.Context, name string, role Role, tenant string) (secret string, tok Token, err error) {
+	return s.CreateExpiringToken(ctx, name, role, tenant, time.Time{})
+}
+
+// CreateExpiringToken is CreateToken for a token that stops working at
+// expires (zero: never).
+func (s *Store) CreateExpiringToken(ctx context.Context, name string, role Role, tenant string, expires time.Time) (secret string, tok Token, err error) {
 	if !role.Valid() {
 		return "", Token{}, broker.Invalid("role", "must be admin, tenant-admin, viewer or agent, got %q", role)
 	}
@@ -60,21 +81,29 @@ func (s *Store) CreateToken(ctx context.Context, name string, role Role, tenant 
 	}
 	secret = tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
 	hash := sha256.Sum256([]byte(secret))
-	var t any
+	var t, exp any
 	if tenant != "" {
 		t = tenant
 	}
-	err = s.pool.QueryRow(ctx, `INSERT INTO api_tokens (name, hash, role, tenant) VALUES ($1, $2, $3, $4)
-		RETURNING id, created_at`, name, hash[:], string(role), t).Scan(&tok.ID, &tok.CreatedAt)
+	if !expires.IsZero() {
+		exp = expires
+	}
+	err = s.pool.QueryRow(ctx, `INSERT INTO api_tokens (name, hash, role, tenant, expires_at) VALUES ($1, $2, $3, $4, $5)
+		RETURNING id, created_at`, name, hash[:], string(role), t, exp).Scan(&tok.ID, &tok.CreatedAt)
 	if err != nil {
 		return "", Token{}, mapError("create token", err)
 	}
 	tok.Name, tok.Role, tok.Tenant = name, role, tenant
+	if !expires.IsZero() {
+		tok.ExpiresAt = expires.UTC().Truncate(time.Microsecond)
+	}
 	return secret, tok, nil
 }
 
-// Authenticate returns the token for a presented secret, or ErrNotFound for
-// an unknown or revoked one. Only the hash is compared, in the database.
+// Authenticate returns the token for a presented secret, ErrNotFound for an
+// unknown or revoked one, or an *ExpiredError (which also matches
+// ErrNotFound) for one past its expiry. Only the hash is compared, in the
+// database, and expiry by the database's clock.
 func (s *Store) Authenticate(ctx context.Context, secret string) (Token, error) {
 	if !strings.HasPrefix(secret, tokenPrefix) {
 		return Token{}, fmt.Errorf("token: %w", broker.ErrNotFound)
@@ -83,18 +112,61 @@ func (s *Store) Authenticate(ctx context.Context, secret string) (Token, error) 
 	var tok Token
 	var role string
 	var tenant *string
+	var expires *time.Time
+	var expired bool
 	err := s.pool.QueryRow(ctx, `
-		UPDATE api_tokens SET last_used_at = now()
+		UPDATE api_tokens SET last_used_at = CASE WHEN expires_at <= now() THEN last_used_at ELSE now() END
 		WHERE hash = $1 AND revoked_at IS NULL
-		RETURNING id, name, role, tenant, created_at`, hash[:]).Scan(&tok.ID, &tok.Name, &role, &tenant, &tok.CreatedAt)
+		RETURNING id, name, role, tenant, created_at, expires_at, coalesce(expires_at <= now(), false)`,
+		hash[:]).Scan(&tok.ID, &tok.Name, &role, &tenant, &tok.CreatedAt, &expires, &expired)
 	if err != nil {
 		return Token{}, mapError("token", err)
+	}
+	if expires != nil {
+		tok.ExpiresAt = *expires
+	}
+	if expired {
+		return Token{}, fmt.Errorf("token %d: %w", tok.ID, &ExpiredError{At: tok.ExpiresAt})
 	}
 	tok.Role = Role(role)
 	if tenant != nil {
 		tok.Tenant = *tenant
 	}
 	return tok, nil
+}
+
+// TokenInfo is a stored token as "gpubroker token list" shows it.
+type TokenInfo struct {
+	Token
+	LastUsedAt time.Time `json:"last_used_at,omitzero"`
+	RevokedAt  time.Time `json:"revoked_at,omitzero"`
+}
+
+// ListTokens returns every token, oldest first; secrets are never stored.
+func (s *Store) ListTokens(ctx context.Context) ([]TokenInfo, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, name, role, coalesce(tenant, ''), created_at, expires_at, last_used_at, revoked_at
+		FROM api_tokens ORDER BY id`)
+	if err != nil {
+		return nil, mapError("list tokens", err)
+	}
+	ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TokenInfo, error) {
+		var t TokenInfo
+		var role string
+		var exp, used, revoked *time.Time
+		err := r.Scan(&t.ID, &t.Name, &role, &t.Tenant, &t.CreatedAt, &exp, &used, &revoked)
+		t.Role = Role(role)
+		for _, p := range []struct {
+			src *time.Time
+			dst *time.Time
+		}{{exp, &t.ExpiresAt}, {used, &t.LastUsedAt}, {revoked, &t.RevokedAt}} {
+			if p.src != nil {
+				*p.dst = *p.src
+			}
+		}
+		return t, err
+	})
+	return ts, mapError("list tokens", err)
 }
 
 // RevokeToken disables a token by id.

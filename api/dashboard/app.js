@@ -154,6 +154,21 @@ function renderDecisions(page) {
   replaceRows($("#decisions tbody"), rows, "no decisions yet", 4);
 }
 
+// refreshAudit shows the latest writes to admins and tenant-admins (a
+// tenant-admin sees its tenant's); for other roles the panel stays hidden.
+async function refreshAudit() {
+  let page;
+  try { page = await api("/audit?limit=10"); } catch (err) { $("#audit-panel").hidden = true; return; }
+  $("#audit-panel").hidden = false;
+  const rows = page.items.map(a => el("tr", {},
+    el("td", {}, fmtTime(a.at)),
+    el("td", { title: a.actor_kind }, a.actor + (a.role ? " (" + a.role + ")" : "")),
+    el("td", {}, a.method + " " + a.route),
+    el("td", {}, a.target || ""),
+    el("td", { class: "num" }, a.status)));
+  replaceRows($("#audit tbody"), rows, "no changes recorded", 5);
+}
+
 // renderOps lists open ops, then recently failed ones with why they ended.
 function renderOps(open, failed) {
   const rows = open.items.concat(failed.items).slice(0, 20).map(o => el("tr", {},
@@ -288,6 +303,7 @@ async function refresh() {
     renderDemand(demand);
     renderDecisions(decisions);
     renderOps(openOps, failedOps);
+    refreshAudit();
     lastSeries = series;
     drawCharts();
     renderStatus(cap.runtime);

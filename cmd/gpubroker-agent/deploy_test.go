@@ -101,26 +101,24 @@ func TestDaemonSetArgumentsAreAccepted(t *testing.T) {
 	// The broker URL names the broker's Service.
 	brokerObjs := manifests(t, filepath.Join(deployDir, "kubernetes/40-broker.yaml"))
 	svc := find(t, brokerObjs, "Service")
-	want := "http://" + at(t, svc, "metadata", "name").(string) + "." + at(t, svc, "metadata", "namespace").(string) + ".svc"
+	want := "https://" + at(t, svc, "metadata", "name").(string) + "." + at(t, svc, "metadata", "namespace").(string) + ".svc"
 	if o.broker != want {
 		t.Fatalf("--broker %q, want the Service %q", o.broker, want)
 	}
-	// The token file is the "token" key of the mounted agent Secret.
+	// The client certificate, its key and the broker's CA are the keys
+	// tls.crt, tls.key and ca.crt of Secret gpubroker-agent-tls, mounted
+	// at /etc/gpubroker/tls; no token.
 	mount := at(t, c, "volumeMounts", 0)
 	vol := at(t, pod, "volumes", 0)
-	if at(t, mount, "name") != at(t, vol, "name") || o.tokenFile != at(t, mount, "mountPath").(string)+"/token" {
-		t.Fatalf("token file %q vs mount %v", o.tokenFile, mount)
+	dir := at(t, mount, "mountPath")
+	if at(t, mount, "name") != at(t, vol, "name") || dir != "/etc/gpubroker/tls" ||
+		at(t, vol, "secret", "secretName") != "gpubroker-agent-tls" {
+		t.Fatalf("mount %v of volume %v, want Secret gpubroker-agent-tls at /etc/gpubroker/tls", mount, vol)
 	}
-	secrets := manifests(t, filepath.Join(deployDir, "kubernetes/20-secrets.yaml"))
-	secretName := at(t, vol, "secret", "secretName")
-	found := false
-	for _, s := range secrets {
-		if at(t, s, "metadata", "name") == secretName && at(t, s, "stringData", "token") != nil {
-			found = true
-		}
-	}
-	if !found {
-		t.Fatalf("no Secret %v with a token key", secretName)
+	if o.certFile != "/etc/gpubroker/tls/tls.crt" || o.keyFile != "/etc/gpubroker/tls/tls.key" ||
+		o.caFile != "/etc/gpubroker/tls/ca.crt" || o.tokenFile != "" {
+		t.Fatalf("cert %q key %q ca %q token %q, want the Secret's tls.crt, tls.key and ca.crt and no token",
+			o.certFile, o.keyFile, o.caFile, o.tokenFile)
 	}
 	// NODE_NAME comes from the node the pod runs on.
 	if at(t, c, "env", 0, "name") != "NODE_NAME" || at(t, c, "env", 0, "valueFrom", "fieldRef", "fieldPath") != "spec.nodeName" {

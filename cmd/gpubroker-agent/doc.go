@@ -6,6 +6,12 @@
 //	gpubroker-agent --broker http://gpubroker.gpubroker.svc \
 //	    --token-file /var/run/secrets/gpubroker/token --node "$NODE_NAME"
 //
+// Against a broker with api.tls.client_ca_file, a client certificate naming
+// the node replaces the token (and is reloaded when its files change):
+//
+//	gpubroker-agent --broker https://gpubroker.gpubroker.svc --node "$NODE_NAME" \
+//	    --cert-file tls.crt --key-file tls.key --ca-file ca.crt
+//
 // The broker keeps each node's latest report; it uses GPU utilisation in its
 // scale-down rule (GPU use decides, not CPU) and replaces nodes whose GPUs
 // report XID or ECC failures. When the broker is away the agent backs off

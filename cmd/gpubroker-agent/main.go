@@ -21,6 +21,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cmd/gpubroker-agent/internal/gpu"
 	"github.com/gpubroker/gpubroker/cmd/gpubroker-agent/internal/push"
+	"github.com/gpubroker/gpubroker/internal/certreload"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -63,6 +64,7 @@ func usagef(format string, args ...any) error {
 // options are the parsed flags.
 type options struct {
 	broker, tokenFile, node, library, logLevel, caFile string
+	certFile, keyFile                                  string
 	interval, minBackoff, maxBackoff                   time.Duration
 	allowNoGPU, once, version                          bool
 }
@@ -76,6 +78,8 @@ func parseArgs(e env, args []string) (options, error) {
 	fs.StringVar(&o.broker, "broker", "", "broker base URL, e.g. http://gpubroker.gpubroker.svc (default $GPUBROKER_URL)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the agent token (role agent); read on every push, never printed")
 	fs.StringVar(&o.caFile, "ca-file", "", "PEM file of the CA that signed an https broker's certificate (default: the system's CAs)")
+	fs.StringVar(&o.certFile, "cert-file", "", "PEM client certificate naming this node (common name or DNS name), to authenticate to an https broker without a token; reloaded when it changes")
+	fs.StringVar(&o.keyFile, "key-file", "", "PEM private key of --cert-file")
 	fs.StringVar(&o.node, "node", "", "node name as Kubernetes or YARN knows it (default $NODE_NAME, then the host name)")
 	fs.DurationVar(&o.interval, "interval", 15*time.Second, "time between reports")
 	fs.DurationVar(&o.minBackoff, "min-backoff", time.Second, "first wait after a failed push; doubles per failure, with jitter")
@@ -103,8 +107,15 @@ func parseArgs(e env, args []string) (options, error) {
 	if o.broker == "" {
 		return o, usagef("--broker: name the broker's URL (or set GPUBROKER_URL), e.g. --broker http://gpubroker.gpubroker.svc")
 	}
-	if o.tokenFile == "" {
-		return o, usagef("--token-file: name the file holding the agent token")
+	switch {
+	case o.certFile != "" && o.keyFile == "":
+		return o, usagef("--key-file: name the private key of --cert-file")
+	case o.keyFile != "" && o.certFile == "":
+		return o, usagef("--cert-file: name the client certificate --key-file belongs to")
+	case o.certFile != "" && !strings.HasPrefix(o.broker, "https://"):
+		return o, usagef("--cert-file: a client certificate needs an https broker URL, got --broker %s", o.broker)
+	case o.tokenFile == "" && o.certFile == "":
+		return o, usagef("--token-file: name the file holding the agent token, or give --cert-file and --key-file to authenticate by client certificate")
 	}
 	if o.node == "" {
 		o.node = e.getenv("NODE_NAME")
@@ -162,8 +173,10 @@ func agent(ctx context.Context, e env, o options) error {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(o.logLevel))
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-	if _, err := os.Stat(o.tokenFile); err != nil {
-		return usagef("--token-file: %s", err)
+	if o.tokenFile != "" {
+		if _, err := os.Stat(o.tokenFile); err != nil {
+			return usagef("--token-file: %s", err)
+		}
 	}
 	now := e.now
 	if now == nil {
@@ -213,12 +226,13 @@ func agent(ctx context.Context, e env, o options) error {
 		return rep, nil
 	}
 
-	client, err := httpClient(o.caFile)
+	client, err := httpClient(o.caFile, o.certFile, o.keyFile, log)
 	if err != nil {
 		return err
 	}
 	p, err := push.New(push.Config{
-		Broker: o.broker, Node: o.node, TokenFile: o.tokenFile, UserAgent: "gpubroker-agent/" + version, Client: client,
+		Broker: o.broker, Node: o.node, TokenFile: o.tokenFile, ClientCertificate: o.certFile != "",
+		UserAgent: "gpubroker-agent/" + version, Client: client,
 		Interval: o.interval, MinBackoff: o.minBackoff, MaxBackoff: o.maxBackoff, Logger: log, Sleep: e.sleep,
 	})
 	if err != nil {
@@ -259,22 +273,38 @@ func prefixed(p, s string) string {
 }
 
 // httpClient returns the client for the broker: the system's CAs, or only
-// the one in caFile.
-func httpClient(caFile string) (*http.Client, error) {
+// the one in caFile; with certFile and keyFile it presents that client
+// certificate, reloaded when the files change.
+func httpClient(caFile, certFile, keyFile string, log *slog.Logger) (*http.Client, error) {
 	c := &http.Client{Timeout: 10 * time.Second}
-	if caFile == "" {
+	if caFile == "" && certFile == "" {
 		return c, nil
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, usagef("--ca-file: %s", err)
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, usagef("--ca-file: %s", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usagef("--ca-file: %s holds no PEM certificate", caFile)
+		}
+		tc.RootCAs = pool
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, usagef("--ca-file: %s holds no PEM certificate", caFile)
+	if certFile != "" {
+		r, err := certreload.New(certreload.Config{CertFile: certFile, KeyFile: keyFile, Logger: log})
+		var ve *broker.ValidationError
+		if errors.As(err, &ve) {
+			return nil, usagef("--%s: %s", strings.ReplaceAll(strings.TrimSuffix(ve.Field, "_file"), "_", "-")+"-file", ve.Problem)
+		}
+		if err != nil {
+			return nil, err
+		}
+		tc.GetClientCertificate = r.ClientCertificate
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	tr.TLSClientConfig = tc
 	c.Transport = tr
 	return c, nil
 }

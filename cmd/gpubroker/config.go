@@ -27,6 +27,7 @@ type fileConfig struct {
 	Policy     policyConfig     `yaml:"policy"`
 	Pools      []poolConfig     `yaml:"pools"`
 	Tenants    []tenantConfig   `yaml:"tenants"`
+	Audit      auditConfig      `yaml:"audit"`
 }
 
 type databaseConfig struct {
@@ -35,7 +36,23 @@ type databaseConfig struct {
 }
 
 type apiConfig struct {
-	Listen string `yaml:"listen"`
+	Listen string    `yaml:"listen"`
+	TLS    tlsConfig `yaml:"tls"`
+}
+
+// tlsConfig serves the API over TLS: PEM files, reloaded when they change.
+// With ClientCAFile, agents may authenticate by a client certificate that
+// names their node instead of a token.
+type tlsConfig struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// auditConfig bounds the audit trail of API and CLI writes.
+type auditConfig struct {
+	// Retention is how long entries are kept (default 90 days).
+	Retention broker.Duration `yaml:"retention"`
 }
 
 type yarnConfig struct {
@@ -171,6 +188,7 @@ var yamlTypeNames = map[string]string{
 	"main.yarnConfig": "yarn", "main.kubernetesConfig": "kubernetes", "main.cloudConfig": "cloud",
 	"main.policyConfig": "policy", "main.poolConfig": "a pool", "main.tenantConfig": "a tenant",
 	"main.taintConfig": "a taint", "main.nodeManagerRestartConfig": "yarn.nodemanager_restart",
+	"main.tlsConfig": "api.tls", "main.auditConfig": "audit",
 }
 
 var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.*) not found in type (main\.\w+|struct \{.*\})$`)
@@ -401,5 +419,25 @@ func (fc fileConfig) validate() (*config, error) {
 	if fc.YARN.EvictGrace < 0 {
 		return nil, broker.Invalid("yarn.evict_grace", "must not be negative, got %s", fc.YARN.EvictGrace)
 	}
+	if err := fc.API.TLS.validate(); err != nil {
+		return nil, err
+	}
+	if r := fc.Audit.Retention; r < 0 || (r > 0 && r.D() < time.Hour) {
+		return nil, broker.Invalid("audit.retention", "must be at least 1h (default 2160h, 90 days), got %s", r)
+	}
 	return c, nil
+}
+
+// validate checks that api.tls is whole; the files are read when serve
+// starts, so plan and inspect run where they are absent.
+func (t tlsConfig) validate() error {
+	switch {
+	case t.KeyFile != "" && t.CertFile == "":
+		return broker.Invalid("api.tls.cert_file", "is missing: key_file is set, so name the PEM certificate it belongs to (or remove key_file to serve plain HTTP)")
+	case t.CertFile != "" && t.KeyFile == "":
+		return broker.Invalid("api.tls.key_file", "is missing: cert_file is set, so name the certificate's PEM private key (or remove cert_file to serve plain HTTP)")
+	case t.ClientCAFile != "" && t.CertFile == "":
+		return broker.Invalid("api.tls.client_ca_file", "needs api.tls.cert_file and key_file: client certificates are asked for over TLS only")
+	}
+	return nil
 }

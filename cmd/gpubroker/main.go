@@ -43,7 +43,7 @@ func commands() map[string]command {
 		"plan":    {"observe once and print the plan with its reasons, acting on nothing", runPlan},
 		"version": {"print the version", runVersion},
 		"inspect": {"print what the broker sees of a source (yarn | k8s | cloud)", runInspect},
-		"token":   {"create an API bearer token (create --role R [--tenant T] [--name N])", runToken},
+		"token":   {"create, revoke or list API bearer tokens (create --role R [--tenant T] [--name N] [--expires D] | revoke ID | list)", runToken},
 		"replay":  {"replay a GPU job trace against gpubroker's planner, a per-side autoscaler and a static split", runReplay},
 		"yarn":    {"take a NodeManager from YARN or give it back (decommission HOST --timeout 10m | recommission HOST)", runYARN},
 	}

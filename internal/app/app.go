@@ -67,7 +67,21 @@ type Config struct {
 	Ready func(addr string)
 	// Registry receives the API's metrics (default: a fresh registry).
 	Registry *prometheus.Registry
+	// TLS, when its CertFile is set, serves the API over TLS only.
+	TLS TLSConfig
+	// AuditRetention is how long audit entries are kept (default 90 days).
+	AuditRetention time.Duration
 }
+
+// TLSConfig is the API's certificate and key (PEM files, reloaded when
+// they change) and, optionally, the CAs whose client certificates
+// authenticate agents.
+type TLSConfig struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
+// DefaultAuditRetention is how long audit entries are kept by default.
+const DefaultAuditRetention = 90 * 24 * time.Hour
 
 // YARNConfig is the YARN side. With no RM and no Client, there is no YARN
 // side; without AdminAddress and ExcludeFile, YARN is observed only.

@@ -42,15 +42,27 @@ func (m *Main) Run(ctx context.Context) error {
 		if err != nil {
 			return usagef("listen on %s: %s", m.cfg.Listen, err)
 		}
-		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- srv.Serve(ln) }()
-		m.log.Info("serving the API and dashboard", "address", "http://"+ln.Addr().String())
+		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(m.log.Handler(), slog.LevelWarn)}
+		scheme, err := m.serveTLS(srv)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		go func() {
+			if scheme == "https" {
+				errc <- srv.ServeTLS(ln, "", "")
+			} else {
+				errc <- srv.Serve(ln)
+			}
+		}()
+		m.log.Info("serving the API and dashboard", "address", scheme+"://"+ln.Addr().String())
 		if m.cfg.Ready != nil {
 			m.cfg.Ready(ln.Addr().String())
 		}
 	}
 	go func() { errc <- lead(ctx, m.st, ar, m.NewRuntime, m.trigger, m.log) }()
-	go prune(ctx, m.st, ar, m.log)
+	go prune(ctx, m.st, ar, m.auditRetention(), m.log)
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -69,9 +81,10 @@ func (m *Main) Run(ctx context.Context) error {
 // retention is how long capacity samples and decisions are kept.
 const retention = 7 * 24 * time.Hour
 
-// prune deletes samples and decisions older than the retention, hourly, on
-// the leader, so the audit tables stay bounded.
-func prune(ctx context.Context, st *store.Store, ar *apiRuntime, log *slog.Logger) {
+// prune deletes samples and decisions older than the retention, and audit
+// entries older than audit, hourly, on the leader, so the tables stay
+// bounded.
+func prune(ctx context.Context, st *store.Store, ar *apiRuntime, audit time.Duration, log *slog.Logger) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
@@ -85,6 +98,11 @@ func prune(ctx context.Context, st *store.Store, ar *apiRuntime, log *slog.Logge
 		}
 		if err := st.PruneSamples(ctx, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
 			log.Warn("prune samples and decisions", "err", err)
+		}
+		if n, err := st.PruneAudit(ctx, time.Now().Add(-audit)); err != nil && ctx.Err() == nil {
+			log.Warn("prune audit entries", "err", err)
+		} else if n > 0 {
+			log.Info("pruned audit entries", "entries", n, "retention", audit.String())
 		}
 	}
 }

@@ -26,9 +26,12 @@ type Config struct {
 	// Node is the node the reports are about (required); it is part of the
 	// path.
 	Node string
-	// TokenFile holds the agent's bearer token (required). It is read on
-	// every attempt and never logged.
+	// TokenFile holds the agent's bearer token (required unless
+	// ClientCertificate). It is read on every attempt and never logged.
 	TokenFile string
+	// ClientCertificate says the Client presents a client certificate
+	// that authenticates the agent; without TokenFile no token is sent.
+	ClientCertificate bool
 	// UserAgent is sent with every request (default gpubroker-agent).
 	UserAgent string
 	// Client sends the requests (default: a client with a 10s timeout).
@@ -61,8 +64,8 @@ func (c *Config) setDefaults() error {
 	if c.Node == "" {
 		return broker.Invalid("node", "must name the node")
 	}
-	if c.TokenFile == "" {
-		return broker.Invalid("token_file", "must name the file holding the agent token")
+	if c.TokenFile == "" && !c.ClientCertificate {
+		return broker.Invalid("token_file", "must name the file holding the agent token (or authenticate by client certificate)")
 	}
 	if c.UserAgent == "" {
 		c.UserAgent = "gpubroker-agent"
@@ -157,9 +160,12 @@ func Retryable(err error) bool {
 
 // Push sends one report.
 func (p *Pusher) Push(ctx context.Context, rep broker.NodeReport) error {
-	token, err := p.token()
-	if err != nil {
-		return err
+	token := ""
+	if p.cfg.TokenFile != "" {
+		var err error
+		if token, err = p.token(); err != nil {
+			return err
+		}
 	}
 	body, err := json.Marshal(rep)
 	if err != nil {
@@ -170,7 +176,9 @@ func (p *Pusher) Push(ctx context.Context, rep broker.NodeReport) error {
 		return fmt.Errorf("build report request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	req.Header.Set("User-Agent", p.cfg.UserAgent)
 	res, err := p.cfg.Client.Do(req)
 	if err != nil {
