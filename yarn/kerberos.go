@@ -119,27 +119,27 @@ func NewKerberos(cfg KerberosConfig) (*Kerberos, error) {
 		cfg.Hostname = h
 	}
 	if strings.TrimSpace(cfg.Principal) == "" {
-		return nil, broker.Invalid("kerberos.principal", "must name the broker's principal, e.g. gpubroker/_HOST@EXAMPLE.COM")
+		return nil, broker.Invalid("yarn.kerberos.principal", "must name the broker's principal, e.g. gpubroker/_HOST@EXAMPLE.COM")
 	}
 	if cfg.Keytab == "" && cfg.TicketCache == "" {
-		return nil, broker.Invalid("kerberos.keytab", "must name a keytab for %s (or use a ticket cache: KRB5CCNAME after kinit)", cfg.Principal)
+		return nil, broker.Invalid("yarn.kerberos.keytab", "must name a keytab for %s (or use a ticket cache: KRB5CCNAME after kinit)", cfg.Principal)
 	}
 	kc, err := config.Load(cfg.Krb5Conf)
 	if err != nil {
-		return nil, broker.Invalid("kerberos.krb5_conf", "cannot read %s: %s", cfg.Krb5Conf, err)
+		return nil, broker.Invalid("yarn.kerberos.krb5_conf", "cannot read %s: %s", cfg.Krb5Conf, err)
 	}
 	user, realm := splitPrincipal(SubstituteHost(cfg.Principal, cfg.Hostname))
 	if realm == "" {
 		realm = kc.LibDefaults.DefaultRealm
 	}
 	if realm == "" {
-		return nil, broker.Invalid("kerberos.principal", "%q names no realm and %s has no default_realm: write it as %s@REALM", cfg.Principal, cfg.Krb5Conf, user)
+		return nil, broker.Invalid("yarn.kerberos.principal", "%q names no realm and %s has no default_realm: write it as %s@REALM", cfg.Principal, cfg.Krb5Conf, user)
 	}
 	k := &Kerberos{cfg: cfg, principal: user + "@" + realm}
 	if cfg.Keytab != "" {
 		kt, err := keytab.Load(cfg.Keytab)
 		if err != nil {
-			return nil, broker.Invalid("kerberos.keytab", "cannot read %s: %s", cfg.Keytab, err)
+			return nil, broker.Invalid("yarn.kerberos.keytab", "cannot read %s: %s", cfg.Keytab, err)
 		}
 		k.last.Source = "keytab " + cfg.Keytab
 		k.cl = client.NewWithKeytab(user, realm, kt, kc, client.DisablePAFXFAST(true))

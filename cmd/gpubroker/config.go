@@ -51,6 +51,9 @@ type yarnConfig struct {
 	// EvictGrace is how long a preempted container has between
 	// GRACEFUL_SHUTDOWN and FORCEFUL_SHUTDOWN (default 30s).
 	EvictGrace broker.Duration `yaml:"evict_grace"`
+	// Kerberos, when set, authenticates to a kerberized cluster (see
+	// kerberos_config.go).
+	Kerberos *kerberosConfig `yaml:"kerberos"`
 }
 
 // nodeManagerRestartConfig is a command run with the host name appended,
@@ -171,6 +174,7 @@ var yamlTypeNames = map[string]string{
 	"main.yarnConfig": "yarn", "main.kubernetesConfig": "kubernetes", "main.cloudConfig": "cloud",
 	"main.policyConfig": "policy", "main.poolConfig": "a pool", "main.tenantConfig": "a tenant",
 	"main.taintConfig": "a taint", "main.nodeManagerRestartConfig": "yarn.nodemanager_restart",
+	"main.kerberosConfig": "yarn.kerberos",
 }
 
 var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.*) not found in type (main\.\w+|struct \{.*\})$`)
@@ -400,6 +404,9 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	if fc.YARN.EvictGrace < 0 {
 		return nil, broker.Invalid("yarn.evict_grace", "must not be negative, got %s", fc.YARN.EvictGrace)
+	}
+	if err := fc.YARN.Kerberos.validate(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
