@@ -67,11 +67,13 @@ type KerberosConfig struct {
 // renewed while renewable. It is safe for concurrent use.
 type Kerberos struct {
 	cfg       KerberosConfig
-	cl        *client.Client
 	principal string // user[/host]@REALM
+	krb5conf  *config.Config
 
 	mu   sync.Mutex
+	cl   *client.Client // replaced when a ticket cache's TGT is renewed
 	last KerberosStatus
+	stop chan struct{} // closed by Close; ends the ticket cache renewal
 }
 
 // KerberosStatus says whether and as whom the broker last authenticated.
@@ -135,7 +137,7 @@ func NewKerberos(cfg KerberosConfig) (*Kerberos, error) {
 	if realm == "" {
 		return nil, broker.Invalid("yarn.kerberos.principal", "%q names no realm and %s has no default_realm: write it as %s@REALM", cfg.Principal, cfg.Krb5Conf, user)
 	}
-	k := &Kerberos{cfg: cfg, principal: user + "@" + realm}
+	k := &Kerberos{cfg: cfg, principal: user + "@" + realm, krb5conf: kc, stop: make(chan struct{})}
 	if cfg.Keytab != "" {
 		kt, err := keytab.Load(cfg.Keytab)
 		if err != nil {
@@ -161,6 +163,14 @@ func NewKerberos(cfg KerberosConfig) (*Kerberos, error) {
 		if err := k.cl.AffirmLogin(); err != nil {
 			return nil, fmt.Errorf("kerberos ticket cache %s for %s has no valid TGT (run kinit %s): %w", cfg.TicketCache, k.principal, k.principal, err)
 		}
+		tgt, err := cacheTGT(cc)
+		if err != nil {
+			return nil, fmt.Errorf("kerberos ticket cache %s for %s (run kinit %s): %w", cfg.TicketCache, k.principal, k.principal, err)
+		}
+		if !time.Now().Before(tgt.EndTime) {
+			return nil, fmt.Errorf("kerberos ticket cache %s: the TGT of %s expired at %s (run kinit %s)", cfg.TicketCache, k.principal, tgt.EndTime.Format(time.RFC3339), k.principal)
+		}
+		go k.renewCache(cc, tgt)
 	}
 	k.last.Principal = k.principal
 	cfg.Logger.Info("kerberos login", "principal", k.principal, "source", k.last.Source)
@@ -171,7 +181,11 @@ func NewKerberos(cfg KerberosConfig) (*Kerberos, error) {
 func (k *Kerberos) Principal() string { return k.principal }
 
 // Client is the gokrb5 client (for the HDFS client's options).
-func (k *Kerberos) Client() *client.Client { return k.cl }
+func (k *Kerberos) Client() *client.Client {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cl
+}
 
 // NameNodePrincipal is the NameNode's principal template (nn/_HOST).
 func (k *Kerberos) NameNodePrincipal() string { return k.cfg.NameNodePrincipal }
@@ -183,7 +197,7 @@ func (k *Kerberos) RMPrincipal() string { return k.cfg.RMPrincipal }
 // principal spn (template with _HOST) on host, cached until it expires.
 func (k *Kerberos) ServiceTicket(spn, host string) (messages.Ticket, types.EncryptionKey, string, error) {
 	name, _ := splitPrincipal(SubstituteHost(spn, host))
-	tkt, key, err := k.cl.GetServiceTicket(name)
+	tkt, key, err := k.Client().GetServiceTicket(name)
 	if err != nil {
 		return tkt, key, name, fmt.Errorf("kerberos: service ticket for %s as %s: %w", name, k.principal, err)
 	}
@@ -213,6 +227,14 @@ func (k *Kerberos) Record(server, via, as string, err error) {
 
 // Close stops the TGT renewal.
 func (k *Kerberos) Close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	select {
+	case <-k.stop:
+		return
+	default:
+	}
+	close(k.stop)
 	if k.cl != nil {
 		k.cl.Destroy()
 	}

@@ -281,3 +281,69 @@ func TestParseAuthCookie(t *testing.T) {
 		t.Fatal("another cookie parsed as hadoop.auth")
 	}
 }
+
+// TestKerberosRenewsBeforeExpiry: with TGTs of 12 seconds, a keytab
+// login and a ticket cache login each have their TGT renewed by the KDC
+// before it expires, with no request in between (a ticket cache's by this
+// package: gokrb5 renews only its own logins, and only when asked for a
+// ticket), and still authenticate once the first TGT has ended.
+func TestKerberosRenewsBeforeExpiry(t *testing.T) {
+	const life = 12 * time.Second
+	r := startRealm(t)
+	ctx := context.Background()
+	kt, err := keytab.Load(r.httpKeyt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(spnego.SPNEGOKRB5Authenticate(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}), kt, service.DecodePAC(false)))
+	t.Cleanup(srv.Close) // after the parallel subtests
+	url := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	krbtgt := "krbtgt/" + kdc.Realm + "@" + kdc.Realm
+	for _, c := range []struct {
+		name, user string
+		cfg        func(principal, keytab string) KerberosConfig
+	}{
+		{"keytab", "renew-keytab", func(p, kt string) KerberosConfig {
+			return KerberosConfig{Principal: p, Keytab: kt, Krb5Conf: r.kdc.Conf}
+		}},
+		{"ticket cache", "renew-cache", func(p, kt string) KerberosConfig {
+			cc := filepath.Join(t.TempDir(), "cc")
+			if err := r.kdc.KinitFor(ctx, cc, kt, p, life); err != nil {
+				t.Fatal(err)
+			}
+			return KerberosConfig{Principal: p, TicketCache: cc, Krb5Conf: r.kdc.Conf}
+		}},
+	} {
+		principal := c.user + "@" + kdc.Realm
+		ktPath := filepath.Join(r.kdc.Dir, c.user+".keytab")
+		if err := r.kdc.AddPrincipal(ctx, c.user); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.kdc.SetMaxLife(ctx, c.user, life); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.kdc.Keytab(ctx, ktPath, c.user); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			krb, err := NewKerberos(c.cfg(principal, ktPath))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer krb.Close()
+			hc := &http.Client{Transport: NewSPNEGOTransport(krb, nil)}
+			get(t, hc, url)
+			// Just before the first TGT ends, it has been renewed.
+			time.Sleep(time.Until(start.Add(life - 500*time.Millisecond)))
+			if n := r.kdc.TGSIssued(principal, krbtgt); n == 0 {
+				t.Fatalf("no renewal of %s's TGT before it expired; kdc log:\n%s", principal, r.kdc.Log())
+			}
+			time.Sleep(time.Until(start.Add(life + 2*time.Second)))
+			get(t, hc, url)
+		})
+	}
+}

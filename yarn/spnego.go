@@ -84,7 +84,7 @@ func (t *SPNEGOTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.krb.Record(rm, "", "", err)
 		return nil, err
 	}
-	tok, err := spnego.NewNegTokenInitKRB5(t.krb.cl, tkt, key)
+	tok, err := spnego.NewNegTokenInitKRB5(t.krb.Client(), tkt, key)
 	if err != nil {
 		return nil, fmt.Errorf("spnego to rm %s: token for %s: %w", rm, spn, err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,30 @@ func TestKerberosConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: err = %v, want %q", bad.body, err, bad.want)
 		}
+	}
+}
+
+// TestKerberosREADMESample: the kerberized sample of the README's
+// "Secure clusters" section is a valid configuration.
+func TestKerberosREADMESample(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "### Kerberos\n")
+	if !ok {
+		t.Fatal("README has no Kerberos section")
+	}
+	_, rest, ok = strings.Cut(rest, "```yaml\n")
+	sample, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("the Kerberos section has no YAML sample")
+	}
+	c, err := parseConfig("README.md", []byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := c.file.YARN.Kerberos; k == nil || k.Principal != "gpubroker/_HOST@EXAMPLE.COM" || k.RMPrincipal == "" {
+		t.Fatalf("%+v", k)
 	}
 }

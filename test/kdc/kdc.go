@@ -211,10 +211,21 @@ func (k *KDC) Rekey(ctx context.Context, principal string) error {
 	return k.kadmin(ctx, "cpw -randkey "+principal)
 }
 
+// SetMaxLife limits the lifetime of principal's tickets (kadmin
+// modprinc -maxlife), e.g. to see them renewed within a test.
+func (k *KDC) SetMaxLife(ctx context.Context, principal string, d time.Duration) error {
+	return k.kadmin(ctx, fmt.Sprintf("modprinc -maxlife \"%d seconds\" %s", int(d.Seconds()), principal))
+}
+
 // Kinit gets a ticket for principal from keytab into the ticket cache at
-// ccache (renewable, as kinit -r).
+// ccache (renewable for a day, as kinit -r 1d).
 func (k *KDC) Kinit(ctx context.Context, ccache, keytab, principal string) error {
-	cmd := k.command(ctx, "usr/bin/kinit", "-r", "1d", "-c", ccache, "-k", "-t", keytab, principal)
+	return k.KinitFor(ctx, ccache, keytab, principal, time.Hour)
+}
+
+// KinitFor is Kinit with a ticket lifetime (kinit -l).
+func (k *KDC) KinitFor(ctx context.Context, ccache, keytab, principal string, life time.Duration) error {
+	cmd := k.command(ctx, "usr/bin/kinit", "-l", strconv.Itoa(int(life.Seconds()))+"s", "-r", "1d", "-c", ccache, "-k", "-t", keytab, principal)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("kinit %s: %w: %s", principal, err, out)
 	}
@@ -229,6 +240,20 @@ func (k *KDC) Log() string {
 	a, _ := os.ReadFile(filepath.Join(k.Dir, "kdc.log"))
 	b, _ := os.ReadFile(filepath.Join(k.Dir, "krb5kdc.out"))
 	return string(a) + string(b)
+}
+
+// TGSIssued counts the service tickets the KDC issued to client (a full
+// principal name) for server, e.g. renewals of its TGT
+// (server krbtgt/REALM@REALM), from the KDC's log.
+func (k *KDC) TGSIssued(client, server string) int {
+	b, _ := os.ReadFile(filepath.Join(k.Dir, "kdc.log"))
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "TGS_REQ") && strings.Contains(l, ": ISSUE: ") && strings.HasSuffix(l, ", "+client+" for "+server) {
+			n++
+		}
+	}
+	return n
 }
 
 // Close stops the KDC.
