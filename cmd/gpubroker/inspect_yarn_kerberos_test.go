@@ -84,7 +84,7 @@ yarn:
 	}
 	plain := writeFile(t, "yarn:\n  rm: [\""+rm+"\"]\n")
 	code, _, errOut = runCLI(t, nil, "inspect", "yarn", "--config", plain)
-	if code == 0 || !strings.Contains(errOut, "answered 401") {
+	if code == 0 || !strings.Contains(errOut, "answered 401 asking for Kerberos") {
 		t.Fatalf("without kerberos: exit %d: %s", code, errOut)
 	}
 }

@@ -91,6 +91,7 @@ func TestKerberos(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "kerberos login as gpubroker/stale@"+kdc.Realm+" with keytab "+realm.staleKeytab) {
 			t.Fatalf("err = %v", err)
 		}
+		t.Logf("stale keytab: %v", err)
 	})
 
 	for _, v := range hadoop.Versions() {
@@ -171,9 +172,11 @@ func testSecureREST(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.Observe(ctx); err == nil || !strings.Contains(err.Error(), "401") {
+	_, err = plain.Observe(ctx)
+	if err == nil || !strings.Contains(err.Error(), "answered 401 asking for Kerberos (WWW-Authenticate: Negotiate): the RM is kerberized; set yarn.kerberos") {
 		t.Fatalf("a simple-auth observation of the kerberized RM: err = %v", err)
 	}
+	t.Logf("simple REST refused: %v", err)
 }
 
 func testSecureAdmin(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb *yarn.Kerberos, realm *secureRealm) {
@@ -194,9 +197,11 @@ func testSecureAdmin(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := plain.RefreshNodes(ctx, rmadmin.Normal, 0); err == nil || !strings.Contains(err.Error(), "SIMPLE authentication is not enabled") {
+	err = plain.RefreshNodes(ctx, rmadmin.Normal, 0)
+	if err == nil || !strings.Contains(err.Error(), "SIMPLE authentication is not enabled") {
 		t.Fatalf("simple refreshNodes: err = %v", err)
 	}
+	t.Logf("simple refreshNodes refused: %v", err)
 	// An authenticated principal outside the service ACL is refused by
 	// name.
 	intruder := realm.login(t, "intruder", realm.intruder)
@@ -208,4 +213,5 @@ func testSecureAdmin(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb
 	if err == nil || !strings.Contains(err.Error(), "intruder") || !strings.Contains(err.Error(), "AuthorizationException") {
 		t.Fatalf("refreshNodes as intruder: err = %v", err)
 	}
+	t.Logf("intruder refused: %v", err)
 }
