@@ -62,7 +62,8 @@ func (r *secureRealm) login(t *testing.T, principal, keytab string) *yarn.Kerber
 }
 
 // rmProtection is the RM's hadoop.rpc.protection per Hadoop version, so
-// both the plain and the sealed SASL layer meet a real server.
+// both the plain and the sealed SASL layer meet a real server (and the
+// signed one in "rm integrity").
 func rmProtection(v string) string {
 	if v == "3.3.6" {
 		return "privacy"
@@ -74,7 +75,8 @@ func rmProtection(v string) string {
 // of each Hadoop version and a kerberized NameNode, all with tickets from
 // a real MIT KDC: the RM's REST API read through SPNEGO (then through the
 // hadoop.auth cookie), refreshNodes through SASL GSSAPI with the RM's
-// protection, an HDFS checkpoint age read with Kerberos, and the failures
+// protection (privacy, authentication, and integrity on one more RM), an
+// HDFS checkpoint age read with Kerberos, and the failures
 // named: a stale keytab, no Kerberos at all, a principal the RM's ACLs do
 // not admit.
 func TestKerberos(t *testing.T) {
@@ -107,9 +109,20 @@ func TestKerberos(t *testing.T) {
 				t.Fatalf("RM is Hadoop %s, want %s", rm.HadoopVersion, v)
 			}
 			testSecureREST(t, ctx, rm, krb)
-			testSecureAdmin(t, ctx, rm, krb, realm)
+			testSecureAdmin(t, ctx, rm, krb, realm, rmProtection(v))
 		})
 	}
+
+	// The third protection, integrity (signed calls), on one version.
+	t.Run("rm integrity", func(t *testing.T) {
+		v := hadoop.Versions()[0]
+		rm, err := hadoop.StartSecureRM(ctx, hadoop.SecureConfig{Version: v, Dir: t.TempDir(), KDC: realm.kdc, Keytab: realm.services, Protection: "integrity"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rm.Close()
+		testSecureAdmin(t, ctx, rm, krb, realm, "integrity")
+	})
 
 	t.Run("hdfs", func(t *testing.T) {
 		newest := time.Date(2026, 11, 30, 11, 53, 0, 0, time.UTC)
@@ -179,7 +192,7 @@ func testSecureREST(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb 
 	t.Logf("simple REST refused: %v", err)
 }
 
-func testSecureAdmin(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb *yarn.Kerberos, realm *secureRealm) {
+func testSecureAdmin(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb *yarn.Kerberos, realm *secureRealm, protection string) {
 	t.Helper()
 	admin, err := rmadmin.New(rmadmin.Config{Addrs: []string{rm.RMAdmin}, Kerberos: krb, ServerPrincipal: krb.RMPrincipal()})
 	if err != nil {
@@ -188,7 +201,7 @@ func testSecureAdmin(t *testing.T, ctx context.Context, rm *hadoop.SecureRM, krb
 	if err := admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
 		t.Fatalf("refreshNodes through SASL: %v\nrm log:\n%s", err, rm.LogTail(6000))
 	}
-	wantVia := map[string]string{"privacy": "sasl auth-conf", "authentication": "sasl auth"}[rmProtection(rm.HadoopVersion)]
+	wantVia := map[string]string{"privacy": "sasl auth-conf", "integrity": "sasl auth-int", "authentication": "sasl auth"}[protection]
 	if st := krb.Status(); st.Via != wantVia || st.Server != rm.RMAdmin {
 		t.Fatalf("status after refreshNodes: %+v, want via %q", st, wantVia)
 	}
