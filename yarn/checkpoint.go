@@ -47,6 +47,10 @@ type CheckpointConfig struct {
 	Now func() time.Time
 	// Logger receives lookups that failed, at debug (default: discarded).
 	Logger *slog.Logger
+	// Kerberos, when set, authenticates to the NameNode as its principal
+	// (SASL GSSAPI; the NameNode's principal is its NameNodePrincipal,
+	// nn/_HOST by default) instead of as User.
+	Kerberos *Kerberos
 }
 
 // CheckpointReader reads how much work a job would lose: the time since
@@ -157,7 +161,13 @@ func (r *CheckpointReader) lookup(ctx context.Context, dir string) (time.Time, e
 	}
 	done := make(chan result, 1)
 	go func() {
-		client, err := hdfs.NewClient(hdfs.ClientOptions{Addresses: []string{addr}, User: r.cfg.User, NamenodeDialFunc: dial, DatanodeDialFunc: dial})
+		opts := hdfs.ClientOptions{Addresses: []string{addr}, User: r.cfg.User, NamenodeDialFunc: dial, DatanodeDialFunc: dial}
+		if k := r.cfg.Kerberos; k != nil {
+			opts.User = ""
+			opts.KerberosClient = k.Client()
+			opts.KerberosServicePrincipleName, _ = splitPrincipal(k.NameNodePrincipal())
+		}
+		client, err := hdfs.NewClient(opts)
 		if err != nil {
 			done <- result{err: fmt.Errorf("connect to namenode %s: %w", addr, err)}
 			return

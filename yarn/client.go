@@ -217,6 +217,8 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 			return "", fmt.Errorf("redirect target %q: %w", loc, err)
 		}
 		return u.String(), nil
+	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Negotiate"):
+		return "", errors.New("answered 401 asking for Kerberos (WWW-Authenticate: Negotiate): the RM is kerberized; set yarn.kerberos")
 	case resp.StatusCode != http.StatusOK:
 		detail, remote := errorDetail(resp)
 		return "", &statusError{code: resp.StatusCode, status: resp.Status, detail: detail, remote: remote}

@@ -24,10 +24,9 @@
 // so "the RM is down" can never look like "there is no demand".
 //
 // Authentication is Hadoop's "simple" scheme (the user.name query
-// parameter). Kerberos SPNEGO is planned through Config.Transport, with no
-// change to the client: a RoundTripper that logs in once from a keytab with
-// github.com/jcmturner/gokrb5/v8 (client.NewWithKeytab, already in go.mod
-// through the HDFS client), calls spnego.SetSPNEGOHeader(cl, req,
-// "HTTP/<rm host>") on each request, and keeps the hadoop.auth cookie the RM
-// returns so later requests skip the handshake; User is then set to "-".
+// parameter) unless the cluster is kerberized: then a Kerberos login
+// (kerberos.go, github.com/jcmturner/gokrb5/v8, from a keytab or a ticket
+// cache) is shared by SPNEGOTransport (spnego.go: Config.Transport, with
+// User "-"), by the RM admin client (rmadmin.Config.Kerberos) and by the
+// HDFS checkpoint reader (CheckpointConfig.Kerberos).
 package yarn

@@ -68,6 +68,9 @@ type yarnConfig struct {
 	// EvictGrace is how long a preempted container has between
 	// GRACEFUL_SHUTDOWN and FORCEFUL_SHUTDOWN (default 30s).
 	EvictGrace broker.Duration `yaml:"evict_grace"`
+	// Kerberos, when set, authenticates to a kerberized cluster (see
+	// kerberos_config.go).
+	Kerberos *kerberosConfig `yaml:"kerberos"`
 }
 
 // nodeManagerRestartConfig is a command run with the host name appended,
@@ -189,6 +192,7 @@ var yamlTypeNames = map[string]string{
 	"main.policyConfig": "policy", "main.poolConfig": "a pool", "main.tenantConfig": "a tenant",
 	"main.taintConfig": "a taint", "main.nodeManagerRestartConfig": "yarn.nodemanager_restart",
 	"main.tlsConfig": "api.tls", "main.auditConfig": "audit",
+	"main.kerberosConfig": "yarn.kerberos",
 }
 
 var unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.*) not found in type (main\.\w+|struct \{.*\})$`)
@@ -424,6 +428,9 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	if r := fc.Audit.Retention; r < 0 || (r > 0 && r.D() < time.Hour) {
 		return nil, broker.Invalid("audit.retention", "must be at least 1h (default 2160h, 90 days), got %s", r)
+	}
+	if err := fc.YARN.Kerberos.validate(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

@@ -49,6 +49,8 @@ type yarnInspectJSON struct {
 	Apps        []yarnAppJSON  `json:"apps"`
 	Nodes       []yarnNodeJSON `json:"nodes"`
 	Queues      []yarn.Queue   `json:"queues"`
+	// Kerberos says as whom the broker authenticated (yarn.kerberos).
+	Kerberos *yarn.KerberosStatus `json:"kerberos,omitempty"`
 }
 
 // runInspectYARN prints what the broker sees of YARN: "gpubroker inspect
@@ -68,6 +70,7 @@ func runInspectYARN(ctx context.Context, e env, args []string) error {
 		return usagef("takes no arguments, got %q", fs.Args())
 	}
 	cfg := yarn.Config{User: *user}
+	var krb *yarn.Kerberos
 	var qm *yarn.QueueMap
 	var tenants map[string]int64
 	if *configPath != "" {
@@ -81,6 +84,13 @@ func runInspectYARN(ctx context.Context, e env, args []string) error {
 		}
 		if d := c.file.YARN.Timeout.D(); d > 0 {
 			cfg.Timeout = d
+		}
+		if kc := yarnKerberos(c.file.YARN.Kerberos, e.getenv); kc != nil {
+			if krb, err = yarn.NewKerberos(*kc); err != nil {
+				return fmt.Errorf("inspect yarn: %w", err)
+			}
+			defer krb.Close()
+			cfg.Transport, cfg.User = yarn.NewSPNEGOTransport(krb, nil), "-"
 		}
 		m := yarnQueueMap(c)
 		qm = &m
@@ -105,10 +115,15 @@ func runInspectYARN(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("inspect yarn: %w", err)
 	}
+	var ks *yarn.KerberosStatus
+	if krb != nil {
+		st := krb.Status()
+		ks = &st
+	}
 
 	out := yarnInspectJSON{
 		RM: obs.RM, At: obs.At, Scheduler: obs.Scheduler, PendingGPUs: obs.PendingGPUs(),
-		Apps: []yarnAppJSON{}, Nodes: []yarnNodeJSON{}, Queues: obs.Queues,
+		Apps: []yarnAppJSON{}, Nodes: []yarnNodeJSON{}, Queues: obs.Queues, Kerberos: ks,
 	}
 	for _, a := range obs.Apps {
 		if !*all && a.PendingGPUs() == 0 {
@@ -154,7 +169,15 @@ func yarnQueueMap(c *config) yarn.QueueMap {
 }
 
 func printYARNTable(e env, out yarnInspectJSON) error {
-	fmt.Fprintf(e.stdout, "RM %s (%s), %d GPUs pending, at %s\n\n", out.RM, out.Scheduler, out.PendingGPUs, out.At.Format(time.RFC3339))
+	fmt.Fprintf(e.stdout, "RM %s (%s), %d GPUs pending, at %s\n", out.RM, out.Scheduler, out.PendingGPUs, out.At.Format(time.RFC3339))
+	if k := out.Kerberos; k != nil {
+		fmt.Fprintf(e.stdout, "Kerberos: authenticated as %s (%s) to %s by %s", k.Principal, k.Source, k.Server, k.Via)
+		if k.AuthenticatedAs != "" {
+			fmt.Fprintf(e.stdout, "; the RM knows us as %s", k.AuthenticatedAs)
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	fmt.Fprintln(e.stdout)
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "APP\tQUEUE\tTENANT\tPRIORITY\tSTATE\tPENDING_CONTAINERS\tGPUS_PER_CONTAINER\tPENDING_GPUS")
 	for _, a := range out.Apps {

@@ -156,10 +156,17 @@ func parseHostAndFlags(fs *flag.FlagSet, args []string) (string, error) {
 // decommissioner builds the same Decommissioner the broker uses.
 func (f yarnAdminFlags) decommissioner(e env) (*yarn.Decommissioner, error) {
 	rms, admins, exclude, user := splitList(*f.rms), splitList(*f.admin), *f.exclude, *f.user
+	var krb *yarn.Kerberos
 	if *f.config != "" {
 		cfg, err := loadConfig(*f.config)
 		if err != nil {
 			return nil, err
+		}
+		if kc := yarnKerberos(cfg.file.YARN.Kerberos, e.getenv); kc != nil {
+			// The process ends with the command: no renewal to stop.
+			if krb, err = yarn.NewKerberos(*kc); err != nil {
+				return nil, fmt.Errorf("yarn.kerberos: %w", err)
+			}
 		}
 		if len(rms) == 0 {
 			rms = cfg.file.YARN.RM
@@ -190,11 +197,16 @@ func (f yarnAdminFlags) decommissioner(e env) (*yarn.Decommissioner, error) {
 	if user == "" {
 		user = yarn.DefaultUser
 	}
-	client, err := yarn.NewClient(yarn.Config{RMs: rms, User: user})
+	ycfg, acfg := yarn.Config{RMs: rms, User: user}, rmadmin.Config{Addrs: admins, User: user}
+	if krb != nil {
+		ycfg.Transport, ycfg.User = yarn.NewSPNEGOTransport(krb, nil), "-"
+		acfg.Kerberos, acfg.ServerPrincipal = krb, krb.RMPrincipal()
+	}
+	client, err := yarn.NewClient(ycfg)
 	if err != nil {
 		return nil, usagef("%s", err)
 	}
-	admin, err := rmadmin.New(rmadmin.Config{Addrs: admins, User: user})
+	admin, err := rmadmin.New(acfg)
 	if err != nil {
 		return nil, usagef("%s", err)
 	}

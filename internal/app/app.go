@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -102,6 +103,9 @@ type YARNConfig struct {
 	// (nil: its service manager does).
 	RestartNodeManager func(ctx context.Context, host string) error
 	EvictGrace         time.Duration
+	// Kerberos, when set, authenticates the RM REST client (SPNEGO), the
+	// RM admin client and the HDFS checkpoint reader (SASL GSSAPI).
+	Kerberos *yarn.KerberosConfig
 }
 
 // KubernetesConfig is the Kubernetes side: Client when set, otherwise one
@@ -152,6 +156,7 @@ type Main struct {
 	actions     []broker.SideActions
 	trigger     <-chan struct{}
 	checkpoints broker.Checkpoints
+	krb         *yarn.Kerberos
 	cancel      context.CancelFunc
 }
 
@@ -200,7 +205,7 @@ func Open(ctx context.Context, cfg Config) (_ *Main, err error) {
 	}
 	m.checkpoints = cfg.Checkpoints
 	if m.checkpoints == nil {
-		cr, err := yarn.NewCheckpointReader(yarn.CheckpointConfig{Logger: log})
+		cr, err := yarn.NewCheckpointReader(yarn.CheckpointConfig{Logger: log, Kerberos: m.krb})
 		if err != nil {
 			return nil, err
 		}
@@ -245,13 +250,26 @@ func (m *Main) openYARN() error {
 	if yc.Exclude != nil && yc.ExcludeFile == "" {
 		yc.ExcludeFile = yc.Exclude.Path()
 	}
+	if yc.Kerberos != nil {
+		kc := *yc.Kerberos
+		kc.Logger = log
+		krb, err := yarn.NewKerberos(kc)
+		if err != nil {
+			return usagef("config: yarn.kerberos: %s", err)
+		}
+		m.krb = krb
+	}
 	client := yc.Client
 	if client == nil {
 		if len(yc.RM) == 0 {
 			return nil
 		}
+		var transport http.RoundTripper
+		if m.krb != nil {
+			transport, yc.User = yarn.NewSPNEGOTransport(m.krb, nil), "-"
+		}
 		c, err := yarn.NewClient(yarn.Config{RMs: yc.RM, User: yc.User, Timeout: yc.Timeout,
-			MaxResponseBytes: yc.MaxResponseBytes, Logger: log})
+			MaxResponseBytes: yc.MaxResponseBytes, Logger: log, Transport: transport})
 		if err != nil {
 			return err
 		}
@@ -265,7 +283,11 @@ func (m *Main) openYARN() error {
 	if len(yc.AdminAddress) == 0 || yc.ExcludeFile == "" {
 		return usagef("config: yarn.admin_address and yarn.exclude_file go together: set both to let the broker decommission NodeManagers")
 	}
-	admin, err := rmadmin.New(rmadmin.Config{Addrs: yc.AdminAddress, User: yc.User})
+	acfg := rmadmin.Config{Addrs: yc.AdminAddress, User: yc.User}
+	if m.krb != nil {
+		acfg.Kerberos, acfg.ServerPrincipal = m.krb, m.krb.RMPrincipal()
+	}
+	admin, err := rmadmin.New(acfg)
 	if err != nil {
 		return usagef("config: yarn.admin_address: %s", err)
 	}
@@ -377,6 +399,9 @@ func (m *Main) Trigger() <-chan struct{} { return m.trigger }
 // Close stops the informers and closes the store Open opened.
 func (m *Main) Close() {
 	m.cancel()
+	if m.krb != nil {
+		m.krb.Close()
+	}
 	if m.ownStore && m.st != nil {
 		m.st.Close()
 	}

@@ -31,6 +31,13 @@ type Config struct {
 	CallTimeout time.Duration
 	// Logger receives failovers (default: discarded).
 	Logger *slog.Logger
+	// Kerberos, when set, authenticates every connection with SASL
+	// GSSAPI as its principal (which is then the effective user, not
+	// User), for an RM with hadoop.security.authentication=kerberos.
+	Kerberos Kerberos
+	// ServerPrincipal is the RM's yarn.resourcemanager.principal, with
+	// _HOST standing for the admin address's host (default "rm/_HOST").
+	ServerPrincipal string
 }
 
 func (c Config) withDefaults() Config {
@@ -45,6 +52,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ServerPrincipal == "" {
+		c.ServerPrincipal = "rm/_HOST"
 	}
 	return c
 }
@@ -185,16 +195,51 @@ func (c *Client) callOne(ctx context.Context, addr, method string, req []byte) (
 	clientID := make([]byte, 16)
 	_, _ = rand.Read(clientID)
 	const callID = 0
-	out := preamble()
-	out = append(out, frame(rpcRequestHeader(connectionContextID, clientID), connectionContext(c.cfg.User, Protocol))...)
-	out = append(out, frame(rpcRequestHeader(callID, clientID), requestHeader(method), req)...)
+	r := bufio.NewReader(conn)
+	user := c.cfg.User
+	var out []byte
+	var sess *saslSession
+	if k := c.cfg.Kerberos; k != nil {
+		// IMPORTANT: with Kerberos the effective user is the principal
+		// itself; any other name would ask the RM for impersonation.
+		user = k.Principal()
+		sess, err = c.handshake(conn, r, addr)
+		if err != nil {
+			k.Record(addr, "", "", err)
+			var re *RemoteError
+			if errors.As(err, &re) {
+				re.Method = method + ": sasl as " + k.Principal()
+				return nil, re
+			}
+			return nil, fmt.Errorf("rm admin %s: %s: as %s: %w", addr, method, k.Principal(), err)
+		}
+		k.Record(addr, "sasl "+qopName(sess.qop), "", nil)
+	} else {
+		out = preamble()
+	}
+	calls := append(frame(rpcRequestHeader(connectionContextID, clientID), connectionContext(user, Protocol)),
+		frame(rpcRequestHeader(callID, clientID), requestHeader(method), req)...)
+	if sess.wrapped() {
+		if calls, err = sess.wrapOut(calls); err != nil {
+			return nil, fmt.Errorf("rm admin %s: %s: %w", addr, method, err)
+		}
+	}
+	out = append(out, calls...)
 	if _, err := conn.Write(out); err != nil {
 		return nil, c.ioErr(ctx, addr, method, "write", err)
 	}
-	r := bufio.NewReader(conn)
+	read := func() ([]byte, error) { return readFrame(r) }
+	if sess.wrapped() {
+		read = (&wrappedReader{r: r, s: sess, addr: addr}).next
+	}
 	for {
-		b, err := readFrame(r)
+		b, err := read()
 		if err != nil {
+			var re *RemoteError
+			if errors.As(err, &re) {
+				re.Method = method
+				return nil, re
+			}
 			return nil, c.ioErr(ctx, addr, method, "read answer", err)
 		}
 		hb, rest, err := delimited(b)

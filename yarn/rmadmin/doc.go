@@ -13,7 +13,16 @@
 // than generated from the Hadoop .proto files: five small messages do not
 // justify a code generator in the build.
 //
-// Authentication is SIMPLE (no SASL, no Kerberos): the RM must run with
-// hadoop.security.authentication=simple and yarn.admin.acl must admit the
-// configured user.
+// Authentication is SIMPLE by default: the RM runs with
+// hadoop.security.authentication=simple and yarn.admin.acl admits the
+// configured user. With Config.Kerberos the connection authenticates with
+// SASL GSSAPI first (sasl.go: auth byte 0xDF, then RpcSaslProto messages
+// with call id -33: NEGOTIATE, INITIATE with the Kerberos AP-REQ for
+// yarn.resourcemanager.principal, the server's security-layer offer in a
+// CHALLENGE, our choice in a RESPONSE, SUCCESS), taking the strongest
+// layer the server offers (hadoop.rpc.protection): with integrity or
+// privacy every later frame travels in SASL WRAP messages, signed or
+// sealed as RFC 4121 wrap tokens (gsswrap.go). The handshake follows
+// Hadoop's SaslRpcClient and GssKrb5Server; colinmarc/hdfs's NameNode
+// client was read for the protocol.
 package rmadmin
