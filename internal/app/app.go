@@ -138,7 +138,9 @@ type Main struct {
 	actions     []broker.SideActions
 	trigger     <-chan struct{}
 	checkpoints broker.Checkpoints
-	cancel      context.CancelFunc
+	// sinks receive the decisions the runtime records (pod Events).
+	sinks  []decisionSink
+	cancel context.CancelFunc
 }
 
 // Open assembles the broker. The Kubernetes informers run until Close (or
@@ -305,6 +307,11 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	if step <= 0 {
 		step = 5 * time.Second
 	}
+	events, err := k8s.NewPodEvents(client, obs, k8s.EventsConfig{ProvisionTime: m.cfg.Policy.MaxProvisionTime.D()}, m.log)
+	if err != nil {
+		return err
+	}
+	m.sinks = append(m.sinks, events)
 	side := k8s.NewSide(client, obs, act, step)
 	m.observers = append(m.observers, side)
 	m.actions = append(m.actions, side)
@@ -342,6 +349,7 @@ func (m *Main) NewRuntime() (*broker.Runtime, error) {
 	if c.Preview {
 		ledger = previewLedger{Ledger: ledger, pools: c.Pools, tenants: c.Tenants, policy: c.Policy}
 	}
+	ledger = m.withDecisionSinks(ledger)
 	return broker.NewRuntime(broker.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
 		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints})
