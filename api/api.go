@@ -187,6 +187,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(admins...)).Patch("/policy", s.patchPolicy)
 
 			r.With(allow(readers...)).Get("/demand", s.listDemand)
+			r.With(allow(readers...)).Get("/demand/{id}/why", s.why)
 
 			r.With(allow(readers...)).Get("/nodes", s.listNodes)
 			r.With(allow(readers...)).Get("/nodes/{name}", s.getNode)
