@@ -67,6 +67,10 @@ type Config struct {
 	SeriesWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// LastChange, when set, names who last changed a tenant, pool or the
+	// policy: a 412 carries it as error.changed_by (the assembly reads it
+	// from the audit trail).
+	LastChange LastChangeFunc
 }
 
 func (c *Config) setDefaults() error {
