@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -39,7 +40,7 @@ func parseDemandRef(id string) (store.DemandLookup, error) {
 		id = "yarn/" + id
 	}
 	src, rest, _ := strings.Cut(id, "/")
-	if rest == "" || len(id) > 512 || strings.ContainsRune(id, 0) {
+	if rest == "" || len(id) > 512 || strings.ContainsRune(id, 0) || !utf8.ValidString(id) {
 		return store.DemandLookup{}, broker.Invalid("id", "must name a demand: %s; got %q", whyForms, id)
 	}
 	switch broker.Source(src) {

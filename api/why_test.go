@@ -114,6 +114,8 @@ func TestWhyRefusesUnknownBadAndOtherTenantsDemand(t *testing.T) {
 	}
 	wantInvalid(t, e.call("GET", "/api/v1/demand/mesos%2Fx/why", "viewer", nil), "id", "unknown source")
 	wantInvalid(t, e.call("GET", "/api/v1/demand/p1/why", "viewer", nil), "id", "no source")
+	wantInvalid(t, e.call("GET", "/api/v1/demand/k8s%2F%FF%FE/why", "viewer", nil), "id", "not UTF-8")
+	wantInvalid(t, e.call("GET", "/api/v1/demand/k8s%2Fa%00b/why", "viewer", nil), "id", "a NUL")
 	// A tenant-admin of ml sees ml's demand, not vision's.
 	want(t, e.call("GET", "/api/v1/demand/k8s%2Fp1/why", "ml-admin", nil), 200, "ml-admin, own tenant")
 	r = e.call("GET", "/api/v1/demand/k8s%2Fp2/why", "ml-admin", nil)
