@@ -113,6 +113,8 @@ type PodEvents struct {
 	want   map[types.UID]podEvent
 	tokens float64
 	filled time.Time
+	// batches counts Decisions calls, for the periodic prune of last.
+	batches int
 }
 
 // podEvent is one Event's content.
@@ -155,6 +157,10 @@ func (e *PodEvents) Decisions(ctx context.Context, ds []broker.Decision) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.batches++
+	if e.batches%pruneEvery == 0 {
+		e.prune()
+	}
 	for uid, ev := range next {
 		if e.last[uid] == ev {
 			delete(e.want, uid) // said already; a waiting older reason is moot
@@ -217,6 +223,28 @@ func (e *PodEvents) Decisions(ctx context.Context, ds []broker.Decision) {
 
 // maxTracked bounds how many pods' last Event PodEvents remembers.
 const maxTracked = 100_000
+
+// pruneEvery is how many batches pass between prunes of what was written
+// for pods that are gone or no longer pending.
+const pruneEvery = 100
+
+// prune forgets pods that left the cache or were scheduled since their
+// last Event, in one pass over the cache.
+func (e *PodEvents) prune() {
+	if len(e.last) == 0 {
+		return
+	}
+	uids := make(map[types.UID]bool, len(e.last))
+	for uid := range e.last {
+		uids[uid] = true
+	}
+	found := e.pods.podsByUID(uids)
+	for uid := range e.last {
+		if p, ok := found[uid]; !ok || p.Spec.NodeName != "" {
+			delete(e.last, uid)
+		}
+	}
+}
 
 // refill adds the tokens earned since the last refill.
 func (e *PodEvents) refill() {

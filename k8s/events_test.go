@@ -194,3 +194,26 @@ func TestEventsConfigRefusesBadValues(t *testing.T) {
 		}
 	}
 }
+
+func TestPodEventsForgetPodsThatLeft(t *testing.T) {
+	a, b := gpuPod("ml", "a", 1), gpuPod("ml", "b", 1)
+	f := newEventsFixture(t, EventsConfig{}, a, b)
+	pods := f.ev.pods.(staticPods)
+	wait := func(p *corev1.Pod) []broker.Decision {
+		return []broker.Decision{{Kind: "wait", Demand: "k8s/" + string(p.UID),
+			Detail: detail(t, broker.Wait{Demand: "k8s/" + string(p.UID), Reason: broker.WaitGang, Detail: "2 of 4 units fit"})}}
+	}
+	ctx := context.Background()
+	f.ev.Decisions(ctx, append(wait(a), wait(b)...))
+	if len(f.ev.last) != 2 {
+		t.Fatalf("remembered %d pods, want 2", len(f.ev.last))
+	}
+	delete(pods, a.UID)                                                 // a was deleted
+	pods[b.UID] = gpuPod("ml", "b", 1, onNode("n1", corev1.PodRunning)) // b was scheduled
+	for i := 1; i < pruneEvery; i++ {
+		f.ev.Decisions(ctx, nil)
+	}
+	if len(f.ev.last) != 0 {
+		t.Errorf("after %d batches still remembers %v", pruneEvery, f.ev.last)
+	}
+}
