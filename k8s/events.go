@@ -47,10 +47,11 @@ type EventsConfig struct {
 	// Instance is the reportingInstance: which broker replica wrote the
 	// event (default "gpubroker"; the assembly passes the host name).
 	Instance string
-	// ProvisionTime is how long a bought node may take to offer its GPUs
-	// (the policy's max provision time, default 15m): the ETA of
+	// ProvisionTime says how long a bought node may take to offer its GPUs
+	// (the policy's max provision time, read from its owner, the stored
+	// policy, when a scale-up is explained; default: 15m): the ETA of
 	// ScaleUpTriggered.
-	ProvisionTime time.Duration
+	ProvisionTime func(ctx context.Context) time.Duration
 	// Rate and Burst bound the Events written across all pods: Burst at
 	// once, then Rate per second (defaults 10 and 50). Events beyond the
 	// budget wait for a later batch; a pod's newer reason replaces one that
@@ -65,8 +66,8 @@ func (c *EventsConfig) setDefaults() error {
 	if c.Instance == "" {
 		c.Instance = "gpubroker"
 	}
-	if c.ProvisionTime == 0 {
-		c.ProvisionTime = 15 * time.Minute
+	if c.ProvisionTime == nil {
+		c.ProvisionTime = func(context.Context) time.Duration { return 15 * time.Minute }
 	}
 	if c.Rate == 0 {
 		c.Rate = 10
@@ -78,8 +79,6 @@ func (c *EventsConfig) setDefaults() error {
 		c.Now = time.Now
 	}
 	switch {
-	case c.ProvisionTime < 0:
-		return broker.Invalid("provision_time", "must not be negative, got %s", c.ProvisionTime)
 	case c.Rate < 0:
 		return broker.Invalid("rate", "must not be negative, got %g", c.Rate)
 	case c.Burst < 1:
@@ -151,7 +150,7 @@ func newPodEvents(client kubernetes.Interface, pods podFinder, cfg EventsConfig,
 func (e *PodEvents) Decisions(ctx context.Context, ds []broker.Decision) {
 	next := map[types.UID]podEvent{}
 	for _, d := range ds {
-		for uid, ev := range e.eventsOf(d) {
+		for uid, ev := range e.eventsOf(ctx, d) {
 			next[uid] = ev // later decisions of the tick win
 		}
 	}
@@ -257,7 +256,7 @@ func (e *PodEvents) refill() {
 
 // eventsOf maps one decision to the Events it means for the Kubernetes
 // pods it concerns, keyed by pod UID.
-func (e *PodEvents) eventsOf(d broker.Decision) map[types.UID]podEvent {
+func (e *PodEvents) eventsOf(ctx context.Context, d broker.Decision) map[types.UID]podEvent {
 	out := map[types.UID]podEvent{}
 	switch d.Kind {
 	case string(broker.ActScaleUp):
@@ -265,10 +264,15 @@ func (e *PodEvents) eventsOf(d broker.Decision) map[types.UID]podEvent {
 		if json.Unmarshal(d.Detail, &a) != nil {
 			return nil
 		}
-		eta := d.At.Add(e.cfg.ProvisionTime).UTC().Format("15:04:05 MST")
+		uids := podUIDs(a.Serves)
+		if len(uids) == 0 {
+			return nil
+		}
+		pt := e.cfg.ProvisionTime(ctx)
+		eta := d.At.Add(pt).UTC().Format("15:04:05 MST")
 		note := fmt.Sprintf("pod triggered scale-up: pool %s to %d nodes; its GPUs are expected by %s (max provision time %s): %s",
-			a.Pool, a.Target, eta, e.cfg.ProvisionTime, a.Reason)
-		for _, uid := range podUIDs(a.Serves) {
+			a.Pool, a.Target, eta, pt, a.Reason)
+		for _, uid := range uids {
 			out[uid] = podEvent{Reason: EventScaleUpTriggered, Type: corev1.EventTypeNormal, Note: note, Action: "ScaleUp"}
 		}
 	case string(broker.ActPreempt):

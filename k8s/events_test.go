@@ -83,7 +83,7 @@ func (f *eventsFixture) events(t *testing.T) []string {
 
 func TestPodEventsSayWhyEachPodWaits(t *testing.T) {
 	a, b, c, d := gpuPod("ml", "a", 2), gpuPod("ml", "b", 2), gpuPod("vision", "c", 8), gpuPod("ml", "d", 4)
-	f := newEventsFixture(t, EventsConfig{ProvisionTime: 10 * time.Minute}, a, b, c, d)
+	f := newEventsFixture(t, EventsConfig{ProvisionTime: func(context.Context) time.Duration { return 10 * time.Minute }}, a, b, c, d)
 	f.ev.Decisions(context.Background(), []broker.Decision{
 		{At: f.now, Kind: string(broker.ActScaleUp), Demand: "k8s/" + string(a.UID), Pool: "gpu-training-group",
 			Reason: "2 pods need 4 GPUs", Detail: detail(t, broker.Action{Kind: broker.ActScaleUp, Pool: "gpu-training-group", Target: 3,
@@ -188,7 +188,7 @@ func TestPodEventsAreRateBounded(t *testing.T) {
 }
 
 func TestEventsConfigRefusesBadValues(t *testing.T) {
-	for _, c := range []EventsConfig{{Rate: -1}, {Burst: -1}, {ProvisionTime: -time.Second}} {
+	for _, c := range []EventsConfig{{Rate: -1}, {Burst: -1}} {
 		if _, err := newPodEvents(fake.NewClientset(), staticPods{}, c, nil); err == nil {
 			t.Errorf("config %+v accepted", c)
 		}

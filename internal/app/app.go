@@ -307,7 +307,7 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	if step <= 0 {
 		step = 5 * time.Second
 	}
-	events, err := k8s.NewPodEvents(client, obs, k8s.EventsConfig{ProvisionTime: m.cfg.Policy.MaxProvisionTime.D()}, m.log)
+	events, err := k8s.NewPodEvents(client, obs, k8s.EventsConfig{ProvisionTime: m.provisionTime}, m.log)
 	if err != nil {
 		return err
 	}

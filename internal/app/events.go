@@ -47,3 +47,16 @@ func (m *Main) withDecisionSinks(ledger broker.Ledger) broker.Ledger {
 	}
 	return decisionTap{Ledger: ledger, sinks: m.sinks}
 }
+
+// provisionTime is the stored policy's max provision time (its one
+// owner), or the configured one when the store cannot say: the ETA a
+// ScaleUpTriggered event gives.
+func (m *Main) provisionTime(ctx context.Context) time.Duration {
+	if p, err := m.st.GetPolicy(ctx); err == nil && p.MaxProvisionTime > 0 {
+		return p.MaxProvisionTime.D()
+	}
+	if d := m.cfg.Policy.MaxProvisionTime.D(); d > 0 {
+		return d
+	}
+	return broker.DefaultPolicy().MaxProvisionTime.D()
+}
