@@ -547,6 +547,13 @@ async function nodeAction(act, to) {
   }
 }
 
+// fmtHours shows GPU-hours with sense at every size: 12, 3.5, 0.0012.
+function fmtHours(h) {
+  if (h >= 10) return h.toFixed(0);
+  if (h >= 0.1) return h.toFixed(1);
+  return h > 0 ? h.toPrecision(2) : "0";
+}
+
 function renderPreemptions(page) {
   const rows = page.items.map(d => {
     const a = d.detail || {};
@@ -557,7 +564,7 @@ function renderPreemptions(page) {
       el("td", {}, d.node || a.node || ""),
       el("td", {}, (a.serves || [d.demand]).filter(Boolean).join(", ")),
       el("td", {}, victims || "—"),
-      el("td", { class: "num" }, (a.gpu_hours_lost || 0).toFixed(1)),
+      el("td", { class: "num" }, fmtHours(a.gpu_hours_lost || 0)),
       el("td", { class: "reason" }, redact(d.reason)));
   });
   replaceRows($("#preemptions tbody"), rows, "no preemptions", 6);
