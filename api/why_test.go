@@ -19,6 +19,7 @@ type whyBody struct {
 		Name        string  `json:"name"`
 		Tenant      string  `json:"tenant"`
 		State       string  `json:"state"`
+		LastSeen    string  `json:"last_seen"`
 		WaitReason  string  `json:"wait_reason"`
 		CloseReason string  `json:"close_reason"`
 		WaitSeconds float64 `json:"wait_seconds"`
@@ -70,7 +71,8 @@ func TestWhyTellsADemandsHistory(t *testing.T) {
 		want(t, r, 200, "why "+id)
 		b := decodeWhy(t, r)
 		if len(b.Demands) != 1 || b.Demands[0].ID != "k8s/p1" || b.Demands[0].State != "pending" ||
-			b.Demands[0].WaitReason != string(broker.WaitInFlight) || b.Demands[0].WaitSeconds < 500 {
+			b.Demands[0].WaitReason != string(broker.WaitInFlight) || b.Demands[0].WaitSeconds < 500 ||
+			strings.HasPrefix(b.Demands[0].LastSeen, "0001") {
 			t.Fatalf("why %s: %s", id, r.raw)
 		}
 		var got []string

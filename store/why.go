@@ -56,10 +56,11 @@ func (s *Store) FindDemand(ctx context.Context, l DemandLookup) ([]FoundDemand, 
 	const where = `source = $1 AND (($2 <> '' AND key = $2) OR ($3 <> '' AND starts_with(key, $3)) OR ($4 <> '' AND name = $4))`
 	rows, err := s.pool.Query(ctx, `
 		SELECT * FROM (
-			SELECT `+cols+`, 'pending' AS state, wait_reason, wait_detail, NULL::timestamptz AS closed_at, '' AS reason, 0::bigint AS waited_ms
+			SELECT `+cols+`, (SELECT o.observed_at FROM observations o WHERE o.source = demand.source) AS last_seen,
+				'pending' AS state, wait_reason, wait_detail, NULL::timestamptz AS closed_at, '' AS reason, 0::bigint AS waited_ms
 			FROM demand WHERE `+where+`
 			UNION ALL
-			(SELECT `+cols+`, 'closed', '', '', closed_at, reason, waited_ms
+			(SELECT `+cols+`, closed_at, 'closed', '', '', closed_at, reason, waited_ms
 			FROM demand_history WHERE `+where+` ORDER BY closed_at DESC, id DESC LIMIT $5)
 		) f ORDER BY state DESC, closed_at DESC NULLS FIRST, key LIMIT $5`,
 		string(l.Source), l.Key, l.KeyPrefix, l.Name, maxFound)
@@ -69,10 +70,13 @@ func (s *Store) FindDemand(ctx context.Context, l DemandLookup) ([]FoundDemand, 
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FoundDemand, error) {
 		var f FoundDemand
 		var src, reason string
-		var closed *time.Time
+		var closed, last *time.Time
 		var waited int64
 		err := r.Scan(&src, &f.Key, &f.Name, &f.Tenant, &f.Queue, &f.Priority, &f.GPUsPerUnit, &f.Units, &f.Gang,
-			&f.FirstSeen, &f.State, &f.WaitReason, &f.WaitDetail, &closed, &reason, &waited)
+			&f.FirstSeen, &last, &f.State, &f.WaitReason, &f.WaitDetail, &closed, &reason, &waited)
+		if last != nil {
+			f.LastSeen = *last // when its side last showed it (closed: when it left)
+		}
 		f.Source, f.CloseReason, f.Waited = broker.Source(src), CloseReason(reason), time.Duration(waited)*time.Millisecond
 		if closed != nil {
 			f.ClosedAt = *closed
