@@ -94,7 +94,12 @@ type podFinder interface {
 }
 
 // PodEvents turns the broker's decisions about pending pods into
-// events.k8s.io/v1 Events on the pods. It writes one Event when a pod's
+// events.k8s.io/v1 Events on the pods. That API, not core/v1, because it
+// is the one the Kubernetes events guidelines name for new controllers: it
+// requires what users need to tell whose word an Event is
+// (reportingController gpubroker.io/broker, reportingInstance, action), and
+// it is one resource with core/v1 Events, so `kubectl describe pod` and
+// `kubectl get events` show them as they show the scheduler's. It writes one Event when a pod's
 // reason or message changes, never the same reason and message twice in a
 // row, and at most Burst then Rate Events per second over all pods. Writing
 // is best effort: a failed write is logged and retried with the next
