@@ -54,6 +54,10 @@ type Config struct {
 	Registry *prometheus.Registry
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// LastChange, when set, names who last changed a tenant, pool or the
+	// policy: a 412 carries it as error.changed_by (the assembly reads it
+	// from the audit trail).
+	LastChange LastChangeFunc
 	// AuthCacheTTL is how long an authenticated token is trusted without
 	// asking the database again (default 10s; negative disables caching).
 	// A revoked token stops working within this time.
@@ -67,10 +71,6 @@ type Config struct {
 	SeriesWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// LastChange, when set, names who last changed a tenant, pool or the
-	// policy: a 412 carries it as error.changed_by (the assembly reads it
-	// from the audit trail).
-	LastChange LastChangeFunc
 }
 
 func (c *Config) setDefaults() error {

@@ -268,6 +268,21 @@ function renderDecisions(page) {
 }
 
 // renderOps lists open ops, then recently failed ones with why they ended.
+// refreshAudit shows the latest writes to admins and tenant-admins (a
+// tenant-admin sees its tenant's); for other roles the panel stays hidden.
+async function refreshAudit() {
+  let page;
+  try { page = await api("/audit?limit=10"); } catch (err) { $("#audit-panel").hidden = true; return; }
+  $("#audit-panel").hidden = false;
+  const rows = page.items.map(a => el("tr", {},
+    el("td", {}, fmtTime(a.at)),
+    el("td", { title: a.actor_kind }, a.actor + (a.role ? " (" + a.role + ")" : "")),
+    el("td", {}, a.method + " " + a.route),
+    el("td", {}, a.target || ""),
+    el("td", { class: "num" }, a.status)));
+  replaceRows($("#audit tbody"), rows, "no changes recorded", 5);
+}
+
 // ownDemand keeps, for a tenant-admin, only what serves its tenant's
 // pending demand (ops and planned actions name demand, not tenants).
 function ownDemand(xs) {
@@ -612,6 +627,7 @@ async function refresh() {
     renderDemand(pending);
     renderDecisions(decisions);
     renderOps(openOps, failedOps);
+    refreshAudit();
     renderPolicy(pol);
     renderPreemptions(preempts);
     lastSeries = series;

@@ -136,11 +136,10 @@ type Main struct {
 	pools       broker.NodePool
 	observers   []broker.SideObserver
 	actions     []broker.SideActions
+	sinks       []decisionSink // receive the decisions the runtime records (pod Events)
 	trigger     <-chan struct{}
 	checkpoints broker.Checkpoints
-	// sinks receive the decisions the runtime records (pod Events).
-	sinks  []decisionSink
-	cancel context.CancelFunc
+	cancel      context.CancelFunc
 }
 
 // Open assembles the broker. The Kubernetes informers run until Close (or
