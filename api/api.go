@@ -60,6 +60,10 @@ type Config struct {
 	Registry *prometheus.Registry
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// LastChange, when set, names who last changed a tenant, pool or the
+	// policy: a 412 carries it as error.changed_by (the assembly reads it
+	// from the audit trail).
+	LastChange LastChangeFunc
 	// AuthCacheTTL is how long an authenticated token is trusted without
 	// asking the database again (default 10s; negative disables caching).
 	// A revoked token stops working within this time.
@@ -202,6 +206,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(admins...)).Patch("/policy", s.patchPolicy)
 
 			r.With(allow(readers...)).Get("/demand", s.listDemand)
+			r.With(allow(readers...)).Get("/demand/{id}/why", s.why)
 
 			r.With(allow(readers...)).Get("/nodes", s.listNodes)
 			r.With(allow(readers...)).Get("/nodes/{name}", s.getNode)

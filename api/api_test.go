@@ -79,6 +79,7 @@ func TestRolesPerRoute(t *testing.T) {
 		{"PUT", "/api/v1/nodes/ip-10-0-0-1/protection", map[string]any{"protected": true}, nil, []string{"admin"}},
 		{"POST", "/api/v1/nodes/ip-10-0-0-1/report", map[string]any{"node": "ip-10-0-0-1", "at": "2026-11-30T12:00:00Z"}, nil, []string{"admin", "agent"}},
 		{"GET", "/api/v1/decisions", nil, nil, readers},
+		{"GET", "/api/v1/demand/k8s%2Fp1/why", nil, nil, readers},
 		{"GET", "/api/v1/ops", nil, nil, readers},
 		{"POST", "/api/v1/plan", nil, nil, readers},
 		{"GET", "/api/v1/capacity", nil, nil, readers},

@@ -16,8 +16,13 @@
 // strong ETag ("3"). Updates must send it back in If-Match: without it the
 // answer is 428 Precondition Required, with a version that is no longer
 // current it is 412 Precondition Failed, so a concurrent edit is never
-// silently lost. 409 Conflict is kept for clashes with other objects (a
-// queue already mapped to another tenant, a tenant still named by demand).
+// silently lost; its error.changed_by names who made the change when the
+// assembly gives the API an audit trail (Config.LastChange). 409 Conflict
+// is kept for clashes with other objects (a queue already mapped to another
+// tenant, a tenant still named by demand).
+//
+// GET /api/v1/demand/{id}/why is a demand's history (a tenant-admin's own
+// tenant only); "gpubroker why" prints it.
 //
 // The package reaches the tick loop only through the Runtime interface,
 // defined here where it is used.

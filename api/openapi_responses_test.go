@@ -46,6 +46,9 @@ func TestOpenAPIResponsesMatch(t *testing.T) {
 		{"PATCH", "/api/v1/policy", "admin", `{"expander":"most-pods"}`, []string{`If-Match: "0"`}},
 		{"GET", "/api/v1/demand", "viewer", "", nil},
 		{"GET", "/api/v1/demand?state=closed", "viewer", "", nil},
+		{"GET", "/api/v1/demand/k8s%2Fp1/why", "viewer", "", nil},
+		{"GET", "/api/v1/demand/k8s%2Fnobody/why", "viewer", "", nil}, // 404
+		{"GET", "/api/v1/demand/mesos%2Fx/why", "viewer", "", nil},    // 400
 		{"GET", "/api/v1/nodes", "viewer", "", nil},
 		{"GET", "/api/v1/nodes?owner=mesos", "viewer", "", nil},
 		{"POST", "/api/v1/nodes/ip-10-0-0-1/report", "agent", `{"at":"2026-11-30T12:00:00Z","gpus":[{"index":0,"utilisation":0.5}]}`, nil},

@@ -31,6 +31,8 @@ type errorDetail struct {
 	// Field names the offending body field or query parameter, if any.
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
+	// ChangedBy, on a 412, names who made the change the client missed.
+	ChangedBy *ChangeInfo `json:"changed_by,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -76,7 +78,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		if pe.required {
 			writeErr(w, http.StatusPreconditionRequired, "precondition_required", "If-Match", pe.msg)
 		} else {
-			writeErr(w, http.StatusPreconditionFailed, "precondition_failed", "If-Match", pe.msg)
+			writeJSON(w, http.StatusPreconditionFailed, errorBody{Error: errorDetail{Code: "precondition_failed",
+				Field: "If-Match", Message: pe.msg, ChangedBy: s.changedBy(r)}})
 		}
 	case errors.As(err, &mb):
 		writeErr(w, http.StatusRequestEntityTooLarge, "too_large", "body",

@@ -28,12 +28,63 @@ function el(tag, attrs, ...children) {
 
 function token() { return sessionStorage.getItem(KEY) || ""; }
 
-async function api(path) {
-  const res = await fetch("/api/v1" + path, { headers: { Authorization: "Bearer " + token() } });
+// api calls the JSON API. opts: method, body (sent as JSON) and ifMatch
+// (a version, sent as the ETag If-Match asks for). A failed call throws an
+// Error with the API's message, its status and its body.
+async function api(path, opts) {
+  opts = opts || {};
+  const headers = { Authorization: "Bearer " + token() };
+  const init = { method: opts.method || "GET", headers: headers };
+  if (opts.body !== undefined) { headers["Content-Type"] = "application/json"; init.body = JSON.stringify(opts.body); }
+  if (opts.ifMatch !== undefined) headers["If-Match"] = '"' + opts.ifMatch + '"';
+  const res = await fetch("/api/v1" + path, init);
   if (res.status === 401) throw Object.assign(new Error("unauthorized"), { auth: true });
-  const body = await res.json();
-  if (!res.ok) throw new Error((body.error && body.error.message) || res.statusText);
+  const text = await res.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
+  if (!res.ok) {
+    const msg = (body && body.error && body.error.message) || res.statusText;
+    throw Object.assign(new Error(msg), { status: res.status, body: body });
+  }
   return body;
+}
+
+// me is the signed-in token (GET /whoami): its role decides which actions
+// the dashboard offers; the API decides what is allowed.
+let me = { role: "viewer", tenant: "" };
+function isAdmin() { return me.role === "admin"; }
+// scope is the one tenant a tenant-admin sees; "" for everyone else.
+function scope() { return me.role === "tenant-admin" ? me.tenant : ""; }
+// otherTenants are the tenants a tenant-admin must not see named: their
+// names in reasons and victims read "another tenant".
+let otherTenants = [];
+function redact(text) {
+  if (!scope() || !text) return text;
+  let out = String(text);
+  for (const n of otherTenants) out = out.replace(new RegExp("\\b" + n.replace(/[-.]/g, "\\$&") + "\\b", "g"), "another tenant");
+  return out;
+}
+function mayEditTenant(name) { return isAdmin() || (me.role === "tenant-admin" && me.tenant === name); }
+
+// say writes an outcome under an action: ok or bad.
+function say(sel, text, kind) {
+  const m = $(sel);
+  m.textContent = text;
+  m.className = "msg " + (kind || "");
+}
+
+// whoChanged asks the audit trail who last changed target, for a 412:
+// the error body's changed_by when the API sends it, else the newest
+// successful entry of GET /audit (admins and tenant-admins).
+async function whoChanged(err, target) {
+  const cb = err.body && err.body.error && err.body.error.changed_by;
+  if (cb) return " Changed by " + cb.actor + (cb.at ? " at " + fmtTime(cb.at) : "") + ".";
+  try {
+    const a = await api("/audit?target=" + encodeURIComponent(target) + "&limit=20");
+    const e = (a.items || []).find(x => x.status >= 200 && x.status < 300);
+    if (e) return " Changed by " + e.actor + " at " + fmtTime(e.at) + ".";
+  } catch (e) { /* no audit trail on this server */ }
+  return "";
 }
 
 function fmtWait(s) {
@@ -63,7 +114,7 @@ function replaceRows(tbody, rows, empty, cols) {
   tbody.replaceChildren(...(rows.length ? rows : [el("tr", { class: "empty" }, el("td", { colspan: String(cols), class: "muted" }, empty))]));
 }
 
-function renderSides(cap) {
+function renderSides(cap, pending) {
   const cards = [];
   let total = { gpus_total: 0, gpus_busy: 0, gpus_idle: 0, gpus_in_flight: 0, nodes: 0 };
   for (const s of cap.sides) {
@@ -71,7 +122,7 @@ function renderSides(cap) {
     cards.push(card(SIDE_NAMES[s.side] || s.side, s.side, s));
   }
   const all = card("All GPUs", "total", total);
-  all.append(el("div", { class: "detail" }, cap.pending_gpus + " GPUs of demand pending"));
+  all.append(el("div", { class: "detail" }, pending.total + " GPUs of demand pending"));
   $("#sides").replaceChildren(all, ...cards);
 }
 
@@ -111,7 +162,8 @@ function renderNodes(nodes) {
     const util = n.utilisation >= 0 ? Math.round(n.utilisation * 100) + "%" : "n/a";
     const title = n.name + "\nowner " + n.owner + ", " + n.phase + "\n" + n.gpus_allocated + "/" + n.gpus_total +
       " GPUs allocated, " + util + (n.protected ? "\nprotected from scale-down" : "") + (n.healthy ? "" : "\nunhealthy: " + n.health_reason);
-    return el("div", { class: cls.join(" "), title: title, "data-node": n.name },
+    if (n.name === selectedNode) cls.push("selected");
+    return el("div", { class: cls.join(" "), title: title, "data-node": n.name, "data-owner": n.owner, tabindex: "0" },
       el("div", { class: "name" }, n.name),
       el("div", {}, n.phase + (n.protected ? " · protected" : "")),
       el("div", {}, n.in_flight ? "GPUs on the way" : n.gpus_allocated + "/" + n.gpus_total + " GPU · " + util),
@@ -123,8 +175,42 @@ function renderNodes(nodes) {
 
 function reasonTag(r) { return el("span", { class: "tag " + (r || "none") }, r || "not planned yet"); }
 
-function renderDemandGroups(cap) {
-  const rows = cap.demand.map(g => el("tr", {},
+// pendingOf is the one source of truth for "pending" on this page: one
+// read of the ledger (GET /demand, a tenant-admin's tenant only) gives the
+// list, the groups by tenant, priority and reason, the GPUs per tenant and
+// the total, so every panel counts the same demand at the same moment.
+// (Before, the groups and the total came from /capacity, read and cached
+// at another moment than the list: with demand that lives about a tick,
+// "4 GPUs pending" sat next to "nothing waits".) Only when the ledger
+// holds more than one page does it take the server's groups, and says so.
+function pendingOf(page, cap) {
+  const sc = scope();
+  let groups;
+  if (!page.next) {
+    const m = new Map();
+    for (const d of page.items) {
+      const k = d.tenant + "\u0000" + d.priority + "\u0000" + (d.wait_reason || "");
+      let g = m.get(k);
+      if (!g) m.set(k, g = { tenant: d.tenant, priority: d.priority, wait_reason: d.wait_reason || "", count: 0, gpus: 0, oldest_wait_seconds: 0 });
+      g.count++;
+      g.gpus += d.gpus_per_unit * d.units;
+      g.oldest_wait_seconds = Math.max(g.oldest_wait_seconds, d.wait_seconds);
+    }
+    groups = [...m.values()].sort((a, b) => a.tenant.localeCompare(b.tenant) || b.priority - a.priority || a.wait_reason.localeCompare(b.wait_reason));
+  } else {
+    groups = cap.demand.filter(g => !sc || g.tenant === sc);
+  }
+  const byTenant = new Map();
+  let total = 0;
+  for (const g of groups) {
+    total += g.gpus;
+    byTenant.set(g.tenant, (byTenant.get(g.tenant) || 0) + g.gpus);
+  }
+  return { items: page.items, groups: groups, total: total, byTenant: byTenant, partial: Boolean(page.next), at: cap.at };
+}
+
+function renderDemandGroups(pending) {
+  const rows = pending.groups.map(g => el("tr", {},
     el("td", {}, g.tenant),
     el("td", { class: "num" }, g.priority),
     el("td", { class: "num" }, g.count),
@@ -132,17 +218,44 @@ function renderDemandGroups(cap) {
     el("td", { class: "num" }, fmtWait(g.oldest_wait_seconds)),
     el("td", {}, reasonTag(g.wait_reason))));
   replaceRows($("#demand-groups tbody"), rows, "no pending demand", 6);
-  $("#pending-total").textContent = cap.pending_gpus + " GPUs pending";
+  $("#pending-total").textContent = pending.total + " GPUs pending" + (pending.partial ? " (over 1000 demands: groups from the server's summary)" : "");
 }
 
-function renderDemand(page) {
-  const rows = page.items.slice(0, 12).map(d => el("tr", {},
+function renderDemand(pending) {
+  const rows = pending.items.slice(0, 12).map(d => el("tr", {},
     el("td", { title: d.source + "/" + d.key }, (d.source === "yarn" ? "YARN " : "k8s ") + (d.name || d.key)),
     el("td", {}, d.tenant),
     el("td", { class: "num" }, d.gpus_per_unit * d.units),
     el("td", { class: "num" }, fmtWait(d.wait_seconds)),
-    el("td", { class: "reason" }, reasonTag(d.wait_reason), " ", d.wait_detail || "")));
+    el("td", { class: "reason" }, reasonTag(d.wait_reason), " ", redact(d.wait_detail || ""), " ",
+      el("button", { type: "button", class: "link", "data-why": d.source + "/" + d.key }, "history"))));
+  if (pending.items.length > 12) {
+    rows.push(el("tr", { class: "more" }, el("td", { colspan: "5", class: "muted" }, "and " + (pending.items.length - 12) + " more")));
+  }
   replaceRows($("#demand tbody"), rows, "nothing waits", 5);
+}
+
+// showWhy prints a demand's history (GET /demand/{id}/why) under the list.
+async function showWhy(id) {
+  const box = $("#why-box");
+  box.hidden = false;
+  box.replaceChildren(el("p", { class: "muted" }, "loading the history of " + id + "…"));
+  try {
+    const w = await api("/demand/" + encodeURIComponent(id) + "/why");
+    const parts = [];
+    for (const d of w.demands) {
+      parts.push(el("p", {}, el("strong", {}, d.name || d.id), " · tenant " + d.tenant + " · " +
+        (d.state === "closed" ? "closed (" + d.close_reason + ") after " + fmtWait(d.waited_seconds || 0) : "pending " + fmtWait(d.wait_seconds || 0) + ": " + (d.wait_reason || "not planned yet"))));
+      const ul = el("ul", {});
+      for (const x of d.decisions) ul.append(el("li", {}, fmtTime(x.at) + " ", el("span", { class: "tag " + x.kind }, x.kind), " " + redact(x.reason)));
+      if (!d.decisions.length) ul.append(el("li", { class: "muted" }, "no decisions recorded yet"));
+      parts.push(ul);
+    }
+    box.replaceChildren(...parts, el("button", { type: "button", class: "link", "data-act": "close-why" }, "close"));
+  } catch (err) {
+    if (err.auth) { signOut("The token was refused; paste a valid one."); return; }
+    box.replaceChildren(el("p", { class: "error" }, "no history for " + id + ": " + err.message));
+  }
 }
 
 function renderDecisions(page) {
@@ -150,10 +263,11 @@ function renderDecisions(page) {
     el("td", {}, fmtTime(d.at)),
     el("td", {}, el("span", { class: "tag " + d.kind }, d.kind)),
     el("td", {}, d.node || d.pool || d.demand || ""),
-    el("td", { class: "reason" }, d.reason)));
+    el("td", { class: "reason" }, redact(d.reason))));
   replaceRows($("#decisions tbody"), rows, "no decisions yet", 4);
 }
 
+// renderOps lists open ops, then recently failed ones with why they ended.
 // refreshAudit shows the latest writes to admins and tenant-admins (a
 // tenant-admin sees its tenant's); for other roles the panel stays hidden.
 async function refreshAudit() {
@@ -169,8 +283,18 @@ async function refreshAudit() {
   replaceRows($("#audit tbody"), rows, "no changes recorded", 5);
 }
 
-// renderOps lists open ops, then recently failed ones with why they ended.
+// ownDemand keeps, for a tenant-admin, only what serves its tenant's
+// pending demand (ops and planned actions name demand, not tenants).
+function ownDemand(xs) {
+  if (!scope()) return xs;
+  if (!lastPending) return [];
+  const mine = new Set(lastPending.items.map(d => d.source + "/" + d.key));
+  return xs.filter(x => (x.serves || []).some(id => mine.has(id)) || mine.has(x.demand));
+}
+
 function renderOps(open, failed) {
+  open = { items: ownDemand(open.items) };
+  failed = { items: ownDemand(failed.items) };
   const rows = open.items.concat(failed.items).slice(0, 20).map(o => el("tr", {},
     el("td", { class: "num" }, "#" + o.id),
     el("td", {}, el("span", { class: "tag " + o.kind }, o.kind)),
@@ -178,9 +302,10 @@ function renderOps(open, failed) {
     el("td", {}, el("span", { class: "tag " + (o.state === "failed" ? "bad" : o.state) }, o.state)),
     el("td", {}, o.step || ""),
     el("td", { class: "num" }, o.attempts),
-    el("td", { class: "reason" }, o.last_error ? o.reason + " — " + o.last_error : o.reason),
+    el("td", { class: "reason" }, redact(o.last_error ? o.reason + " — " + o.last_error : o.reason)),
     el("td", {}, fmtTime(o.updated_at))));
   replaceRows($("#ops tbody"), rows, "no open or failed operations", 8);
+  $("#ops-summary").textContent = open.items.length + " open · " + failed.items.length + " recently failed, with why they ended";
 }
 
 // chart draws stacked areas (busy, idle, in flight) and the pending demand
@@ -230,24 +355,39 @@ function chart(container, points, side) {
 
 const TENANT_COLOURS = ["#326ce5", "#e08a1e", "#2f8f5b", "#9b59b6", "#d3455b", "#16a2b8", "#8d6e63", "#7f8c8d"];
 
+// tenantPoints is pending demand GPUs by tenant at every step of the
+// series window: steps without demand are zero (the API lists only steps
+// that had some, so short-lived demand left the chart empty), and the
+// newest point is the live read the tables show.
+function tenantPoints(series, pending) {
+  const sc = scope();
+  const step = Math.max(1, series.step_seconds || 30) * 1000;
+  const from = new Date(series.from).getTime(), to = new Date(series.to).getTime();
+  const byTime = new Map();
+  for (let t = Math.floor(from / step) * step + step; t <= to; t += step) byTime.set(t, new Map());
+  for (const d of series.demand || []) {
+    if (sc && d.tenant !== sc) continue;
+    const t = new Date(d.at).getTime();
+    if (!byTime.has(t)) byTime.set(t, new Map());
+    const m = byTime.get(t);
+    m.set(d.tenant, (m.get(d.tenant) || 0) + d.gpus);
+  }
+  if (pending) byTime.set(Math.max(to, new Date(pending.at).getTime()), new Map(pending.byTenant));
+  return byTime;
+}
+
 // tenantChart stacks pending demand GPUs by tenant (all priorities) over
 // time, the largest tenants first; beyond seven, the rest are "others".
-function tenantChart(container, legend, demand) {
+function tenantChart(container, legend, byTime) {
   const W = Math.max(container.clientWidth, 200), H = 150, L = 30, R = 6, T = 8, B = 18;
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
   svg.setAttribute("viewBox", "0 0 " + W + " " + H);
   svg.setAttribute("role", "img");
   const mk = (tag, attrs) => { const e = document.createElementNS(ns, tag); for (const k in attrs) e.setAttribute(k, attrs[k]); svg.append(e); return e; };
-  const totals = new Map(), times = [], byTime = new Map();
-  for (const d of demand) {
-    const t = new Date(d.at).getTime();
-    if (!byTime.has(t)) { byTime.set(t, new Map()); times.push(t); }
-    const m = byTime.get(t);
-    m.set(d.tenant, (m.get(d.tenant) || 0) + d.gpus);
-    totals.set(d.tenant, (totals.get(d.tenant) || 0) + d.gpus);
-  }
-  times.sort((a, b) => a - b);
+  const totals = new Map();
+  const times = [...byTime.keys()].sort((a, b) => a - b);
+  for (const m of byTime.values()) for (const [tn, v] of m) if (v > 0) totals.set(tn, (totals.get(tn) || 0) + v);
   let tenants = [...totals.keys()].sort((a, b) => totals.get(b) - totals.get(a) || a.localeCompare(b));
   if (tenants.length > 8) tenants = tenants.slice(0, 7).concat(["others"]);
   const val = (t, tenant) => {
@@ -257,14 +397,14 @@ function tenantChart(container, legend, demand) {
     for (const [k, v] of m) if (!tenants.slice(0, 7).includes(k)) s += v;
     return s;
   };
-  svg.setAttribute("data-points", String(times.length));
+  svg.setAttribute("data-points", String(tenants.length ? times.length : 0));
   legend.replaceChildren(...tenants.map((tn, i) => {
     const sw = el("i", { class: "sw" });
     sw.style.background = TENANT_COLOURS[i % 8]; // CSSOM, allowed by the CSP; a style attribute is not
     return el("span", {}, sw, tn);
   }));
-  if (times.length < 2) {
-    mk("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }).textContent = times.length ? "" : "no pending demand in this window";
+  if (times.length < 2 || tenants.length === 0) {
+    mk("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }).textContent = "no pending demand in this window";
     container.replaceChildren(svg);
     return;
   }
@@ -288,22 +428,208 @@ function tenantChart(container, legend, demand) {
   container.replaceChildren(svg);
 }
 
+// tenants are the tenants as last read (name → tenant with its version),
+// the versions edits are based on.
+let tenants = new Map();
+let editing = null;
+let policy = null;
+let selectedNode = null;
+
+function renderTenants(list, pending) {
+  const sc = scope();
+  tenants = new Map();
+  otherTenants = sc ? list.items.map(t => t.name).filter(n => n !== sc).sort((a, b) => b.length - a.length) : [];
+  const rows = [];
+  for (const t of list.items) {
+    if (sc && t.name !== sc) continue; // a tenant-admin sees its own tenant only
+    tenants.set(t.name, t);
+    const where = (t.yarn_queues || []).concat(t.namespaces || []).join(", ");
+    rows.push(el("tr", { "data-tenant": t.name },
+      el("td", {}, t.name),
+      el("td", { class: "num" }, t.guaranteed_gpus || 0),
+      el("td", { class: "num" }, t.max_gpus),
+      el("td", { class: "num" }, t.weight),
+      el("td", { class: "num" }, pending.byTenant.get(t.name) || 0),
+      el("td", { class: "muted" }, where),
+      el("td", {}, mayEditTenant(t.name) ? el("button", { type: "button", "data-edit": t.name }, "Edit") : "")));
+  }
+  replaceRows($("#tenants tbody"), rows, "no tenants", 7);
+  $("#tenant-scope").textContent = sc ? "your tenant (" + sc + ")" : list.items.length + " tenants";
+}
+
+function editTenant(name) {
+  const t = tenants.get(name);
+  if (!t) return;
+  const f = $("#tenant-form");
+  f.dataset.tenant = name;
+  editing = t; // the edit is based on this version, whatever refreshes bring
+  $("#tenant-form-name").textContent = name + " (version " + t.version + ")";
+  f.elements.guaranteed_gpus.value = t.guaranteed_gpus || 0;
+  f.elements.max_gpus.value = t.max_gpus;
+  f.elements.weight.value = t.weight;
+  f.hidden = false;
+  say("#tenant-msg", "");
+}
+
+// saveTenant writes changes (quota and weight) over the tenant as read,
+// with If-Match on the version read: an edit made meanwhile by someone
+// else is a 412, shown with who made it, never overwritten.
+async function saveTenant(name, changes) {
+  let cur = editing && editing.name === name ? editing : tenants.get(name);
+  try {
+    if (!cur) cur = await api("/tenants/" + encodeURIComponent(name));
+    const body = Object.assign({}, cur, changes);
+    delete body.version;
+    for (const k of Object.keys(body)) if (body[k] === null) delete body[k]; // the API refuses nulls
+    const updated = await api("/tenants/" + encodeURIComponent(name), { method: "PUT", body: body, ifMatch: cur.version });
+    tenants.set(name, updated);
+    editing = null;
+    $("#tenant-form").hidden = true;
+    say("#tenant-msg", "saved tenant " + name + ": guaranteed " + (updated.guaranteed_gpus || 0) + ", max " + updated.max_gpus +
+      " GPUs, weight " + updated.weight + " (version " + updated.version + ")", "ok");
+    refresh();
+  } catch (err) {
+    if (err.auth) { signOut("The token was refused; paste a valid one."); return; }
+    let msg = "not saved: " + err.message;
+    if (err.status === 412) msg += await whoChanged(err, "tenant/" + name) + " Reload to see the current values.";
+    say("#tenant-msg", msg, "bad");
+  }
+}
+
+const POLICY_ROWS = [["cluster_max_gpus", "cluster max GPUs"], ["scale_down_unneeded", "scale-down unneeded time"],
+  ["scale_down_utilisation", "scale-down utilisation"], ["expander", "expander"], ["preemption", "preemption"],
+  ["ownership_transfer", "ownership transfer"], ["max_provision_time", "max provision time"], ["drain_timeout", "drain timeout"]];
+
+function renderPolicy(p) {
+  policy = p;
+  const rows = POLICY_ROWS.map(([k, label]) => el("tr", {}, el("td", { class: "muted" }, label), el("td", { "data-field": k }, String(p[k]))));
+  replaceRows($("#policy tbody"), rows, "no policy", 2);
+  $("#policy-version").textContent = "version " + p.version;
+  $("#policy-edit").hidden = !isAdmin() || !$("#policy-form").hidden;
+}
+
+function editPolicy() {
+  const f = $("#policy-form");
+  for (const k of ["cluster_max_gpus", "scale_down_unneeded", "scale_down_utilisation", "expander"]) f.elements[k].value = policy[k];
+  f.elements.preemption.checked = Boolean(policy.preemption);
+  f.elements.ownership_transfer.checked = Boolean(policy.ownership_transfer);
+  f.dataset.version = String(policy.version);
+  f.hidden = false;
+  $("#policy-edit").hidden = true;
+  say("#policy-msg", "");
+}
+
+// savePolicy patches the fields the form changed, with If-Match on the
+// version the form was filled from.
+async function savePolicy(changes, version) {
+  try {
+    const updated = await api("/policy", { method: "PATCH", body: changes, ifMatch: version });
+    $("#policy-form").hidden = true;
+    renderPolicy(updated);
+    say("#policy-msg", "saved the policy (version " + updated.version + ")", "ok");
+  } catch (err) {
+    if (err.auth) { signOut("The token was refused; paste a valid one."); return; }
+    let msg = "not saved: " + err.message;
+    if (err.status === 412) msg += await whoChanged(err, "policy") + " Reload to see the current values.";
+    say("#policy-msg", msg, "bad");
+  }
+}
+
+function selectNode(tile) {
+  selectedNode = tile.dataset.node;
+  for (const n of document.querySelectorAll("#nodes .node")) n.classList.toggle("selected", n.dataset.node === selectedNode);
+  if (!isAdmin()) { say("#node-msg", "node " + selectedNode + ": only an admin may cordon, drain or transfer nodes", ""); return; }
+  $("#node-selected").textContent = selectedNode;
+  for (const b of document.querySelectorAll("#node-actions [data-to]")) b.hidden = b.dataset.to === tile.dataset.owner;
+  $("#node-actions").hidden = false;
+  say("#node-msg", "");
+}
+
+// nodeAction journals a manual operation; the API answers 202 once it is
+// accepted, and the executor carries it out (see the operations journal).
+async function nodeAction(act, to) {
+  const node = selectedNode;
+  if (!node) return;
+  try {
+    const body = act === "transfer" ? { to: to } : undefined;
+    const a = await api("/nodes/" + encodeURIComponent(node) + "/" + act, { method: "POST", body: body });
+    say("#node-msg", a.action + " of " + a.node + (a.to ? " to " + (SIDE_NAMES[a.to] || a.to) : "") + " " + a.status +
+      ": journaled, the executor carries it out (see the operations journal)", "ok");
+    refresh();
+  } catch (err) {
+    if (err.auth) { signOut("The token was refused; paste a valid one."); return; }
+    say("#node-msg", act + " of " + node + " refused: " + err.message, "bad");
+  }
+}
+
+// fmtHours shows GPU-hours with sense at every size: 12, 3.5, 0.0012.
+function fmtHours(h) {
+  if (h >= 10) return h.toFixed(0);
+  if (h >= 0.1) return h.toFixed(1);
+  return h > 0 ? h.toPrecision(2) : "0";
+}
+
+function renderPreemptions(page) {
+  const rows = page.items.map(d => {
+    const a = d.detail || {};
+    const victims = (a.victims || []).map(v => (scope() && v.tenant !== scope() ? "work of another tenant" : (v.name || v.source + "/" + v.key)) +
+      " (" + v.gpus + " GPUs, priority " + v.priority + ")").join(", ");
+    return el("tr", {},
+      el("td", {}, fmtTime(d.at)),
+      el("td", {}, d.node || a.node || ""),
+      el("td", {}, (a.serves || [d.demand]).filter(Boolean).join(", ")),
+      el("td", {}, victims || "—"),
+      el("td", { class: "num" }, fmtHours(a.gpu_hours_lost || 0)),
+      el("td", { class: "reason" }, redact(d.reason)));
+  });
+  replaceRows($("#preemptions tbody"), rows, "no preemptions", 6);
+}
+
+async function previewPlan() {
+  $("#plan-summary").textContent = "planning…";
+  try {
+    const pl = await api("/plan", { method: "POST" });
+    pl.actions = ownDemand(pl.actions);
+    pl.waits = ownDemand(pl.waits);
+    const rows = pl.actions.map(a => el("tr", {},
+      el("td", {}, el("span", { class: "tag " + a.kind }, a.kind)),
+      el("td", {}, a.node || a.pool || "" ) ,
+      el("td", { class: "reason" }, redact(a.reason))));
+    replaceRows($("#plan tbody"), rows, "no actions: nothing to change now", 3);
+    const why = new Map();
+    for (const w of pl.waits) why.set(w.reason, (why.get(w.reason) || 0) + 1);
+    $("#plan-summary").textContent = pl.actions.length + " actions, " + pl.waits.length + " waits" +
+      (why.size ? " (" + [...why].map(([r, n]) => n + " " + r).join(", ") + ")" : "");
+  } catch (err) {
+    if (err.auth) { signOut("The token was refused; paste a valid one."); return; }
+    $("#plan-summary").textContent = "no plan: " + err.message;
+  }
+}
+
 let lastSeries = null;
+let lastPending = null;
 
 async function refresh() {
   try {
-    const [cap, series, nodes, demand, decisions, openOps, failedOps] = await Promise.all([
+    const sc = scope(), q = sc ? "&tenant=" + encodeURIComponent(sc) : "";
+    const [cap, series, nodes, demand, decisions, openOps, failedOps, tenantList, pol, preempts] = await Promise.all([
       api("/capacity"), api("/capacity/series?window=" + SERIES_WINDOW), api("/nodes"),
-      api("/demand?limit=50"), api("/decisions?limit=20"),
-      api("/ops?state=open&limit=20"), api("/ops?state=failed&limit=10")]);
-    renderSides(cap);
+      api("/demand?limit=1000" + q), api("/decisions?limit=20" + q),
+      api("/ops?state=open&limit=20"), api("/ops?state=failed&limit=10"),
+      api("/tenants"), api("/policy"), api("/decisions?kind=preempt&limit=10" + q)]);
+    const pending = pendingOf(demand, cap);
+    lastPending = pending;
+    renderTenants(tenantList, pending); // first: it learns which tenant names to hide
+    renderSides(cap, pending);
     renderPools(cap);
-    renderDemandGroups(cap);
+    renderDemandGroups(pending);
     renderNodes(nodes.items);
-    renderDemand(demand);
+    renderDemand(pending);
     renderDecisions(decisions);
     renderOps(openOps, failedOps);
     refreshAudit();
+    renderPolicy(pol);
+    renderPreemptions(preempts);
     lastSeries = series;
     drawCharts();
     renderStatus(cap.runtime);
@@ -320,7 +646,7 @@ function drawCharts() {
   if (!lastSeries) return;
   chart($("#chart-yarn"), lastSeries.points, "yarn");
   chart($("#chart-k8s"), lastSeries.points, "k8s");
-  tenantChart($("#chart-tenants"), $("#tenant-legend"), lastSeries.demand || []);
+  tenantChart($("#chart-tenants"), $("#tenant-legend"), tenantPoints(lastSeries, lastPending));
 }
 
 function renderStatus(rt) {
@@ -333,17 +659,66 @@ function renderStatus(rt) {
   stale.textContent = s.map(([k, v]) => (SIDE_NAMES[k] || k) + " stale: " + v).join(" · ");
 }
 
-function start() {
+async function start() {
   $("#login").hidden = true;
   $("#app").hidden = false;
   $("#logout").hidden = false;
+  try {
+    me = await api("/whoami");
+  } catch (err) {
+    if (err.auth) { signOut("The token was refused; paste a valid one."); return; }
+    me = { role: "viewer", tenant: "" };
+  }
+  $("#whoami").textContent = (me.name ? me.name + " · " : "") + me.role + (me.tenant ? " of " + me.tenant : "");
+  document.body.dataset.role = me.role;
   refresh();
   clearInterval(timer);
   timer = setInterval(refresh, REFRESH_MS);
 }
 
+// wire connects the dashboard's buttons and forms (no inline handlers:
+// the Content-Security-Policy forbids them).
+function wire() {
+  $("#nodes").addEventListener("click", ev => { const t = ev.target.closest(".node"); if (t) selectNode(t); });
+  $("#node-actions").addEventListener("click", ev => {
+    const b = ev.target.closest("button");
+    if (!b) return;
+    if (b.dataset.act === "close") { $("#node-actions").hidden = true; selectedNode = null; return; }
+    nodeAction(b.dataset.act, b.dataset.to);
+  });
+  $("#tenants").addEventListener("click", ev => { const b = ev.target.closest("[data-edit]"); if (b) editTenant(b.dataset.edit); });
+  $("#tenant-form").addEventListener("submit", ev => {
+    ev.preventDefault();
+    const f = ev.target;
+    saveTenant(f.dataset.tenant, { guaranteed_gpus: Number(f.elements.guaranteed_gpus.value), max_gpus: Number(f.elements.max_gpus.value),
+      weight: Number(f.elements.weight.value) });
+  });
+  $("#tenant-form [data-act=cancel]").addEventListener("click", () => { $("#tenant-form").hidden = true; });
+  $("#policy-edit").addEventListener("click", editPolicy);
+  $("#policy-form").addEventListener("submit", ev => {
+    ev.preventDefault();
+    const f = ev.target, changes = {};
+    const num = { cluster_max_gpus: true, scale_down_utilisation: true };
+    for (const k of ["cluster_max_gpus", "scale_down_unneeded", "scale_down_utilisation", "expander"]) {
+      const v = num[k] ? Number(f.elements[k].value) : f.elements[k].value;
+      if (String(v) !== String(policy[k])) changes[k] = v;
+    }
+    for (const k of ["preemption", "ownership_transfer"]) if (f.elements[k].checked !== Boolean(policy[k])) changes[k] = f.elements[k].checked;
+    savePolicy(changes, Number(f.dataset.version));
+  });
+  $("#policy-form [data-act=cancel]").addEventListener("click", () => { $("#policy-form").hidden = true; $("#policy-edit").hidden = !isAdmin(); });
+  $("#plan-run").addEventListener("click", previewPlan);
+  $("#demand").addEventListener("click", ev => { const b = ev.target.closest("[data-why]"); if (b) showWhy(b.dataset.why); });
+  $("#why-box").addEventListener("click", ev => { if (ev.target.closest("[data-act=close-why]")) $("#why-box").hidden = true; });
+}
+
+// The actions, for the browser tests and the console.
+window.gpubroker = { saveTenant: saveTenant, savePolicy: savePolicy, nodeAction: nodeAction, refresh: refresh };
+
 function signOut(msg) {
   clearInterval(timer);
+  me = { role: "viewer", tenant: "" };
+  lastPending = null;
   sessionStorage.removeItem(KEY);
   $("#app").hidden = true;
   $("#logout").hidden = true;
@@ -364,6 +739,7 @@ function takeHashToken() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  wire();
   takeHashToken();
   window.addEventListener("hashchange", () => { if (takeHashToken()) start(); });
   $("#login").addEventListener("submit", ev => {

@@ -46,6 +46,7 @@ func commands() map[string]command {
 		"token":   {"create, revoke or list API bearer tokens (create --role R [--tenant T] [--name N] [--expires D] | revoke ID | list)", runToken},
 		"replay":  {"replay a GPU job trace against gpubroker's planner, a per-side autoscaler and a static split", runReplay},
 		"yarn":    {"take a NodeManager from YARN or give it back (decommission HOST --timeout 10m | recommission HOST)", runYARN},
+		"why":     {"print why a demand waits and what the broker decided about it, from the API (" + whyUsage + ")", runWhy},
 	}
 }
 

@@ -154,6 +154,7 @@ type Main struct {
 	pools       broker.NodePool
 	observers   []broker.SideObserver
 	actions     []broker.SideActions
+	sinks       []decisionSink // receive the decisions the runtime records (pod Events)
 	trigger     <-chan struct{}
 	checkpoints broker.Checkpoints
 	krb         *yarn.Kerberos
@@ -341,6 +342,11 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	if step <= 0 {
 		step = 5 * time.Second
 	}
+	events, err := k8s.NewPodEvents(client, obs, k8s.EventsConfig{ProvisionTime: m.provisionTime}, m.log)
+	if err != nil {
+		return err
+	}
+	m.sinks = append(m.sinks, events)
 	side := k8s.NewSide(client, obs, act, step)
 	m.observers = append(m.observers, side)
 	m.actions = append(m.actions, side)
@@ -378,6 +384,7 @@ func (m *Main) NewRuntime() (*broker.Runtime, error) {
 	if c.Preview {
 		ledger = previewLedger{Ledger: ledger, pools: c.Pools, tenants: c.Tenants, policy: c.Policy}
 	}
+	ledger = m.withDecisionSinks(ledger)
 	return broker.NewRuntime(broker.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
 		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints})
