@@ -60,9 +60,9 @@ type Config struct {
 	Registry *prometheus.Registry
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
-	// LastChange, when set, names who last changed a tenant, pool or the
-	// policy: a 412 carries it as error.changed_by (the assembly reads it
-	// from the audit trail).
+	// LastChange names who last changed a tenant, pool or the policy: a
+	// 412 carries it as error.changed_by. Default: the audit trail's newest
+	// successful write to it.
 	LastChange LastChangeFunc
 	// AuthCacheTTL is how long an authenticated token is trusted without
 	// asking the database again (default 10s; negative disables caching).
@@ -89,6 +89,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.LastChange == nil {
+		c.LastChange = auditLastChange(c.Store)
 	}
 	if c.Registry == nil {
 		c.Registry = prometheus.NewRegistry()

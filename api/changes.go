@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gpubroker/gpubroker/store"
 )
 
 // ChangeInfo says who last changed a versioned object and when: what a
@@ -35,6 +37,25 @@ func targetOf(path string) string {
 		return "pool/" + name
 	}
 	return ""
+}
+
+// auditLastChange is the default LastChange: the newest successful write
+// to target in the audit trail (the trail keeps refused writes too).
+func auditLastChange(st interface {
+	ListAudit(context.Context, store.AuditFilter) ([]store.AuditEntry, error)
+}) LastChangeFunc {
+	return func(ctx context.Context, target string) (ChangeInfo, bool) {
+		es, err := st.ListAudit(ctx, store.AuditFilter{Target: target, Limit: 20})
+		if err != nil {
+			return ChangeInfo{}, false
+		}
+		for _, e := range es {
+			if e.Status >= 200 && e.Status < 300 {
+				return ChangeInfo{Actor: e.Actor, At: e.At}, true
+			}
+		}
+		return ChangeInfo{}, false
+	}
 }
 
 // changedBy asks Config.LastChange who changed the object of r, for the

@@ -82,9 +82,35 @@ func TestStaleWriteSaysWhoChangedIt(t *testing.T) {
 	if strings.Join(asked, " ") != "tenant/vision policy pool/gpu-training-group" {
 		t.Errorf("LastChange asked for %q", asked)
 	}
-	// Without LastChange (the env's server), a 412 has no changed_by.
+	// The default LastChange reads the audit trail: vision was seeded
+	// without the API, so nobody is named yet.
 	r := e.call("PUT", "/api/v1/tenants/vision", "admin", `{"max_gpus":8,"weight":1}`, `If-Match: "7"`)
 	if r.code != 412 || strings.Contains(r.raw, "changed_by") {
-		t.Errorf("412 without an audit trail: %d %s", r.code, r.raw)
+		t.Errorf("412 before any audited write: %d %s", r.code, r.raw)
+	}
+}
+
+func TestStaleWriteNamesTheLastAuditedWriter(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	r := e.call("PUT", "/api/v1/tenants/vision", "admin", `{"max_gpus":8,"weight":1}`, `If-Match: "1"`)
+	if r.code != 200 {
+		t.Fatalf("current write: %d %s", r.code, r.raw)
+	}
+	// A refused write is in the trail too, but it changed nothing.
+	if r := e.call("PUT", "/api/v1/tenants/vision", "ml-admin", `{"max_gpus":8,"weight":1}`, `If-Match: "2"`); r.code < 400 {
+		t.Fatalf("tenant-admin of another tenant wrote vision: %d %s", r.code, r.raw)
+	}
+	r = e.call("PUT", "/api/v1/tenants/vision", "admin", `{"max_gpus":9,"weight":1}`, `If-Match: "1"`)
+	var body struct {
+		Error struct {
+			ChangedBy *api.ChangeInfo `json:"changed_by"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.raw), &body); err != nil {
+		t.Fatalf("412 body: %v: %s", err, r.raw)
+	}
+	if r.code != 412 || body.Error.ChangedBy == nil || body.Error.ChangedBy.Actor != "admin" || body.Error.ChangedBy.At.IsZero() {
+		t.Errorf("stale write after an audited one: %d %s, want changed_by naming %q", r.code, r.raw, "admin")
 	}
 }
