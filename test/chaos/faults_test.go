@@ -48,14 +48,20 @@ type injector struct {
 	w   *world
 	rng *rand.Rand
 
+	// until is when the faults end; armed kills wait until then.
+	until  time.Time
+	wg     sync.WaitGroup
+	killMu sync.Mutex // one kill and takeover at a time
+
 	mu       sync.Mutex
+	armed    map[string]bool
 	injected map[string]int
 	notes    []string
 	recovery map[string][]time.Duration
 }
 
 func newInjector(w *world, seed uint64) *injector {
-	return &injector{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x6368616f73)), injected: map[string]int{}, recovery: map[string][]time.Duration{}}
+	return &injector{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x6368616f73)), armed: map[string]bool{}, injected: map[string]int{}, recovery: map[string][]time.Duration{}}
 }
 
 func (in *injector) note(kind, format string, args ...any) {
@@ -86,6 +92,8 @@ func sleep(ctx context.Context, d time.Duration) {
 // run injects faults from after warm until until: every kind once per
 // round, in a seeded order, with seeded gaps and windows.
 func (in *injector) run(ctx context.Context, warm time.Duration, until time.Time) {
+	in.until = until
+	defer in.wg.Wait()
 	sleep(ctx, warm)
 	for ctx.Err() == nil && time.Now().Before(until) {
 		order := slices.Clone(allFaults)
@@ -95,7 +103,7 @@ func (in *injector) run(ctx context.Context, warm time.Duration, until time.Time
 				return
 			}
 			in.inject(ctx, kind)
-			sleep(ctx, in.between(2*time.Second, 6*time.Second))
+			sleep(ctx, in.between(1500*time.Millisecond, 4*time.Second))
 		}
 	}
 }
@@ -104,19 +112,17 @@ func (in *injector) inject(ctx context.Context, kind string) {
 	w := in.w
 	switch kind {
 	case fKillScaleUp:
-		in.killWhen(ctx, kind, func() (string, bool) {
+		in.armKill(ctx, kind, func() (string, bool) {
 			return in.openOp(ctx, func(op broker.Op) bool { return op.Kind == broker.ActScaleUp })
 		})
 	case fKillDrain:
-		in.killWhen(ctx, kind, func() (string, bool) {
-			return in.openOp(ctx, func(op broker.Op) bool {
-				return op.Step == "release" && op.Node != "" && w.ysim.NodeState(op.Node) != "DECOMMISSIONING" && in.cordoned(ctx, op.Node)
-			})
+		in.armKill(ctx, kind, func() (string, bool) {
+			return in.openOp(ctx, func(op broker.Op) bool { return in.releasing(ctx, op, broker.OwnerK8s) })
 		})
 	case fKillDecommission:
-		in.killWhen(ctx, kind, func() (string, bool) {
+		in.armKill(ctx, kind, func() (string, bool) {
 			return in.openOp(ctx, func(op broker.Op) bool {
-				return op.Node != "" && w.ysim.NodeState(op.Node) == "DECOMMISSIONING"
+				return in.releasing(ctx, op, broker.OwnerYARN) || op.Node != "" && w.ysim.NodeState(op.Node) == "DECOMMISSIONING"
 			})
 		})
 	case fPGRestart:
@@ -241,9 +247,18 @@ func (in *injector) pickNode(ctx context.Context) string {
 	return names[in.rng.IntN(len(names))]
 }
 
-func (in *injector) cordoned(ctx context.Context, node string) bool {
-	n, err := in.w.kc.Client().CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	return err == nil && n.Spec.Unschedulable
+// releasing reports whether op is releasing its node from side: a
+// transfer away from it, or a scale-down or replacement of a node the
+// broker records as side's.
+func (in *injector) releasing(ctx context.Context, op broker.Op, side broker.Owner) bool {
+	if op.Node == "" || op.Step != "release" {
+		return false
+	}
+	if op.Kind == broker.ActTransfer {
+		return op.To != side
+	}
+	n, err := in.w.check.GetNode(ctx, op.Node)
+	return err == nil && n.Owner == side
 }
 
 // openOp returns a description of an open op that match accepts.
@@ -260,37 +275,66 @@ func (in *injector) openOp(ctx context.Context, match func(broker.Op) bool) (str
 	return "", false
 }
 
-// killWhen waits (a bounded while) for the moment cond describes, kills
-// the leader then, starts a new standby, and times the takeover.
-func (in *injector) killWhen(ctx context.Context, kind string, cond func() (string, bool)) {
-	w := in.w
-	deadline := time.Now().Add(20 * time.Second)
-	what, hit := "", false
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if what, hit = cond(); hit {
-			break
-		}
-		sleep(ctx, 100*time.Millisecond)
+// armKill waits, without holding up the other faults, for the moment
+// cond describes (until the faults end), kills the leader then, and times
+// the standby's takeover; a new process then starts as the next standby,
+// as a supervisor would restart the killed one.
+func (in *injector) armKill(ctx context.Context, kind string, cond func() (string, bool)) {
+	in.mu.Lock()
+	if in.armed[kind] {
+		in.mu.Unlock()
+		return
 	}
+	in.armed[kind] = true
+	until := in.until
+	in.mu.Unlock()
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		defer func() {
+			in.mu.Lock()
+			in.armed[kind] = false
+			in.mu.Unlock()
+		}()
+		armedAt := time.Now()
+		for {
+			if ctx.Err() != nil {
+				return
+			}
+			if !time.Now().Before(until) {
+				in.mu.Lock()
+				in.notes = append(in.notes, fmt.Sprintf("%s %s: armed at %s, nothing of the kind in flight before the faults ended",
+					time.Now().Format("15:04:05.0"), kind, armedAt.Format("15:04:05.0")))
+				in.mu.Unlock()
+				return
+			}
+			what, hit := cond()
+			if hit {
+				in.killLeader(ctx, kind, what)
+				return
+			}
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}()
+}
+
+func (in *injector) killLeader(ctx context.Context, kind, what string) {
+	in.killMu.Lock()
+	defer in.killMu.Unlock()
+	w := in.w
 	r, _, ok := w.leader()
 	if !ok {
-		in.note(kind, "no leader to kill")
+		in.note(kind, "no leader to kill during %s", what)
 		return
 	}
 	at := time.Now()
 	w.kill(r)
-	if hit {
-		in.note(kind, "%s killed during %s", r.name, what)
-	} else {
-		in.note(kind, "%s killed with nothing of the kind in flight within 20s", r.name)
-	}
-	go func() {
-		if _, err := w.startReplica(); err != nil && ctx.Err() == nil {
-			w.t.Errorf("start a new standby: %v", err)
-		}
-	}()
+	in.note(kind, "%s killed during %s", r.name, what)
 	if ok := w.ticked(at, nil, time.Minute); !ok.IsZero() {
 		in.recovered(recTakeover, ok.Sub(at))
+	}
+	if _, err := w.startReplica(); err != nil && ctx.Err() == nil {
+		w.t.Errorf("start a new standby: %v", err)
 	}
 }
 

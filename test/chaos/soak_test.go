@@ -17,8 +17,8 @@ import (
 
 var (
 	seedFlag     = flag.Uint64("chaos.seed", 1, "seed of the fault schedule and the workload")
-	durationFlag = flag.Duration("chaos.duration", 100*time.Second, "how long faults are injected (the run adds a warm-up and a settling phase)")
-	speedFlag    = flag.Float64("chaos.speed", 300, "time compression of the openb workload: trace seconds per real second")
+	durationFlag = flag.Duration("chaos.duration", 120*time.Second, "how long faults are injected (the run adds a warm-up and a settling phase)")
+	speedFlag    = flag.Float64("chaos.speed", 600, "time compression of the openb workload: trace seconds per real second")
 )
 
 var pg *pgServer
@@ -107,6 +107,38 @@ func TestChaosSoak(t *testing.T) {
 		return len(breaches) > 0
 	}
 
+	// Leadership, as the replicas report it: each change of leader, and
+	// how often two replicas said "leader" in one look (a leader that has
+	// not yet noticed its lost lease).
+	var (
+		lmu                sync.Mutex
+		terms              []string
+		overlaps, lastLead = 0, ""
+	)
+	go func() {
+		for runCtx.Err() == nil {
+			w.mu.Lock()
+			rs := append([]*replica(nil), w.replicas...)
+			w.mu.Unlock()
+			var leaders []string
+			for _, r := range rs {
+				if st, err := w.status(r); err == nil && st.Role == "leader" {
+					leaders = append(leaders, r.name)
+				}
+			}
+			lmu.Lock()
+			if len(leaders) > 1 {
+				overlaps++
+			}
+			if len(leaders) == 1 && leaders[0] != lastLead {
+				terms = append(terms, time.Now().Format("15:04:05.0")+" "+leaders[0])
+				lastLead = leaders[0]
+			}
+			lmu.Unlock()
+			sleep(runCtx, 200*time.Millisecond)
+		}
+	}()
+
 	gen, err := workload.NewGenerator(workload.OpenBMultiGPU50(), seed, *speedFlag)
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +206,9 @@ func TestChaosSoak(t *testing.T) {
 		fmt.Fprintf(&b, "  %-58s %s\n", k, summarize(in.recovery[k]))
 	}
 	in.mu.Unlock()
+	lmu.Lock()
+	fmt.Fprintf(&b, "leaders: %s (%d looks saw two replicas report leader)\n", strings.Join(terms, ", "), overlaps)
+	lmu.Unlock()
 	bmu.Lock()
 	fmt.Fprintf(&b, "invariant checks: %d samples (%d without the store, checked when it answered)\n", samples, noStore)
 	checks := checker.Checks()

@@ -493,7 +493,7 @@ func (w *world) startReplica() (*replica, error) {
 				RestartNodeManager: w.restartNodeManager},
 			Kubernetes: app.KubernetesConfig{Client: fk.Client(), Adapter: w.kcfg, DrainStep: time.Second},
 			Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: w.awsURL, Pools: pools,
-				Credentials: credentials.NewStaticCredentialsProvider("chaos", "chaos", "")},
+				Credentials: credentials.NewStaticCredentialsProvider("chaos", "chaos", ""), PoolBackoff: 30 * time.Second},
 			Logger: w.log.With("replica", name), Period: time.Second, BatchWindow: 200 * time.Millisecond,
 			ObserveTimeout: 3 * time.Second,
 			Listen:         "127.0.0.1:0", Ready: func(addr string) { r.addr <- addr }})
