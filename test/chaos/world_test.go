@@ -159,11 +159,13 @@ func (p *pgServer) Restart(ctx context.Context, db string, down time.Duration) e
 // DatabaseURL is the URL of database name at host:port addr ("" for the
 // server's own address).
 func (p *pgServer) DatabaseURL(name, addr string) string {
-	u := p.url
+	var u string
 	if p.ext != nil {
 		u = p.ext.DatabaseURL(name)
 	} else {
+		p.mu.Lock()
 		u = p.srv.DatabaseURL(name)
+		p.mu.Unlock()
 	}
 	if addr == "" {
 		return u
@@ -327,7 +329,8 @@ func newWorld(t *testing.T, ctx context.Context, pg *pgServer, seed uint64) *wor
 	}
 	w := &world{t: t, ctx: ctx, pg: pg, live: map[string]bool{}, lost: map[string]bool{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: lvl}))}
-	w.dbName = "chaos_" + strconv.FormatUint(seed, 10)
+	// Unique per run: an external server (DATABASE_URL) keeps databases.
+	w.dbName = "chaos_" + strconv.FormatUint(seed, 10) + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	conn, err := pgx.Connect(ctx, pg.url)
 	if err != nil {
 		t.Fatal(err)
