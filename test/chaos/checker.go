@@ -191,7 +191,7 @@ func (c *Checker) Check(s Sample) []Breach {
 	for _, op := range st.OpenOps {
 		c.count(InvOpEnds, 1)
 		if age := s.At.Sub(op.CreatedAt); !attrition(op) && age > c.lim.OpBound {
-			breach(InvOpEnds, "op %d (%s %s%s, step %s) open for %s, bound %s; last error %q",
+			breach(InvOpEnds, "op %d (%s, pool %q, node %q, step %s) open for %s, bound %s; last error %q",
 				op.ID, op.Kind, op.Pool, op.Node, op.Step, age.Round(time.Second), c.lim.OpBound, op.LastError)
 		}
 		if op.Kind != broker.ActScaleUp {
@@ -237,7 +237,7 @@ func (c *Checker) Final(s Sample, pending []string) []Breach {
 	for _, op := range s.Store.OpenOps {
 		c.count(InvOpsFinal, 1)
 		if !attrition(op) {
-			out = append(out, Breach{Invariant: InvOpsFinal, At: s.At, Detail: fmt.Sprintf("op %d (%s %s%s) still %s at step %s; last error %q",
+			out = append(out, Breach{Invariant: InvOpsFinal, At: s.At, Detail: fmt.Sprintf("op %d (%s, pool %q, node %q) still %s at step %s; last error %q",
 				op.ID, op.Kind, op.Pool, op.Node, op.State, op.Step, op.LastError)})
 		}
 	}

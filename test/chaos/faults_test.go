@@ -269,7 +269,7 @@ func (in *injector) openOp(ctx context.Context, match func(broker.Op) bool) (str
 	}
 	for _, op := range ops {
 		if match(op) {
-			return fmt.Sprintf("op %d %s %s%s at step %s", op.ID, op.Kind, op.Pool, op.Node, op.Step), true
+			return fmt.Sprintf("op %d %s (pool %q, node %q) at step %s", op.ID, op.Kind, op.Pool, op.Node, op.Step), true
 		}
 	}
 	return "", false
