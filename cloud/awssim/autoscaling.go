@@ -331,6 +331,9 @@ type terminateResponse struct {
 func (r *terminateResponse) setRequestID(id string) { r.Metadata.RequestID = id }
 
 func (s *Server) terminateInGroup(form url.Values) (any, *apiError) {
+	if take(&s.faults.terminateFail) {
+		return nil, &apiError{status: http.StatusServiceUnavailable, code: "ServiceUnavailable", message: "The service is unavailable. Please try again shortly."}
+	}
 	id := form.Get("InstanceId")
 	decrement := form.Get("ShouldDecrementDesiredCapacity") == "true"
 	if form.Get("ShouldDecrementDesiredCapacity") == "" {

@@ -18,6 +18,7 @@ type faults struct {
 	launchDelay    map[string]time.Duration
 	neverRegister  map[string]int
 	terminateHalf  int
+	terminateFail  int
 	describeFail   map[string]int // by group
 }
 
@@ -125,6 +126,16 @@ func (s *Server) FailTerminateHalfway(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults.terminateHalf = n
+}
+
+// FailTerminate makes the next n TerminateInstanceInAutoScalingGroup
+// calls answer HTTP 503 ServiceUnavailable without taking effect: the
+// instance keeps running and the desired capacity is unchanged. The SDK
+// retries such a call, so n beyond its attempts fails the operation.
+func (s *Server) FailTerminate(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.terminateFail = n
 }
 
 // FailDescribe makes the next n DescribeAutoScalingGroups calls whose

@@ -132,6 +132,9 @@ type CloudConfig struct {
 	// Wrap, when set, wraps the AWS provider the runtime uses (tests
 	// record its calls).
 	Wrap func(*cloud.Provider) broker.NodePool
+	// PoolBackoff is how long a pool backs off after insufficient
+	// capacity or a provision timeout (default cloud.DefaultPoolBackoff).
+	PoolBackoff time.Duration
 }
 
 // UsageError is a configuration problem the operator must fix.
@@ -229,7 +232,7 @@ func (m *Main) openCloud(ctx context.Context) error {
 		pools = CloudPools(m.cfg.Pools)
 	}
 	provider, err := cloud.New(ctx, cloud.Config{Region: cc.Region, Endpoint: cc.Endpoint, Credentials: cc.Credentials,
-		Pools: pools, Bounds: StoreBounds(m.st), MaxProvisionTime: m.cfg.Policy.MaxProvisionTime.D(), Logger: m.log})
+		Pools: pools, Bounds: StoreBounds(m.st), MaxProvisionTime: m.cfg.Policy.MaxProvisionTime.D(), PoolBackoff: cc.PoolBackoff, Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("cloud provider: %w", err)
 	}

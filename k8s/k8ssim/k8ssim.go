@@ -67,6 +67,11 @@ type Cluster struct {
 	started map[string]time.Time // pod key → start
 	evicted int
 	uids    int
+	// faulty are the FaultyClients' clientsets, whose recorded actions
+	// Step drops too.
+	faulty []*fake.Clientset
+	// evictions are the pods evicted so far, in order (EvictedPods).
+	evictions []EvictedPod
 }
 
 // New returns an empty cluster.
@@ -233,6 +238,7 @@ func (c *Cluster) onEviction(action k8stesting.Action) (bool, runtime.Object, er
 	}
 	c.mu.Lock()
 	c.evicted++
+	c.evictions = append(c.evictions, EvictedPod{Namespace: ns, Name: pod.Name, UID: pod.UID, Node: pod.Spec.NodeName, GPUs: int(gpuRequest(pod))})
 	start, ran := c.started[ns+"/"+pod.Name]
 	delete(c.started, ns+"/"+pod.Name)
 	c.mu.Unlock()
@@ -311,6 +317,11 @@ func (c *Cluster) Step(ctx context.Context) error {
 	// The fake clientset records every action it serves; nothing reads
 	// them here, so drop them rather than grow for the cluster's life.
 	c.client.ClearActions()
+	c.mu.Lock()
+	for _, f := range c.faulty {
+		f.ClearActions()
+	}
+	c.mu.Unlock()
 	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
