@@ -17,9 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
-// Provider is a broker.NodePool backed by AWS autoscaling groups. It is
+// Provider is a engine.NodePool backed by AWS autoscaling groups. It is
 // safe for concurrent use.
 type Provider struct {
 	cfg  Config
@@ -48,7 +49,7 @@ type Provider struct {
 	last map[string]broker.PoolState
 }
 
-var _ broker.NodePool = (*Provider)(nil)
+var _ engine.NodePool = (*Provider)(nil)
 
 // New returns a Provider. It loads credentials from cfg.Credentials or the
 // default chain (environment, shared files, IRSA, instance profile) but

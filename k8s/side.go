@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // Side is the Kubernetes half of the tick loop: it observes through the
@@ -31,8 +32,8 @@ type Side struct {
 }
 
 var (
-	_ broker.SideObserver = (*Side)(nil)
-	_ broker.SideActions  = (*Side)(nil)
+	_ engine.SideObserver = (*Side)(nil)
+	_ engine.SideActions  = (*Side)(nil)
 )
 
 // NewSide wires an observer and an actuator on the same client. The

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
-// Ledger adapts the store to broker.Ledger, the durable state of the tick
+// Ledger adapts the store to engine.Ledger, the durable state of the tick
 // loop.
 type Ledger struct{ s *Store }
 
-var _ broker.Ledger = Ledger{}
+var _ engine.Ledger = Ledger{}
 
 // Ledger returns the store as the tick loop's ledger.
 func (s *Store) Ledger() Ledger { return Ledger{s: s} }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 )
 
@@ -68,7 +69,7 @@ type DecommissionConfig struct {
 
 // Decommissioner takes NodeManagers away from YARN and gives them back:
 // graceful decommission through the exclude file and refreshNodes, and
-// recommission the same way. It implements broker.SideActions; every
+// recommission the same way. It implements engine.SideActions; every
 // method is idempotent and reports progress from the RM's state, so the
 // executor may call it again after a crash.
 type Decommissioner struct {
@@ -98,7 +99,7 @@ type decomState struct {
 	containers []string
 }
 
-var _ broker.SideActions = (*Decommissioner)(nil)
+var _ engine.SideActions = (*Decommissioner)(nil)
 
 // NewDecommissioner returns a Decommissioner for cfg.
 func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
@@ -407,8 +408,8 @@ func (d *Decommissioner) restart(ctx context.Context, host string) {
 }
 
 var (
-	_ broker.AdmitChecker = (*Decommissioner)(nil)
-	_ broker.Forgetter    = (*Decommissioner)(nil)
+	_ engine.AdmitChecker = (*Decommissioner)(nil)
+	_ engine.Forgetter    = (*Decommissioner)(nil)
 )
 
 // Admitted reports whether the RM lists node RUNNING with yarn.io/gpu and

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // Side is the YARN half of the tick loop's observations: pending GPU
@@ -20,7 +21,7 @@ import (
 // Side only observes. Taking nodes from YARN and giving them back
 // (graceful decommission and recommission through the exclude file and
 // the RM admin protocol) and evicting containers are the Decommissioner's,
-// the broker.SideActions the runtime is given beside Side. Without one
+// the engine.SideActions the runtime is given beside Side. Without one
 // (no yarn.admin_address and yarn.exclude_file) the runtime refuses
 // ownership transfers to and from YARN and fails YARN node operations
 // with "no actions configured for yarn".
@@ -36,7 +37,7 @@ type Side struct {
 	down map[string]time.Time
 }
 
-var _ broker.SideObserver = (*Side)(nil)
+var _ engine.SideObserver = (*Side)(nil)
 
 // NewSide observes through client.
 func NewSide(client *Client, opts MapOptions) *Side {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
@@ -59,7 +60,7 @@ type Config struct {
 	Period, BatchWindow, ObserveTimeout, ReportMaxAge time.Duration
 	// Checkpoints reads checkpoint ages for victim choice (default: the
 	// HDFS/WebHDFS reader of yarn.NewCheckpointReader).
-	Checkpoints broker.Checkpoints
+	Checkpoints engine.Checkpoints
 
 	// Listen is the API and dashboard address Run serves; empty: no API.
 	Listen string
@@ -105,7 +106,7 @@ type KubernetesConfig struct {
 // CloudConfig is the cloud provider: NodePool when set, otherwise the AWS
 // provider at Endpoint (empty: AWS itself) for Pools.
 type CloudConfig struct {
-	NodePool    broker.NodePool
+	NodePool    engine.NodePool
 	Region      string
 	Endpoint    string
 	Credentials aws.CredentialsProvider
@@ -113,7 +114,7 @@ type CloudConfig struct {
 	Pools []cloud.PoolConfig
 	// Wrap, when set, wraps the AWS provider the runtime uses (tests
 	// record its calls).
-	Wrap func(*cloud.Provider) broker.NodePool
+	Wrap func(*cloud.Provider) engine.NodePool
 }
 
 // UsageError is a configuration problem the operator must fix.
@@ -133,11 +134,11 @@ type Main struct {
 	st          *store.Store
 	ownStore    bool
 	provider    *cloud.Provider
-	pools       broker.NodePool
-	observers   []broker.SideObserver
-	actions     []broker.SideActions
+	pools       engine.NodePool
+	observers   []engine.SideObserver
+	actions     []engine.SideActions
 	trigger     <-chan struct{}
-	checkpoints broker.Checkpoints
+	checkpoints engine.Checkpoints
 	cancel      context.CancelFunc
 }
 
@@ -336,13 +337,13 @@ func InCluster(getenv func(string) string) bool {
 
 // NewRuntime returns a fresh runtime over the assembled parts: a broker
 // process starting with empty memory, resuming from the ledger.
-func (m *Main) NewRuntime() (*broker.Runtime, error) {
+func (m *Main) NewRuntime() (*engine.Runtime, error) {
 	c := m.cfg
-	var ledger broker.Ledger = m.st.Ledger()
+	var ledger engine.Ledger = m.st.Ledger()
 	if c.Preview {
 		ledger = previewLedger{Ledger: ledger, pools: c.Pools, tenants: c.Tenants, policy: c.Policy}
 	}
-	return broker.NewRuntime(broker.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
+	return engine.NewRuntime(engine.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
 		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints})
 }
@@ -351,7 +352,7 @@ func (m *Main) NewRuntime() (*broker.Runtime, error) {
 func (m *Main) Store() *store.Store { return m.st }
 
 // Pools is the node pool the runtime uses (the wrapped provider, if any).
-func (m *Main) Pools() broker.NodePool { return m.pools }
+func (m *Main) Pools() engine.NodePool { return m.pools }
 
 // Provider is the AWS provider; nil when a NodePool was injected.
 func (m *Main) Provider() *cloud.Provider { return m.provider }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/api"
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 )
 
@@ -98,7 +99,7 @@ type registrar interface {
 
 // registering tells the registrar the nodes each side observes.
 type registering struct {
-	broker.SideObserver
+	engine.SideObserver
 	provider registrar
 	mu       *sync.Mutex
 	seen     map[broker.Source][]string
@@ -127,10 +128,10 @@ func (r registering) Observe(ctx context.Context, idx broker.TenantIndex) (broke
 	return obs, nil
 }
 
-func withRegistration(p registrar, obs []broker.SideObserver) []broker.SideObserver {
+func withRegistration(p registrar, obs []engine.SideObserver) []engine.SideObserver {
 	mu := &sync.Mutex{}
 	seen := map[broker.Source][]string{}
-	out := make([]broker.SideObserver, len(obs))
+	out := make([]engine.SideObserver, len(obs))
 	for i, o := range obs {
 		out[i] = registering{SideObserver: o, provider: p, mu: mu, seen: seen}
 	}
@@ -139,7 +140,7 @@ func withRegistration(p registrar, obs []broker.SideObserver) []broker.SideObser
 
 // apiRuntime lets the API reach the current runtime and leadership.
 type apiRuntime struct {
-	rt     atomic.Pointer[broker.Runtime]
+	rt     atomic.Pointer[engine.Runtime]
 	leader atomic.Bool
 }
 
@@ -152,7 +153,7 @@ func (a *apiRuntime) Status() api.RuntimeStatus {
 	return api.RuntimeStatus{Leader: a.leader.Load(), LastTick: st.LastTick, Stale: st.Stale}
 }
 
-func (a *apiRuntime) acting() (*broker.Runtime, error) {
+func (a *apiRuntime) acting() (*engine.Runtime, error) {
 	if !a.leader.Load() {
 		return nil, fmt.Errorf("this replica is a follower; send node operations to the leader: %w", broker.ErrConflict)
 	}
@@ -186,7 +187,7 @@ func (a *apiRuntime) Transfer(ctx context.Context, node string, to broker.Owner)
 // lead runs the tick loop while this replica holds the leader lock, and
 // campaigns again when it loses it, until ctx ends. Each term gets a fresh
 // runtime that resumes from the journal.
-func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func() (*broker.Runtime, error), trigger <-chan struct{}, log *slog.Logger) error {
+func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func() (*engine.Runtime, error), trigger <-chan struct{}, log *slog.Logger) error {
 	for {
 		lease, err := st.Lead(ctx, 2*time.Second, 2*time.Second)
 		if err != nil {

@@ -1,0 +1,56 @@
+package broker
+
+import "time"
+
+// SideObservation is one complete, successful observation of one side
+// (YARN or Kubernetes): its pending demand and its GPU nodes.
+type SideObservation struct {
+	Source Source
+	At     time.Time
+	// Demand is every pending demand of the side that maps to a tenant.
+	Demand []Demand
+	// Closed gives, for demand keys the adapter knows left, why:
+	// "scheduled", "finished", "deleted" or "preempted".
+	Closed map[string]string
+	// Nodes are the side's GPU nodes with their running work. Owner is the
+	// side for schedulable nodes and OwnerNone for ones this side has
+	// released (cordoned, decommissioned).
+	Nodes []Node
+	// Ignored explains pending GPU work that does not count as demand
+	// (gated, nominated, other scheduler, unmapped namespace or queue).
+	Ignored []Wait
+}
+
+// TenantIndex resolves YARN queues and namespaces to tenants.
+type TenantIndex struct {
+	Tenants    map[string]Tenant
+	Queues     map[string]string // YARN queue → tenant
+	Namespaces map[string]string // namespace → tenant
+}
+
+// ReleaseStatus says how far taking a node away from a side has come.
+type ReleaseStatus struct {
+	// Drained is true when no non-system work is left on the node.
+	Drained bool
+	// Remaining names the work still running.
+	Remaining []string
+	// BlockedBy names what holds the drain back, e.g. "PodDisruptionBudget ml/trainer".
+	BlockedBy string
+	// Unknown says why the side cannot tell how far the release has come
+	// (the RM does not list the host, a refresh went to a standby). Unknown
+	// is never drained: the executor keeps waiting until the op's deadline
+	// and then fails the op; it never terminates such a node, whatever the
+	// policy says about forcing after a drain timeout.
+	Unknown string
+}
+
+// CapacitySample is GPUs by state on one side at one time, for the
+// dashboard's time series.
+type CapacitySample struct {
+	At           time.Time
+	Side         string
+	GPUsBusy     int
+	GPUsIdle     int
+	GPUsInFlight int
+	GPUsPending  int
+}
