@@ -25,9 +25,9 @@ func (c *rtClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// rtLedger is an in-memory Ledger with the store's semantics that matter
-// to the loop: one open op per node and per pool scale-up, terminal ops
-// never revived.
+// rtLedger is an in-memory Ledger with the store's semantics: it passes
+// the same conformance suite as store.Ledger (ledgertest, run by
+// TestMemLedgerConformance).
 type rtLedger struct {
 	mu        sync.Mutex
 	idx       broker.TenantIndex
@@ -42,11 +42,13 @@ type rtLedger struct {
 	waits     map[string]broker.Wait
 	samples   []broker.CapacitySample
 	reports   map[string]broker.NodeReport
+	// observed is the time of the last applied observation per source.
+	observed map[broker.Source]time.Time
 }
 
 func newRTLedger(policy broker.Policy, pools []broker.PoolState, tenants ...broker.Tenant) *rtLedger {
 	l := &rtLedger{policy: policy, pools: pools, demand: map[string]broker.Demand{}, firstSeen: map[string]time.Time{},
-		closed: map[string]string{}, nodes: map[string]broker.Node{}, waits: map[string]broker.Wait{}, reports: map[string]broker.NodeReport{},
+		closed: map[string]string{}, nodes: map[string]broker.Node{}, waits: map[string]broker.Wait{}, reports: map[string]broker.NodeReport{}, observed: map[broker.Source]time.Time{},
 		idx: broker.TenantIndex{Tenants: map[string]broker.Tenant{}, Queues: map[string]string{}, Namespaces: map[string]string{}}}
 	for _, t := range tenants {
 		l.idx.Tenants[t.Name] = t
@@ -90,6 +92,17 @@ func (l *rtLedger) DemandFirstSeen(context.Context) (map[string]time.Time, error
 func (l *rtLedger) ApplyDemand(_ context.Context, obs broker.SideObservation) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// As the store: a known reason for every closed key, and never an
+	// observation older than the applied one; nothing changes otherwise.
+	for k, r := range obs.Closed {
+		if !closeReasons[r] {
+			return broker.Invalid("closed["+k+"]", "unknown close reason %q", r)
+		}
+	}
+	if last, ok := l.observed[obs.Source]; ok && obs.At.Before(last) {
+		return fmt.Errorf("observation of %s at %s is older than the applied one at %s: %w", obs.Source, obs.At, last, broker.ErrConflict)
+	}
+	l.observed[obs.Source] = obs.At
 	live := map[string]bool{}
 	for _, d := range obs.Demand {
 		live[d.ID()] = true
@@ -107,25 +120,38 @@ func (l *rtLedger) ApplyDemand(_ context.Context, obs broker.SideObservation) er
 			l.closed[id] = reason
 			delete(l.demand, id)
 			delete(l.firstSeen, id)
+			delete(l.waits, id)
 		}
 	}
 	return nil
 }
+
+// closeReasons are the store's CloseReason values.
+var closeReasons = map[string]bool{"scheduled": true, "finished": true, "deleted": true, "preempted": true, "vanished": true}
+
 func (l *rtLedger) StoredNodes(context.Context) ([]broker.Node, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []broker.Node
 	for _, n := range l.nodes {
-		out = append(out, n)
+		if n.Phase != broker.PhaseGone {
+			out = append(out, n)
+		}
 	}
 	return out, nil
 }
-func (l *rtLedger) SaveNodes(_ context.Context, nodes []broker.Node, _ time.Time) error {
+func (l *rtLedger) SaveNodes(_ context.Context, nodes []broker.Node, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, n := range nodes {
+		// As the store: protection is the API's to change, and the phase's
+		// start moves only when the phase changes.
+		n.PhaseSince = now
 		if old, ok := l.nodes[n.Name]; ok {
 			n.Protected = old.Protected
+			if old.Phase == n.Phase {
+				n.PhaseSince = old.PhaseSince
+			}
 		}
 		l.nodes[n.Name] = n
 	}
@@ -145,6 +171,15 @@ func (l *rtLedger) OpenOps(context.Context) ([]broker.Op, error) {
 func (l *rtLedger) InsertOp(_ context.Context, op broker.Op) (broker.Op, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if op.Kind == "" {
+		return broker.Op{}, broker.Invalid("kind", "must be set")
+	}
+	if op.Reason == "" {
+		return broker.Op{}, broker.Invalid("reason", "every operation needs a reason")
+	}
+	if op.State == "" {
+		op.State = broker.OpPending
+	}
 	for _, o := range l.ops {
 		if o.State.Terminal() {
 			continue
