@@ -297,7 +297,7 @@ func (r *Runtime) record(ctx context.Context, snap *broker.Snapshot, plan broker
 	if err := r.cfg.Ledger.SetWaitReasons(ctx, plan.Waits); err != nil {
 		return err
 	}
-	return r.cfg.Ledger.RecordSamples(ctx, capacitySamples(snap))
+	return r.cfg.Ledger.RecordSamples(ctx, broker.CapacitySamples(snap))
 }
 
 func first(s []string) string {
@@ -305,33 +305,6 @@ func first(s []string) string {
 		return ""
 	}
 	return s[0]
-}
-
-// capacitySamples summarises GPUs by side: busy, idle, in flight, pending.
-func capacitySamples(s *broker.Snapshot) []broker.CapacitySample {
-	by := map[string]*broker.CapacitySample{}
-	for _, side := range []string{string(broker.OwnerYARN), string(broker.OwnerK8s), string(broker.OwnerNone)} {
-		by[side] = &broker.CapacitySample{At: s.Now, Side: side}
-	}
-	for _, n := range s.Nodes {
-		if n.Phase == broker.PhaseGone || n.Phase == broker.PhaseTerminating || n.Down != "" {
-			continue
-		}
-		c := by[string(n.Owner)]
-		if c == nil {
-			continue
-		}
-		if n.Phase.InFlight() {
-			c.GPUsInFlight += n.GPUsTotal
-			continue
-		}
-		c.GPUsBusy += min(n.GPUsAllocated, n.GPUsTotal)
-		c.GPUsIdle += n.FreeGPUs()
-	}
-	for _, d := range s.Demand {
-		by[string(d.Source)].GPUsPending += d.GPUs()
-	}
-	return []broker.CapacitySample{*by["yarn"], *by["k8s"], *by["none"]}
 }
 
 // advance runs the due steps of every open op. Each step is idempotent, so
