@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 )
 
@@ -49,12 +50,12 @@ type demandGroup struct {
 
 // capacitySummary is the body of GET /capacity.
 type capacitySummary struct {
-	At          time.Time      `json:"at"`
-	Sides       []sideCapacity `json:"sides"`
-	Pools       []poolCapacity `json:"pools"`
-	Demand      []demandGroup  `json:"demand"`
-	PendingGPUs int            `json:"pending_gpus"`
-	Runtime     *RuntimeStatus `json:"runtime,omitempty"`
+	At          time.Time             `json:"at"`
+	Sides       []sideCapacity        `json:"sides"`
+	Pools       []poolCapacity        `json:"pools"`
+	Demand      []demandGroup         `json:"demand"`
+	PendingGPUs int                   `json:"pending_gpus"`
+	Runtime     *engine.RuntimeStatus `json:"runtime,omitempty"`
 }
 
 // capacityCache keeps the last summary for a short time: every dashboard
@@ -165,8 +166,8 @@ const (
 
 // seriesPoint is the GPUs of every side at one sample time.
 type seriesPoint struct {
-	At    time.Time                       `json:"at"`
-	Sides map[string]store.CapacitySample `json:"sides"`
+	At    time.Time                        `json:"at"`
+	Sides map[string]broker.CapacitySample `json:"sides"`
 }
 
 type series struct {
@@ -235,7 +236,7 @@ func (s *server) capacitySeries(w http.ResponseWriter, r *http.Request) {
 	var pts []seriesPoint
 	for _, c := range samples {
 		if len(pts) == 0 || !pts[len(pts)-1].At.Equal(c.At) {
-			pts = append(pts, seriesPoint{At: c.At, Sides: map[string]store.CapacitySample{}})
+			pts = append(pts, seriesPoint{At: c.At, Sides: map[string]broker.CapacitySample{}})
 		}
 		pts[len(pts)-1].Sides[c.Side] = c
 	}

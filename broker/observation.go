@@ -47,10 +47,10 @@ type ReleaseStatus struct {
 // CapacitySample is GPUs by state on one side at one time, for the
 // dashboard's time series.
 type CapacitySample struct {
-	At           time.Time
-	Side         string
-	GPUsBusy     int
-	GPUsIdle     int
-	GPUsInFlight int
-	GPUsPending  int
+	At           time.Time `json:"at"`
+	Side         string    `json:"side"`
+	GPUsBusy     int       `json:"gpus_busy"`
+	GPUsIdle     int       `json:"gpus_idle"`
+	GPUsInFlight int       `json:"gpus_in_flight"`
+	GPUsPending  int       `json:"gpus_pending"`
 }

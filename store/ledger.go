@@ -111,12 +111,7 @@ func (l Ledger) SetWaitReasons(ctx context.Context, ws []broker.Wait) error {
 
 // RecordSamples stores capacity samples.
 func (l Ledger) RecordSamples(ctx context.Context, ss []broker.CapacitySample) error {
-	out := make([]CapacitySample, len(ss))
-	for i, c := range ss {
-		out[i] = CapacitySample{At: c.At, Side: c.Side, GPUsBusy: c.GPUsBusy, GPUsIdle: c.GPUsIdle,
-			GPUsInFlight: c.GPUsInFlight, GPUsPending: c.GPUsPending}
-	}
-	return l.s.RecordSamples(ctx, out)
+	return l.s.RecordSamples(ctx, ss)
 }
 
 // LatestReports returns the newest agent report per node.

@@ -72,11 +72,7 @@ func TestLedgerConformance(t *testing.T) {
 				if err != nil {
 					t.Fatalf("samples: %v", err)
 				}
-				out := make([]broker.CapacitySample, len(ss))
-				for i, c := range ss {
-					out[i] = broker.CapacitySample(c)
-				}
-				return out
+				return ss
 			},
 			SaveReport: func(t *testing.T, r broker.NodeReport) {
 				if _, err := s.SaveReport(ctx, r); err != nil {

@@ -141,11 +141,19 @@ func (r *Runtime) noActions() map[broker.Source]string {
 	return out
 }
 
-// RuntimeStatus is what /readyz and the dashboard show of the loop.
+// RuntimeStatus is what /readyz, /capacity and the dashboard show of the
+// loop; the API serves it as is.
 type RuntimeStatus struct {
-	Tick     int64                    `json:"tick"`
-	LastTick time.Time                `json:"last_tick,omitzero"`
-	Stale    map[broker.Source]string `json:"stale,omitempty"`
+	// Leader is true on the replica that plans and acts. The runtime
+	// reports false; the assembly that holds the leader lease sets it
+	// (internal/app).
+	Leader bool `json:"leader"`
+	// Tick counts this runtime's ticks; LastTick is when the last one
+	// finished (zero before the first).
+	Tick     int64     `json:"tick"`
+	LastTick time.Time `json:"last_tick,omitzero"`
+	// Stale maps each source whose observation failed or is too old to why.
+	Stale map[broker.Source]string `json:"stale,omitempty"`
 	// StalePools names pools the cloud could not show in the last tick.
 	StalePools map[string]string `json:"stale_pools,omitempty"`
 	// ClaimConflicts counts ticks' detections of a node both sides claim.

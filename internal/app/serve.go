@@ -148,9 +148,10 @@ var _ api.Runtime = (*apiRuntime)(nil)
 
 func (a *apiRuntime) DryRun(ctx context.Context) (broker.Plan, error) { return a.rt.Load().DryRun(ctx) }
 
-func (a *apiRuntime) Status() api.RuntimeStatus {
+func (a *apiRuntime) Status() engine.RuntimeStatus {
 	st := a.rt.Load().Status()
-	return api.RuntimeStatus{Leader: a.leader.Load(), LastTick: st.LastTick, Stale: st.Stale}
+	st.Leader = a.leader.Load()
+	return st
 }
 
 func (a *apiRuntime) acting() (*engine.Runtime, error) {
