@@ -9,9 +9,17 @@ type SideObservation struct {
 	At     time.Time
 	// Demand is every pending demand of the side that maps to a tenant.
 	Demand []Demand
-	// Closed gives, for demand keys the adapter knows left, why:
-	// "scheduled", "finished", "deleted" or "preempted".
-	Closed map[string]string
+	// Which demand left is the ledger's to say (engine.Ledger.ApplyDemand
+	// closes the side's demand this observation no longer holds); the
+	// adapter only says why, from what it observes now. Closed gives the
+	// reason for keys it names ("scheduled", "finished", "deleted" or
+	// "preempted"; keys that are still pending or were never demand are
+	// ignored). Departed, when set, gives the reason for any other key that
+	// left (e.g. a pod that now runs was scheduled, one that does not was
+	// deleted); the ledger calls it only for keys that left. A key neither
+	// names closes as "vanished".
+	Closed   map[string]string
+	Departed func(key string) string
 	// Nodes are the side's GPU nodes with their running work. Owner is the
 	// side for schedulable nodes and OwnerNone for ones this side has
 	// released (cordoned, decommissioned).

@@ -254,7 +254,6 @@ func (c *classifier) demand(pod *corev1.Pod, r PodReport, now time.Time) broker.
 		// The PodScheduled condition's message ("0/3 nodes are available:
 		// 3 Insufficient nvidia.com/gpu.") is the scheduler's reason.
 		SchedulerReason: r.Detail,
-		FirstSeen:       r.Created,
 		LastSeen:        now,
 	}
 }

@@ -64,7 +64,9 @@ func (l Ledger) DemandFirstSeen(ctx context.Context) (map[string]time.Time, erro
 	return out, mapError("read first-seen times", rows.Err())
 }
 
-// ApplyDemand persists one side's observation.
+// ApplyDemand persists one side's observation: the ledger closes the
+// side's demand the observation no longer holds, with the reason the
+// observation gives (Closed, then Departed; vanished otherwise).
 func (l Ledger) ApplyDemand(ctx context.Context, obs broker.SideObservation) error {
 	closed := make(map[string]CloseReason, len(obs.Closed))
 	for k, r := range obs.Closed {
@@ -74,7 +76,11 @@ func (l Ledger) ApplyDemand(ctx context.Context, obs broker.SideObservation) err
 		}
 		closed[k] = cr
 	}
-	_, err := l.s.ApplyObservation(ctx, Observation{Source: obs.Source, At: obs.At, Demand: obs.Demand, Closed: closed})
+	o := Observation{Source: obs.Source, At: obs.At, Demand: obs.Demand, Closed: closed}
+	if obs.Departed != nil {
+		o.Departed = func(key string) CloseReason { return CloseReason(obs.Departed(key)) }
+	}
+	_, err := l.s.ApplyObservation(ctx, o)
 	return err
 }
 

@@ -109,10 +109,6 @@ func MapDemand(obs *Observation, queues QueueMap, _ MapOptions) ([]broker.Demand
 			unmapped = append(unmapped, Unmapped{AppID: a.ID, Queue: a.QueuePath, GPUs: a.PendingGPUs()})
 			continue
 		}
-		first := a.Started
-		if first.IsZero() || first.After(obs.At) {
-			first = obs.At
-		}
 		for _, r := range a.Requests {
 			key := a.ID + "/" + strconv.Itoa(int(r.Priority))
 			if r.AllocationRequestID > 0 {
@@ -129,7 +125,6 @@ func MapDemand(obs *Observation, queues QueueMap, _ MapOptions) ([]broker.Demand
 				Units:       r.Containers,
 				Gang:        a.HasTag(TagGang),
 				Preemptible: !a.HasTag(TagNotPreemptible),
-				FirstSeen:   first,
 				LastSeen:    obs.At,
 			}
 			// The ask's partition: empty is the default partition.

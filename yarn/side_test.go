@@ -57,8 +57,12 @@ func TestSideAgainstSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(obs.Demand) != 0 || obs.Closed[a+"/1"] != "scheduled" {
-		t.Fatalf("after allocation: demand %+v closed %+v", obs.Demand, obs.Closed)
+	// Which demand left is the ledger's to say; the side says why.
+	if len(obs.Demand) != 0 || obs.Departed == nil || obs.Departed(a+"/1") != "scheduled" {
+		t.Fatalf("after allocation: demand %+v", obs.Demand)
+	}
+	if r := obs.Departed("application_0_9999/1"); r != "finished" {
+		t.Fatalf("demand of an app that is gone left as %q, want finished", r)
 	}
 	if len(obs.Nodes) != 1 || obs.Nodes[0].GPUsAllocated != 4 {
 		t.Fatalf("nodes: %+v", obs.Nodes)

@@ -80,15 +80,13 @@ type Runtime struct {
 	log     *slog.Logger
 	actions map[broker.Source]SideActions
 
-	mu        sync.Mutex // guards the fields below, read by Status
-	tick      int64
-	lastTick  time.Time
-	lastGood  map[broker.Source]broker.SideObservation
-	stale     map[broker.Source]string
-	firstSeen map[string]time.Time
-	waitSeen  map[string]broker.WaitReason
-	keptSeen  map[string]string // node → why reclaim keeps it, recorded when it changes
-	loaded    bool
+	mu       sync.Mutex // guards the fields below, read by Status
+	tick     int64
+	lastTick time.Time
+	lastGood map[broker.Source]broker.SideObservation
+	stale    map[broker.Source]string
+	waitSeen map[string]broker.WaitReason
+	keptSeen map[string]string // node → why reclaim keeps it, recorded when it changes
 	// lastNodes are the latest merged nodes, for the executor.
 	lastNodes []broker.Node
 	// lastPools is the latest fresh provider state per pool: a pool the
@@ -239,9 +237,6 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	rep := &TickReport{Tick: r.tick}
 	r.mu.Unlock()
 
-	if err := r.loadOnce(ctx); err != nil {
-		return rep, err
-	}
 	snap, policy, err := r.observe(ctx, true)
 	if err != nil {
 		return rep, err
@@ -274,31 +269,11 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 
 // DryRun observes once and plans without persisting or acting.
 func (r *Runtime) DryRun(ctx context.Context) (broker.Plan, error) {
-	if err := r.loadOnce(ctx); err != nil {
-		return broker.Plan{}, err
-	}
 	snap, policy, err := r.observe(ctx, false)
 	if err != nil {
 		return broker.Plan{}, err
 	}
 	return broker.MakePlan(snap, policy), nil
-}
-
-func (r *Runtime) loadOnce(ctx context.Context) error {
-	r.mu.Lock()
-	loaded := r.loaded
-	r.mu.Unlock()
-	if loaded {
-		return nil
-	}
-	fs, err := r.cfg.Ledger.DemandFirstSeen(ctx)
-	if err != nil {
-		return fmt.Errorf("load ledger: %w", err)
-	}
-	r.mu.Lock()
-	r.firstSeen, r.loaded = fs, true
-	r.mu.Unlock()
-	return nil
 }
 
 // observe takes a snapshot. With persist, fresh sides' demand and the
@@ -397,6 +372,15 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 		}
 	}
 
+	// IMPORTANT: first-seen times are the ledger's (kept from the first
+	// observation that held the demand, dropped when it left), read after
+	// this tick's observations were applied; demand a dry run sees before
+	// the ledger does was first seen now.
+	firstSeen, err := l.DemandFirstSeen(ctx)
+	if err != nil {
+		return nil, broker.Policy{}, fmt.Errorf("read first-seen times: %w", err)
+	}
+
 	settings, err := l.PoolSettings(ctx)
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read pools: %w", err)
@@ -477,38 +461,42 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 			continue
 		}
 		for _, d := range obs.Demand {
-			id := d.ID()
-			fs, ok := r.firstSeen[id]
+			fs, ok := firstSeen[d.ID()]
 			if !ok {
 				fs = now
-				if persist {
-					r.firstSeen[id] = fs
-				}
 			}
 			d.FirstSeen, d.LastSeen = fs, obs.At
 			snap.Demand = append(snap.Demand, d)
 		}
 	}
 	if persist {
-		r.pruneFirstSeen(sides, stale)
+		r.pruneDemandMemory(sides, stale)
 	}
 	r.mu.Unlock()
 	return snap, policy, nil
 }
 
-// pruneFirstSeen forgets demand that left a fresh observation. Callers hold r.mu.
-func (r *Runtime) pruneFirstSeen(sides map[broker.Source]broker.SideObservation, stale map[broker.Source]string) {
+// pruneDemandMemory forgets what the runtime remembers of demand (the
+// wait reason it last recorded, since when capacity was present) once the
+// demand left a fresh observation. Callers hold r.mu.
+func (r *Runtime) pruneDemandMemory(sides map[broker.Source]broker.SideObservation, stale map[broker.Source]string) {
 	live := map[string]bool{}
 	for _, obs := range sides {
 		for _, d := range obs.Demand {
 			live[d.ID()] = true
 		}
 	}
-	for id := range r.firstSeen {
+	gone := func(id string) bool {
 		src, _, _ := cutID(id)
-		if stale[src] == "" && !live[id] {
-			delete(r.firstSeen, id)
+		return stale[src] == "" && !live[id]
+	}
+	for id := range r.waitSeen {
+		if gone(id) {
 			delete(r.waitSeen, id)
+		}
+	}
+	for id := range r.capSince {
+		if gone(id) {
 			delete(r.capSince, id)
 		}
 	}

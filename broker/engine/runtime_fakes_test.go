@@ -102,26 +102,41 @@ func (l *rtLedger) ApplyDemand(_ context.Context, obs broker.SideObservation) er
 	if last, ok := l.observed[obs.Source]; ok && obs.At.Before(last) {
 		return fmt.Errorf("observation of %s at %s is older than the applied one at %s: %w", obs.Source, obs.At, last, broker.ErrConflict)
 	}
-	l.observed[obs.Source] = obs.At
 	live := map[string]bool{}
 	for _, d := range obs.Demand {
 		live[d.ID()] = true
+	}
+	// The source's demand that left, with why: Closed, then Departed
+	// (asked only about keys that left), else vanished.
+	gone := map[string]string{}
+	for id, d := range l.demand {
+		if d.Source != obs.Source || live[id] {
+			continue
+		}
+		reason := obs.Closed[d.Key]
+		if reason == "" && obs.Departed != nil {
+			reason = obs.Departed(d.Key)
+			if reason != "" && !closeReasons[reason] {
+				return broker.Invalid("departed["+d.Key+"]", "unknown close reason %q", reason)
+			}
+		}
+		if reason == "" {
+			reason = "vanished"
+		}
+		gone[id] = reason
+	}
+	l.observed[obs.Source] = obs.At
+	for _, d := range obs.Demand {
 		if _, ok := l.firstSeen[d.ID()]; !ok {
 			l.firstSeen[d.ID()] = obs.At
 		}
 		l.demand[d.ID()] = d
 	}
-	for id, d := range l.demand {
-		if d.Source == obs.Source && !live[id] {
-			reason := obs.Closed[d.Key]
-			if reason == "" {
-				reason = "vanished"
-			}
-			l.closed[id] = reason
-			delete(l.demand, id)
-			delete(l.firstSeen, id)
-			delete(l.waits, id)
-		}
+	for id, reason := range gone {
+		l.closed[id] = reason
+		delete(l.demand, id)
+		delete(l.firstSeen, id)
+		delete(l.waits, id)
 	}
 	return nil
 }

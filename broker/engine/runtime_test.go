@@ -300,6 +300,31 @@ func TestRuntimeTransferTimeoutGivesNodeBack(t *testing.T) {
 	}
 }
 
+// TestRuntimeFirstSeenIsTheLedgers: a replica that started before the
+// demand existed and takes over after another applied it sees the ledger's
+// first-seen time, not the time it first saw the demand itself (the
+// runtime keeps no copy of first-seen times).
+func TestRuntimeFirstSeenIsTheLedgers(t *testing.T) {
+	w := newRTWorld(t, 0) // no room: the demand keeps waiting
+	standby := w.runtime()
+	w.tick(standby) // nothing pending yet
+	w.k8s.submit(trainingPod("p", 2, 0))
+	leader := w.runtime()
+	w.tick(leader) // applies the demand at t0
+	w.clock.Add(time.Minute)
+	rep := w.tick(standby)
+	if len(rep.Snapshot.Demand) != 1 || !rep.Snapshot.Demand[0].FirstSeen.Equal(t0) {
+		t.Fatalf("first seen on the replica that took over: %+v, want %s", rep.Snapshot.Demand, t0)
+	}
+	plan, err := standby.DryRun(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Waits) != 1 {
+		t.Fatalf("dry run waits: %+v", plan.Waits)
+	}
+}
+
 func TestRuntimeSnapshotFirstSeenSurvivesRestart(t *testing.T) {
 	w := newRTWorld(t, 0) // no room: the demand keeps waiting
 	w.k8s.submit(trainingPod("p", 2, 0))

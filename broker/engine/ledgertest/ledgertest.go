@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,6 +85,7 @@ func Run(t *testing.T, open Open) {
 		{"PoolSettingsAndBackoff", poolSettings},
 		{"FirstSeenKeptAcrossObservations", firstSeenKept},
 		{"DepartureClosesWithReason", departure},
+		{"DepartureReasonsFromTheObservation", departedReasons},
 		{"DemandThatReturnsIsNew", returns},
 		{"SourcesAreSeparate", sourcesSeparate},
 		{"UnknownCloseReasonIsRefused", unknownReason},
@@ -234,6 +236,47 @@ func departure(t *testing.T, l Ledger) {
 	}
 	if r, ok := l.Closed(t, id(y, "app-3")); ok {
 		t.Errorf("live demand app-3 reads as closed (%q)", r)
+	}
+}
+
+func departedReasons(t *testing.T, l Ledger) {
+	k := broker.SourceK8s
+	apply(t, l, broker.SideObservation{Source: k, At: t0,
+		Demand: []broker.Demand{demand(k, "a", 1), demand(k, "b", 1), demand(k, "c", 1), demand(k, "d", 1)}})
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	departed := func(key string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		asked[key] = true
+		switch key {
+		case "a":
+			return "preempted"
+		case "b":
+			return "scheduled"
+		}
+		return ""
+	}
+	apply(t, l, broker.SideObservation{Source: k, At: t0.Add(time.Minute), Demand: []broker.Demand{demand(k, "d", 1)},
+		Closed: map[string]string{"a": "deleted", "d": "scheduled"}, Departed: departed})
+	for key, want := range map[string]string{"a": "deleted", "b": "scheduled", "c": "vanished"} {
+		if r, ok := l.Closed(t, id(k, key)); !ok || r != want {
+			t.Errorf("%s closed: %q %v, want %q (Closed, then Departed, else vanished)", key, r, ok, want)
+		}
+	}
+	if _, ok := l.Closed(t, id(k, "d")); ok {
+		t.Errorf("a reason for demand still pending closed it")
+	}
+	if asked["d"] || !asked["b"] || !asked["c"] {
+		t.Errorf("Departed must be asked about every key that left and no other: asked %v", asked)
+	}
+	err := l.ApplyDemand(context.Background(), broker.SideObservation{Source: k, At: t0.Add(2 * time.Minute),
+		Departed: func(string) string { return "teleported" }})
+	if err == nil {
+		t.Fatal("an unknown reason from Departed must be refused")
+	}
+	if fs := firstSeen(t, l); len(fs) != 1 {
+		t.Errorf("a refused observation changed the ledger: %v", fs)
 	}
 }
 
