@@ -29,13 +29,6 @@ type SideObservation struct {
 	Ignored []Wait
 }
 
-// TenantIndex resolves YARN queues and namespaces to tenants.
-type TenantIndex struct {
-	Tenants    map[string]Tenant
-	Queues     map[string]string // YARN queue → tenant
-	Namespaces map[string]string // namespace → tenant
-}
-
 // ReleaseStatus says how far taking a node away from a side has come.
 type ReleaseStatus struct {
 	// Drained is true when no non-system work is left on the node.

@@ -20,7 +20,7 @@ const (
 	ReasonGated          = "scheduling-gated"      // held by schedulingGates
 	ReasonNominated      = "nominated"             // preemption is freeing room on a node
 	ReasonOtherScheduler = "other-scheduler"       // schedulerName not handled by gpubroker
-	ReasonNoTenant       = "no-tenant"             // namespace maps to no tenant
+	ReasonNoTenant       = "unmapped"              // namespace maps to no tenant (broker.WaitUnmapped)
 	ReasonNotYetDecided  = "not-yet-unschedulable" // scheduler has not given up on it yet
 	ReasonBound          = "bound"                 // has a node; not demand
 	ReasonTerminating    = "terminating"           // being deleted

@@ -54,13 +54,13 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	}
 	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: chargeTenants(o.Nodes, idx)}
 	for _, d := range o.Demand {
-		tenant, ok := idx.Namespaces[d.Queue]
+		tenant, ok := idx.NamespaceTenant(d.Queue)
 		if !ok {
-			out.Ignored = append(out.Ignored, broker.Wait{Demand: d.ID(), Reason: "unmapped",
+			out.Ignored = append(out.Ignored, broker.Wait{Demand: d.ID(), Reason: broker.WaitUnmapped,
 				Detail: fmt.Sprintf("namespace %s maps to no tenant; add it to a tenant's namespaces", d.Queue)})
 			continue
 		}
-		d.Tenant = tenant
+		d.Tenant = tenant.Name
 		out.Demand = append(out.Demand, d)
 	}
 	for _, p := range o.Pods {

@@ -18,10 +18,14 @@ var _ engine.Ledger = Ledger{}
 // Ledger returns the store as the tick loop's ledger.
 func (s *Store) Ledger() Ledger { return Ledger{s: s} }
 
-// TenantIndex returns tenants with their queue and namespace mappings.
+// TenantIndex returns tenants with their queue and namespace mappings,
+// built once per tick by broker.NewTenantIndex.
 func (l Ledger) TenantIndex(ctx context.Context) (broker.TenantIndex, error) {
-	t, q, n, err := l.s.TenantMap(ctx)
-	return broker.TenantIndex{Tenants: t, Queues: q, Namespaces: n}, err
+	ts, err := l.s.ListTenants(ctx)
+	if err != nil {
+		return broker.TenantIndex{}, err
+	}
+	return broker.NewTenantIndex(ts), nil
 }
 
 // Policy returns the stored policy or the default.

@@ -53,12 +53,12 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	if err != nil {
 		return broker.SideObservation{}, err
 	}
-	queues := NewQueueMap(idx.Tenants)
+	queues := QueueMapOf(idx)
 	demand, unmapped := MapDemand(obs, queues, s.opts)
 	out := broker.SideObservation{Source: broker.SourceYARN, At: obs.At, Demand: demand,
 		Nodes: BrokerNodes(obs, queues), Departed: departed(obs)}
 	for _, u := range unmapped {
-		out.Ignored = append(out.Ignored, broker.Wait{Demand: "yarn/" + u.AppID, Reason: "unmapped",
+		out.Ignored = append(out.Ignored, broker.Wait{Demand: "yarn/" + u.AppID, Reason: broker.WaitUnmapped,
 			Detail: fmt.Sprintf("queue %s maps to no tenant (%d GPUs pending); add it to a tenant's yarn_queues", u.Queue, u.GPUs)})
 	}
 	s.mu.Lock()

@@ -26,8 +26,8 @@ func TestSideAgainstSimulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	side := yarn.NewSide(client, yarn.MapOptions{})
-	idx := broker.TenantIndex{Tenants: map[string]broker.Tenant{
-		"training": {Name: "training", BasePriority: 100, MaxGPUs: 10, Weight: 1, YARNQueues: []string{"root.a"}}}}
+	idx := broker.NewTenantIndex([]broker.Tenant{
+		{Name: "training", BasePriority: 100, MaxGPUs: 10, Weight: 1, YARNQueues: []string{"root.a"}}})
 
 	a, err := sim.Submit(yarnsim.AppSpec{Name: "train", Queue: "root.a", Priority: 5,
 		Tags:     []string{"gpubroker.io/checkpoint-dir=hdfs://nn:8020/ckpt/train"},

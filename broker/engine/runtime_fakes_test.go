@@ -49,16 +49,7 @@ type rtLedger struct {
 func newRTLedger(policy broker.Policy, pools []broker.PoolState, tenants ...broker.Tenant) *rtLedger {
 	l := &rtLedger{policy: policy, pools: pools, demand: map[string]broker.Demand{}, firstSeen: map[string]time.Time{},
 		closed: map[string]string{}, nodes: map[string]broker.Node{}, waits: map[string]broker.Wait{}, reports: map[string]broker.NodeReport{}, observed: map[broker.Source]time.Time{},
-		idx: broker.TenantIndex{Tenants: map[string]broker.Tenant{}, Queues: map[string]string{}, Namespaces: map[string]string{}}}
-	for _, t := range tenants {
-		l.idx.Tenants[t.Name] = t
-		for _, q := range t.YARNQueues {
-			l.idx.Queues[q] = t.Name
-		}
-		for _, n := range t.Namespaces {
-			l.idx.Namespaces[n] = t.Name
-		}
-	}
+		idx: broker.NewTenantIndex(tenants)}
 	return l
 }
 
