@@ -210,7 +210,8 @@ func (m *Main) openCloud(ctx context.Context) error {
 		pools = CloudPools(m.cfg.Pools)
 	}
 	provider, err := cloud.New(ctx, cloud.Config{Region: cc.Region, Endpoint: cc.Endpoint, Credentials: cc.Credentials,
-		Pools: pools, Bounds: StoreBounds(m.st), MaxProvisionTime: m.cfg.Policy.MaxProvisionTime.D(), Logger: m.log})
+		Pools: pools, Bounds: StoreBounds(m.st), MaxProvisionTime: m.cfg.Policy.MaxProvisionTime.D(),
+		ProvisionTime: StoreProvisionTime(m.st), Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("cloud provider: %w", err)
 	}
@@ -433,6 +434,19 @@ func CloudPools(pools []broker.Pool) []cloud.PoolConfig {
 			ExpanderPriority: p.ExpanderPriority, Labels: p.Labels, Taints: p.Taints})
 	}
 	return out
+}
+
+// StoreProvisionTime reads the max provision time from the policy in the
+// store, its one owner (the planner and the executor read the same policy
+// each tick), for the cloud provider on every observation.
+func StoreProvisionTime(st *store.Store) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		p, err := st.GetPolicy(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return p.MaxProvisionTime.D(), nil
+	}
 }
 
 // StoreBounds reads pool bounds from the store for the cloud provider on
