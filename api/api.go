@@ -34,7 +34,7 @@ type Runtime interface {
 // Config configures the API handler.
 type Config struct {
 	// Store is the database (required).
-	Store *store.Store
+	Store Store
 	// Runtime is the tick loop; nil serves reads only (plan and node
 	// actions answer 503).
 	Runtime Runtime
@@ -102,7 +102,7 @@ func (c *Config) setDefaults() error {
 
 type server struct {
 	cfg     Config
-	st      *store.Store
+	st      Store
 	rt      Runtime
 	log     *slog.Logger
 	auth    *authCache
