@@ -15,7 +15,9 @@ import (
 // the methods /readyz calls are reached.
 type unreachableStore struct{ api.Store }
 
-func (unreachableStore) Ping(context.Context) error { return errors.New("dial tcp 10.0.0.5:5432: connection refused") }
+func (unreachableStore) Ping(context.Context) error {
+	return errors.New("dial tcp 10.0.0.5:5432: connection refused")
+}
 
 // TestReadyzOnStoreInterface: the API runs on any api.Store, not only
 // *store.Store; a database that does not answer makes /readyz 503 with
