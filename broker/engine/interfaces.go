@@ -60,9 +60,15 @@ type Ledger interface {
 	// PoolSettings returns the configured pools and any recorded backoff.
 	PoolSettings(ctx context.Context) ([]broker.PoolState, error)
 	SetPoolBackoff(ctx context.Context, pool string, until time.Time, reason string) error
-	// DemandFirstSeen returns when each live demand (by ID) was first seen.
+	// DemandFirstSeen returns when each live demand (by ID) was first
+	// seen: the time of the first observation that held it, kept until it
+	// leaves. The ledger is the only owner of these times.
 	DemandFirstSeen(ctx context.Context) (map[string]time.Time, error)
-	// ApplyDemand persists one side's observation, closing vanished demand.
+	// ApplyDemand persists one side's observation and closes the side's
+	// demand it no longer holds, with the reason obs.Closed names, else
+	// obs.Departed gives, else "vanished". It refuses an unknown reason
+	// and an observation older than the applied one (ErrConflict), and
+	// changes nothing then. ledgertest.Run is the contract.
 	ApplyDemand(ctx context.Context, obs broker.SideObservation) error
 	// StoredNodes returns what the broker remembers of nodes: protection,
 	// underused-since, phase-since.
