@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 )
 
@@ -22,7 +23,7 @@ type Runtime interface {
 	// DryRun plans against fresh observations without acting.
 	DryRun(ctx context.Context) (broker.Plan, error)
 	// Status says whether this replica leads and how fresh its sources are.
-	Status() RuntimeStatus
+	Status() engine.RuntimeStatus
 	// Cordon, Drain and Transfer journal a manual operation on a node and
 	// return once it is accepted; the executor carries it out.
 	Cordon(ctx context.Context, node string) error
@@ -30,26 +31,10 @@ type Runtime interface {
 	Transfer(ctx context.Context, node string, to broker.Owner) error
 }
 
-// RuntimeStatus is the tick loop's state for /readyz and the dashboard.
-type RuntimeStatus struct {
-	// Leader is true on the replica that plans and acts.
-	Leader bool `json:"leader"`
-	// LastTick is when the last tick finished (zero before the first).
-	LastTick time.Time `json:"last_tick,omitzero"`
-	// Stale maps each source whose observation failed or is too old to why.
-	Stale map[broker.Source]string `json:"stale,omitempty"`
-	// StalePools maps each pool the cloud could not show in the last tick
-	// to why.
-	StalePools map[string]string `json:"stale_pools,omitempty"`
-	// ClaimConflicts counts the ticks' detections of a node both sides
-	// claim, since this replica began leading.
-	ClaimConflicts int64 `json:"claim_conflicts,omitempty"`
-}
-
 // Config configures the API handler.
 type Config struct {
 	// Store is the database (required).
-	Store *store.Store
+	Store Store
 	// Runtime is the tick loop; nil serves reads only (plan and node
 	// actions answer 503).
 	Runtime Runtime
@@ -128,7 +113,7 @@ func (c *Config) setDefaults() error {
 
 type server struct {
 	cfg     Config
-	st      *store.Store
+	st      Store
 	rt      Runtime
 	log     *slog.Logger
 	auth    *authCache

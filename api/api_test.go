@@ -10,9 +10,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/gpubroker/gpubroker/api"
-
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 func TestAuthentication(t *testing.T) {
@@ -622,7 +621,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Fatalf("ready leader: %d %s", r.code, r.raw)
 	}
 	e.rt.set(func(f *fakeRuntime) {
-		f.status = api.RuntimeStatus{Stale: map[broker.Source]string{broker.SourceYARN: "RM unreachable for 45s"}}
+		f.status = engine.RuntimeStatus{Stale: map[broker.Source]string{broker.SourceYARN: "RM unreachable for 45s"}}
 	})
 	r = e.call("GET", "/readyz", "", nil)
 	if r.code != 503 || r.body["role"] != "follower" || !strings.Contains(r.raw, "RM unreachable") {

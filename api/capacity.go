@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 )
 
@@ -49,12 +50,12 @@ type demandGroup struct {
 
 // capacitySummary is the body of GET /capacity.
 type capacitySummary struct {
-	At          time.Time      `json:"at"`
-	Sides       []sideCapacity `json:"sides"`
-	Pools       []poolCapacity `json:"pools"`
-	Demand      []demandGroup  `json:"demand"`
-	PendingGPUs int            `json:"pending_gpus"`
-	Runtime     *RuntimeStatus `json:"runtime,omitempty"`
+	At          time.Time             `json:"at"`
+	Sides       []sideCapacity        `json:"sides"`
+	Pools       []poolCapacity        `json:"pools"`
+	Demand      []demandGroup         `json:"demand"`
+	PendingGPUs int                   `json:"pending_gpus"`
+	Runtime     *engine.RuntimeStatus `json:"runtime,omitempty"`
 }
 
 // capacityCache keeps the last summary for a short time: every dashboard
@@ -108,17 +109,20 @@ func (s *server) capacitySummary(ctx context.Context) (capacitySummary, error) {
 	return c.val, nil
 }
 
-// summarise computes the capacity summary. In-flight nodes (requested,
-// booting, registered) count their pool's GPUs per node until they
-// advertise GPUs; terminating and gone nodes count nowhere.
+// summarise computes the capacity summary. Sides and pools count nodes by
+// broker.CountNodeGPUs, the rule the executor's capacity samples use too:
+// in-flight nodes (requested, booting, registered) count their pool's GPUs
+// per node until they advertise GPUs; terminating, gone and down nodes
+// count nowhere.
 func summarise(now time.Time, nodes []broker.Node, pools []store.PoolRecord, groups []store.DemandGroup) capacitySummary {
 	out := capacitySummary{At: now, Pools: []poolCapacity{}, Demand: []demandGroup{}}
-	sides := map[broker.Owner]*sideCapacity{}
-	for _, o := range []broker.Owner{broker.OwnerYARN, broker.OwnerK8s, broker.OwnerNone} {
-		out.Sides = append(out.Sides, sideCapacity{Side: o})
+	defs := make([]broker.Pool, len(pools))
+	for i := range pools {
+		defs[i] = pools[i].Pool
 	}
-	for i := range out.Sides {
-		sides[out.Sides[i].Side] = &out.Sides[i]
+	for _, c := range broker.CapacityBySide(nodes, defs, nil) {
+		out.Sides = append(out.Sides, sideCapacity{Side: c.Side, Nodes: c.Nodes, NodesInFlight: c.NodesInFlight,
+			GPUsTotal: c.GPUsTotal, GPUsBusy: c.GPUsBusy, GPUsIdle: c.GPUsIdle, GPUsInFlight: c.GPUsInFlight})
 	}
 	poolIdx := map[string]int{}
 	for _, p := range pools {
@@ -127,44 +131,25 @@ func summarise(now time.Time, nodes []broker.Node, pools []store.PoolRecord, gro
 			Sides: p.Sides, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsBySide: map[broker.Owner]int{},
 			BackoffUntil: p.BackoffUntil, BackoffReason: p.BackoffReason})
 	}
-	for _, n := range nodes {
-		if n.Phase == broker.PhaseTerminating || n.Phase == broker.PhaseGone {
-			continue
-		}
-		sc, ok := sides[n.Owner]
+	for i := range nodes {
+		pi, ok := poolIdx[nodes[i].Pool]
 		if !ok {
-			sc = sides[broker.OwnerNone]
-		}
-		var pc *poolCapacity
-		if i, ok := poolIdx[n.Pool]; ok {
-			pc = &out.Pools[i]
-		}
-		total := n.GPUsTotal
-		if total == 0 && pc != nil && n.Phase.InFlight() {
-			total = pc.GPUsPerNode
-		}
-		sc.Nodes++
-		sc.GPUsTotal += total
-		if pc != nil {
-			pc.Nodes++
-			pc.GPUsTotal += total
-			pc.GPUsBySide[sc.Side] += total
-		}
-		if n.Phase.InFlight() {
-			sc.NodesInFlight++
-			sc.GPUsInFlight += total
-			if pc != nil {
-				pc.NodesInFlight++
-				pc.GPUsInFlight += total
-			}
 			continue
 		}
-		busy := min(n.GPUsAllocated, total)
-		sc.GPUsBusy += busy
-		sc.GPUsIdle += total - busy
-		if pc != nil {
-			pc.GPUsBusy += busy
+		pc := &out.Pools[pi]
+		c, ok := broker.CountNodeGPUs(&nodes[i], pc.GPUsPerNode)
+		if !ok {
+			continue
 		}
+		pc.Nodes++
+		pc.GPUsTotal += c.Total
+		pc.GPUsBySide[c.Side] += c.Total
+		if c.InFlight {
+			pc.NodesInFlight++
+			pc.GPUsInFlight += c.Total
+			continue
+		}
+		pc.GPUsBusy += c.Busy
 	}
 	for _, g := range groups {
 		out.Demand = append(out.Demand, demandGroup{DemandGroup: g, OldestWaitSeconds: seconds(max(0, now.Sub(g.OldestSeen)))})
@@ -181,8 +166,8 @@ const (
 
 // seriesPoint is the GPUs of every side at one sample time.
 type seriesPoint struct {
-	At    time.Time                       `json:"at"`
-	Sides map[string]store.CapacitySample `json:"sides"`
+	At    time.Time                        `json:"at"`
+	Sides map[string]broker.CapacitySample `json:"sides"`
 }
 
 type series struct {
@@ -251,7 +236,7 @@ func (s *server) capacitySeries(w http.ResponseWriter, r *http.Request) {
 	var pts []seriesPoint
 	for _, c := range samples {
 		if len(pts) == 0 || !pts[len(pts)-1].At.Equal(c.At) {
-			pts = append(pts, seriesPoint{At: c.At, Sides: map[string]store.CapacitySample{}})
+			pts = append(pts, seriesPoint{At: c.At, Sides: map[string]broker.CapacitySample{}})
 		}
 		pts[len(pts)-1].Sides[c.Side] = c
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/api"
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/pgtest"
 )
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m, &pg) }
 type fakeRuntime struct {
 	mu     sync.Mutex
 	calls  []string
-	status api.RuntimeStatus
+	status engine.RuntimeStatus
 	plan   broker.Plan
 	err    error
 }
@@ -40,7 +41,7 @@ func (f *fakeRuntime) DryRun(context.Context) (broker.Plan, error) {
 	return f.plan, f.err
 }
 
-func (f *fakeRuntime) Status() api.RuntimeStatus {
+func (f *fakeRuntime) Status() engine.RuntimeStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.status
@@ -106,7 +107,7 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	e := &env{t: t, st: st, rt: &fakeRuntime{status: api.RuntimeStatus{Leader: true, LastTick: time.Now()}},
+	e := &env{t: t, st: st, rt: &fakeRuntime{status: engine.RuntimeStatus{Leader: true, LastTick: time.Now()}},
 		logs: &syncBuffer{}, now: time.Now(), tokens: map[string]string{}}
 	for _, name := range []string{"ml", "vision"} {
 		if _, err := st.CreateTenant(ctx, broker.Tenant{Name: name, MaxGPUs: 16, GuaranteedGPUs: 2, Weight: 1,
@@ -284,12 +285,12 @@ func (e *env) seed() {
 	}); err != nil {
 		e.t.Fatal(err)
 	}
-	var samples []store.CapacitySample
+	var samples []broker.CapacitySample
 	for i := 10; i > 0; i-- {
 		at := e.now.Add(-time.Duration(i) * time.Minute).Truncate(time.Second)
 		samples = append(samples,
-			store.CapacitySample{At: at, Side: "k8s", GPUsBusy: 3, GPUsIdle: 1, GPUsInFlight: 4, GPUsPending: 6},
-			store.CapacitySample{At: at, Side: "yarn", GPUsBusy: 1, GPUsIdle: 3, GPUsPending: 1})
+			broker.CapacitySample{At: at, Side: "k8s", GPUsBusy: 3, GPUsIdle: 1, GPUsInFlight: 4, GPUsPending: 6},
+			broker.CapacitySample{At: at, Side: "yarn", GPUsBusy: 1, GPUsIdle: 3, GPUsPending: 1})
 	}
 	if err := e.st.RecordSamples(ctx, samples); err != nil {
 		e.t.Fatal(err)

@@ -60,7 +60,7 @@ func newOpsGauge() *opsGauge {
 	}, []string{"kind", "state"})}
 }
 
-func (o *opsGauge) refresh(ctx context.Context, st *store.Store) error {
+func (o *opsGauge) refresh(ctx context.Context, st Store) error {
 	counts, err := st.CountOps(ctx)
 	if err != nil {
 		return err

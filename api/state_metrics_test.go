@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/api"
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // scrape reads /metrics into series (name{labels} as the text format
@@ -69,7 +70,7 @@ func TestStateMetricsValues(t *testing.T) {
 	}
 	tick := time.Unix(1_780_000_000, 500_000_000)
 	e.rt.set(func(f *fakeRuntime) {
-		f.status = api.RuntimeStatus{Leader: true, LastTick: tick,
+		f.status = engine.RuntimeStatus{Leader: true, LastTick: tick,
 			Stale:          map[broker.Source]string{broker.SourceYARN: "RM unreachable for 45s"},
 			StalePools:     map[string]string{"gpu-training-group": "group not returned by DescribeAutoScalingGroups"},
 			ClaimConflicts: 3}

@@ -57,7 +57,9 @@ type Demand struct {
 	// demand is not placed (the PodScheduled condition's message, the YARN
 	// app's diagnostics), for "capacity present but not scheduling".
 	SchedulerReason string `json:"scheduler_reason,omitempty"`
-	// FirstSeen is when the broker first observed the demand.
+	// FirstSeen is when the broker first observed the demand. The ledger
+	// owns it (engine.Ledger.DemandFirstSeen): adapters leave it zero and
+	// the runtime fills it in the snapshot.
 	FirstSeen time.Time `json:"first_seen"`
 	// LastSeen is the time of the latest observation that still showed it.
 	LastSeen time.Time `json:"last_seen"`

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinel errors that the API maps to HTTP status codes. Adapters wrap them
@@ -61,4 +62,16 @@ func WithPrefix(prefix string, err error) error {
 		field = prefix + "." + field
 	}
 	return &ValidationError{Field: field, Problem: ve.Problem}
+}
+
+// BackoffError means a pool cannot grow now (no capacity for the instance
+// type, a launch failure, throttling); the planner skips it until Until.
+type BackoffError struct {
+	Pool   string
+	Reason string
+	Until  time.Time
+}
+
+func (e *BackoffError) Error() string {
+	return "pool " + e.Pool + " backs off until " + e.Until.UTC().Format(time.RFC3339) + ": " + e.Reason
 }

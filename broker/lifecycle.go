@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -227,14 +226,4 @@ func (c *cancelScaleDown) action(pl *planner) Action {
 		Reason: fmt.Sprintf("cancel the scale-down of node %s (op %d, not terminated yet) and give it back to %s for %d pending demand needing %d GPUs",
 			n.Name, c.op.ID, c.side, len(c.serves), c.gpus),
 	}
-}
-
-// opDataOf decodes an op's step data; undecodable data reads as empty (the
-// executor fails such an op on its next step).
-func opDataOf(op *Op) opData {
-	var d opData
-	if len(op.Data) > 0 {
-		_ = json.Unmarshal(op.Data, &d)
-	}
-	return d
 }

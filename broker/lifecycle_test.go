@@ -31,7 +31,7 @@ func noActionsFor(src Source) func(*Snapshot) {
 func staleAt(why string) func(*PoolState) { return func(p *PoolState) { p.Stale = why } }
 
 // opWith is an in-flight op with step data.
-func opWith(id int64, kind ActionKind, pool, node, step string, data opData) Op {
+func opWith(id int64, kind ActionKind, pool, node, step string, data OpData) Op {
 	raw, _ := json.Marshal(data)
 	return Op{ID: id, Kind: kind, Pool: pool, Node: node, State: OpRunning, Step: step, Data: raw}
 }
@@ -102,7 +102,7 @@ func TestPlanReplaceAtPoolMinDoesNotRestoreMinBehindIt(t *testing.T) {
 			name: "an open replacement keeps the pool at its size",
 			snap: snap([]PoolState{gpuPool(gtg, 1, bounds(1, 5))},
 				[]Node{gpuNode("n1", gtg, OwnerK8s, 4, 0, unhealthy("XID 79"))}, nil,
-				inflight(opWith(1, ActReplace, gtg, "n1", stepRelease, opData{From: OwnerK8s}))),
+				inflight(opWith(1, ActReplace, gtg, "n1", StepRelease, OpData{From: OwnerK8s}))),
 			policy: refPolicy(),
 		},
 		{
@@ -111,7 +111,7 @@ func TestPlanReplaceAtPoolMinDoesNotRestoreMinBehindIt(t *testing.T) {
 				[]Node{gpuNode("n1", gtg, OwnerK8s, 4, 0, unhealthy("XID 79")),
 					gpuNode("n2", gtg, OwnerNone, 4, 0, phase(PhaseBooting, time.Minute))},
 				[]Demand{pod("p")},
-				inflight(opWith(1, ActReplace, gtg, "n1", stepTerminate, opData{From: OwnerK8s, SurgeTo: 2}))),
+				inflight(opWith(1, ActReplace, gtg, "n1", StepTerminate, OpData{From: OwnerK8s, SurgeTo: 2}))),
 			policy: refPolicy(),
 			waits:  []Wait{wait("k8s/p", WaitInFlight)},
 		},
@@ -200,21 +200,21 @@ func TestPlanPendingScaleDownIsCancelledForNewDemand(t *testing.T) {
 		{
 			name: "demand that fits a node still draining for a scale-down takes it back instead of buying",
 			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{draining}, []Demand{pod("p")},
-				inflight(opWith(1, ActScaleDown, gtg, "n1", stepRelease, opData{From: OwnerK8s}))),
+				inflight(opWith(1, ActScaleDown, gtg, "n1", StepRelease, OpData{From: OwnerK8s}))),
 			policy:  refPolicy(),
 			actions: []Action{cancelSD(gtg, "n1", OwnerK8s, "k8s/p")},
 		},
 		{
 			name: "a scale-down that reached the cloud is not cancelled",
 			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{draining}, []Demand{pod("p")},
-				inflight(opWith(1, ActScaleDown, gtg, "n1", stepTerminate, opData{From: OwnerK8s}))),
+				inflight(opWith(1, ActScaleDown, gtg, "n1", StepTerminate, OpData{From: OwnerK8s}))),
 			policy:  refPolicy(),
 			actions: []Action{up(gtg, 1, "k8s/p")},
 		},
 		{
 			name: "demand of the other side does not cancel it",
 			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{draining}, []Demand{yarnApp("application_1_0001/1", 1, 2)},
-				inflight(opWith(1, ActScaleDown, gtg, "n1", stepRelease, opData{From: OwnerK8s}))),
+				inflight(opWith(1, ActScaleDown, gtg, "n1", StepRelease, OpData{From: OwnerK8s}))),
 			policy:  refPolicy(),
 			actions: []Action{up(gtg, 1, "yarn/application_1_0001/1")},
 		},

@@ -6,17 +6,17 @@ import (
 	"time"
 )
 
-// mergeInput is everything observed in one tick, before it becomes a snapshot.
-type mergeInput struct {
-	now     time.Time
-	policy  Policy
-	sides   map[Source]SideObservation
-	pools   []PoolState
-	stored  map[string]Node
-	reports map[string]NodeReport
-	ops     []Op
+// MergeInput is everything observed in one tick, before it becomes a snapshot.
+type MergeInput struct {
+	Now     time.Time
+	Policy  Policy
+	Sides   map[Source]SideObservation
+	Pools   []PoolState
+	Stored  map[string]Node
+	Reports map[string]NodeReport
+	Ops     []Op
 	// reportMaxAge bounds how old an agent report may be to count.
-	reportMaxAge time.Duration
+	ReportMaxAge time.Duration
 }
 
 // ClaimConflict is a node that both sides list as schedulable for
@@ -74,13 +74,13 @@ func fillMachine(n, other *Node) {
 // remembers and the agents' reports into one list of nodes, by name.
 //
 //lint:ignore U1000 the tests' entry point (h/jobe2e's merge_machine_test.go); drop this line once a caller lands
-func mergeNodes(in mergeInput) []Node {
-	nodes, _ := mergeNodesClaims(in)
+func mergeNodes(in MergeInput) []Node {
+	nodes, _ := MergeNodesClaims(in)
 	return nodes
 }
 
-// mergeNodesClaims is mergeNodes that also reports nodes both sides claim.
-func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
+// MergeNodesClaims is mergeNodes that also reports nodes both sides claim.
+func MergeNodesClaims(in MergeInput) ([]Node, []ClaimConflict) {
 	var conflicts []ClaimConflict
 	byName := map[string]*Node{}
 	var order []string
@@ -95,7 +95,7 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 	}
 	// Sides in a fixed order so the merge is deterministic.
 	for _, src := range Sources {
-		obs, ok := in.sides[src]
+		obs, ok := in.Sides[src]
 		if !ok {
 			continue
 		}
@@ -152,7 +152,7 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 	// Pool instances: matched by instance id (the side's provider id),
 	// then by hostname; unmatched instances are capacity on its way (or
 	// machines that never joined).
-	for _, ps := range in.pools {
+	for _, ps := range in.Pools {
 		for _, inst := range ps.Instances {
 			name, ok := byInstance[inst.ID]
 			if !ok {
@@ -179,7 +179,7 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 		}
 	}
 	draining := map[string]bool{}
-	for _, op := range in.ops {
+	for _, op := range in.Ops {
 		if op.Node != "" && !op.State.Terminal() && (op.Kind == ActScaleDown || op.Kind == ActTransfer || op.Kind == ActReplace) {
 			draining[op.Node] = true
 		}
@@ -188,7 +188,7 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 	out := make([]Node, 0, len(order))
 	for _, name := range order {
 		n := byName[name]
-		if st, ok := in.stored[name]; ok {
+		if st, ok := in.Stored[name]; ok {
 			n.Protected = st.Protected
 			n.UnderusedSince = st.UnderusedSince
 			if st.Phase == n.Phase && !st.PhaseSince.IsZero() {
@@ -196,20 +196,20 @@ func mergeNodesClaims(in mergeInput) ([]Node, []ClaimConflict) {
 			}
 		}
 		if n.PhaseSince.IsZero() {
-			n.PhaseSince = in.now
+			n.PhaseSince = in.Now
 		}
 		if draining[name] && (n.Phase == PhaseActive || n.Phase == PhaseGPUReady) {
 			n.Phase = PhaseDraining
 		}
-		if r, ok := in.reports[name]; ok && (in.reportMaxAge <= 0 || in.now.Sub(r.At) <= in.reportMaxAge) {
+		if r, ok := in.Reports[name]; ok && (in.ReportMaxAge <= 0 || in.Now.Sub(r.At) <= in.ReportMaxAge) {
 			n.Utilisation, n.Healthy, n.HealthReason = r.Health()
 		}
 		// Underused: GPU usage (allocation, or measured utilisation when
 		// the policy says so) at or under the threshold. GPU use decides;
 		// CPU-only work does not keep a GPU node.
-		if n.GPUsTotal > 0 && n.Phase == PhaseActive && in.policy.Usage(n) <= in.policy.ScaleDownUtilisation {
+		if n.GPUsTotal > 0 && n.Phase == PhaseActive && in.Policy.Usage(n) <= in.Policy.ScaleDownUtilisation {
 			if n.UnderusedSince.IsZero() {
-				n.UnderusedSince = in.now
+				n.UnderusedSince = in.Now
 			}
 		} else {
 			n.UnderusedSince = time.Time{}

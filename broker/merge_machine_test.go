@@ -18,7 +18,7 @@ func TestMergeKeepsKubernetesLabelsOfYARNNode(t *testing.T) {
 	y := Node{Name: "n1", Owner: OwnerYARN, Phase: PhaseActive, GPUsTotal: 4, GPUsAllocated: 4,
 		Work: []Workload{{Source: SourceYARN, Key: "c1", GPUs: 4, Preemptible: true}}}
 	k := Node{Name: "n1", Owner: OwnerNone, Phase: PhaseDrained, GPUsTotal: 4, GPUModel: "A100", Labels: labels, Taints: taints}
-	nodes := mergeNodes(mergeInput{now: time.Now(), sides: map[Source]SideObservation{
+	nodes := mergeNodes(MergeInput{Now: time.Now(), Sides: map[Source]SideObservation{
 		SourceYARN: {Source: SourceYARN, Nodes: []Node{y}},
 		SourceK8s:  {Source: SourceK8s, Nodes: []Node{k}},
 	}})

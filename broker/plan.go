@@ -250,7 +250,7 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		// A scale-up that awaits gpu-ready nodes has seen its target
 		// reached: the desired capacity says the rest (a node removed since
 		// is not on its way).
-		if op.Kind == ActScaleUp && op.Step != stepAwaitReady {
+		if op.Kind == ActScaleUp && op.Step != StepAwaitReady {
 			if pi, ok := pl.poolIdx[op.Pool]; ok && op.Target > pl.pools[pi].size {
 				pl.pools[pi].size = op.Target
 			}
@@ -320,7 +320,7 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	}
 	pl.nver = make([]uint32, len(pl.nodes))
 	for _, op := range ops {
-		if op.Kind != ActScaleDown && op.Kind != ActReplace || attritionOp(op) {
+		if op.Kind != ActScaleDown && op.Kind != ActReplace || AttritionOp(op) {
 			continue // an attrition op is no pending removal for the executor (attrition.go)
 		}
 		ni, ok := pl.nodeIdx[op.Node]
@@ -331,14 +331,14 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		if n.pool < 0 || n.n.Phase == PhaseTerminating || n.n.Phase == PhaseGone {
 			continue
 		}
-		data := opDataOf(op)
+		data := OpDataOf(op)
 		// A replacement keeps the desired capacity: it either terminates
 		// without a decrement or first raised the desired capacity by one
 		// (SurgeTo), which its terminate then takes back.
 		if op.Kind == ActScaleDown || data.SurgeTo > 0 {
 			pl.pools[n.pool].pendingDown++
 		}
-		if op.Kind == ActScaleDown && op.Step == stepRelease && data.From != OwnerNone && !data.Cancel && opsOn[op.Node] == 1 {
+		if op.Kind == ActScaleDown && op.Step == StepRelease && data.From != OwnerNone && !data.Cancel && opsOn[op.Node] == 1 {
 			if side, ok := data.From.Side(); ok {
 				pl.cancelable = append(pl.cancelable, cancelable{node: int32(ni), side: side, op: op})
 			}

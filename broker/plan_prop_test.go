@@ -227,9 +227,9 @@ func genSnapshot(t *rapid.T, mode genMode) *Snapshot {
 		op.Kind = rapid.SampledFrom([]ActionKind{ActScaleUp, ActScaleDown, ActTransfer, ActPreempt, ActReplace}).Draw(t, "op_kind")
 		switch op.Kind {
 		case ActScaleUp:
-			op.Step = rapid.SampledFrom([]string{stepSetDesired, stepAwaitReady}).Draw(t, "op_step")
+			op.Step = rapid.SampledFrom([]string{StepSetDesired, StepAwaitReady}).Draw(t, "op_step")
 		case ActScaleDown:
-			op.Step = rapid.SampledFrom([]string{stepRelease, stepTerminate}).Draw(t, "op_step")
+			op.Step = rapid.SampledFrom([]string{StepRelease, StepTerminate}).Draw(t, "op_step")
 			op.Data = []byte(`{"from":"` + rapid.SampledFrom([]string{"k8s", "yarn", "none"}).Draw(t, "op_from") + `"}`)
 		}
 		switch {
@@ -243,7 +243,7 @@ func genSnapshot(t *rapid.T, mode genMode) *Snapshot {
 			continue
 		}
 		if op.Kind == ActScaleDown && op.State != OpDone && rapid.Bool().Draw(t, "op_attrition") {
-			op.Step, op.Data = stepRelease, []byte(`{"attrition":true}`)
+			op.Step, op.Data = StepRelease, []byte(`{"attrition":true}`)
 		}
 		if len(s.Demand) > 0 && rapid.Bool().Draw(t, "op_serves") {
 			op.Serves = []string{rapid.SampledFrom(s.Demand).Draw(t, "op_demand").ID()}
@@ -308,7 +308,7 @@ func newView(s *Snapshot) *view {
 func (v *view) size(pool string) int {
 	n := v.pools[pool].Desired
 	for _, op := range v.s.InFlight {
-		if !op.State.Terminal() && op.Kind == ActScaleUp && op.Step != stepAwaitReady && op.Pool == pool && op.Target > n {
+		if !op.State.Terminal() && op.Kind == ActScaleUp && op.Step != StepAwaitReady && op.Pool == pool && op.Target > n {
 			n = op.Target
 		}
 	}
@@ -325,7 +325,7 @@ func (v *view) pendingDown(pool string) int {
 		}
 		// A replacement keeps the desired capacity unless it raised it
 		// by one first (surge), which its terminate takes back.
-		if op.Kind == ActReplace && opDataOf(&op).SurgeTo == 0 {
+		if op.Kind == ActReplace && OpDataOf(&op).SurgeTo == 0 {
 			continue
 		}
 		if n := v.nodes[op.Node]; n != nil && n.Pool == pool && n.Phase != PhaseTerminating && n.Phase != PhaseGone {
@@ -358,7 +358,7 @@ func (v *view) onlyScaleDown(node string) bool {
 			continue
 		}
 		k++
-		ok = op.Kind == ActScaleDown && op.Step == stepRelease
+		ok = op.Kind == ActScaleDown && op.Step == StepRelease
 	}
 	return k == 1 && ok
 }

@@ -146,6 +146,10 @@ const (
 	// volume's zone, anti-affinity, queue limits): more capacity would
 	// not help, so none is reserved or bought for it.
 	WaitNotScheduling WaitReason = "not-scheduling"
+	// WaitUnmapped is pending GPU work that is not demand because its YARN
+	// queue or namespace maps to no tenant (SideObservation.Ignored); the
+	// one name both sides use for it.
+	WaitUnmapped WaitReason = "unmapped"
 )
 
 // Wait is a non-decision: pending demand that no action serves, and why.

@@ -72,8 +72,14 @@ type Config struct {
 	// registered.
 	PoolBackoff time.Duration
 	// MaxProvisionTime is how long an instance may take from launch to
-	// registering as a node before the pool backs off.
+	// registering as a node before the pool backs off, when ProvisionTime
+	// is not set or cannot answer.
 	MaxProvisionTime time.Duration
+	// ProvisionTime, when set, returns the max provision time from its
+	// owner (the policy in the store, broker.Policy.MaxProvisionTime, which
+	// the planner and the executor read too); it is read on every
+	// observation, so an edit through the API applies at once.
+	ProvisionTime func(ctx context.Context) (time.Duration, error)
 	// PageSize is MaxRecords for DescribeAutoScalingGroups (1..100).
 	PageSize int
 	// ActivityRecords is how many recent scaling activities per group are

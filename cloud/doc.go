@@ -1,4 +1,4 @@
-// Package cloud implements broker.NodePool for AWS EC2 Auto Scaling groups
+// Package cloud implements engine.NodePool for AWS EC2 Auto Scaling groups
 // through aws-sdk-go-v2.
 //
 // Pools come from configuration (group name, min/max override) and from

@@ -1,6 +1,7 @@
 package cloud_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -248,5 +249,53 @@ func TestTerminateFailingHalfwayDecrementsOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProvisionTimeFromItsOwner: with ProvisionTime set (the policy in the
+// store), the provider's provision timeout is the owner's value, read on
+// every observation, not the MaxProvisionTime it was built with.
+func TestProvisionTimeFromItsOwner(t *testing.T) {
+	var (
+		mu         sync.Mutex
+		registered []string
+	)
+	b := simBackend(t, awssim.Config{BootHook: func(in awssim.Instance) {
+		mu.Lock()
+		registered = append(registered, in.PrivateDNSName)
+		mu.Unlock()
+	}})
+	createGroup(t, b, groupSpec{name: "gpu-a", max: 5, tags: map[string]string{cloud.TagPool: "gpu-a"}})
+	clock := &fakeClock{}
+	owner := 30 * time.Minute
+	p := newProvider(t, b, cloud.Config{Discover: true, Now: clock.Now, MaxProvisionTime: 15 * time.Minute,
+		ProvisionTime: func(context.Context) (time.Duration, error) { return owner, nil }})
+	b.sim.NeverRegister("gpu-a", 1)
+	if err := p.SetDesired(t.Context(), "gpu-a", 2); err != nil {
+		t.Fatal(err)
+	}
+	observe := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		p.ObserveRegistered(append([]string(nil), registered...))
+		return len(registered)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for observe() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the healthy instance never booted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	poolByName(t, p, "gpu-a") // the first observation sees the instances launch
+	clock.Advance(16 * time.Minute)
+	observe()
+	if s := poolByName(t, p, "gpu-a"); !s.BackoffUntil.IsZero() {
+		t.Fatalf("backoff after 16m with the owner's 30m: %s", s.BackoffReason)
+	}
+	clock.Advance(15 * time.Minute)
+	observe()
+	if s := poolByName(t, p, "gpu-a"); s.BackoffUntil.IsZero() || !strings.Contains(s.BackoffReason, "within 30m0s") {
+		t.Errorf("after 31m: until %s reason %q, want a backoff naming the owner's 30m0s", s.BackoffUntil, s.BackoffReason)
 	}
 }

@@ -17,9 +17,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
-// Provider is a broker.NodePool backed by AWS autoscaling groups. It is
+// Provider is a engine.NodePool backed by AWS autoscaling groups. It is
 // safe for concurrent use.
 type Provider struct {
 	cfg  Config
@@ -48,7 +49,7 @@ type Provider struct {
 	last map[string]broker.PoolState
 }
 
-var _ broker.NodePool = (*Provider)(nil)
+var _ engine.NodePool = (*Provider)(nil)
 
 // New returns a Provider. It loads credentials from cfg.Credentials or the
 // default chain (environment, shared files, IRSA, instance profile) but
@@ -156,6 +157,14 @@ func (p *Provider) Report(ctx context.Context) ([]PoolReport, error) {
 		return nil, err
 	}
 	now := p.now()
+	maxProv := p.cfg.MaxProvisionTime
+	if p.cfg.ProvisionTime != nil {
+		if d, err := p.cfg.ProvisionTime(ctx); err != nil {
+			p.log.Warn("read max provision time; using the configured one", "max_provision_time", maxProv, "err", err)
+		} else if d > 0 {
+			maxProv = d
+		}
+	}
 	out := make([]PoolReport, 0, len(groups)+len(stale))
 	for _, g := range groups {
 		if merr != nil && !g.described(machines) {
@@ -163,7 +172,7 @@ func (p *Provider) Report(ctx context.Context) ([]PoolReport, error) {
 			continue
 		}
 		p.checkActivities(ctx, g, now)
-		r := PoolReport{PoolState: p.state(g, machines, now)}
+		r := PoolReport{PoolState: p.state(g, machines, now, maxProv)}
 		for _, in := range g.instances {
 			switch {
 			case in.lifecycle == "InService":
@@ -273,7 +282,7 @@ func (p *Provider) machinesOf(ctx context.Context, groups []*group) (map[string]
 }
 
 // state builds one pool's state and applies the provision timeout.
-func (p *Provider) state(g *group, machines map[string]machine, now time.Time) broker.PoolState {
+func (p *Provider) state(g *group, machines map[string]machine, now time.Time, maxProv time.Duration) broker.PoolState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := broker.PoolState{Pool: g.pool, Desired: g.desired, Instances: make([]broker.Instance, 0, len(g.instances))}
@@ -289,7 +298,7 @@ func (p *Provider) state(g *group, machines map[string]machine, now time.Time) b
 			bi.Phase = broker.PhaseRegistered
 		}
 		if p.registered != nil && bi.Phase == broker.PhaseBooting && !registered &&
-			!m.launched.IsZero() && now.Sub(m.launched) > p.cfg.MaxProvisionTime {
+			!m.launched.IsZero() && now.Sub(m.launched) > maxProv {
 			if _, seen := p.stuck[in.id]; !seen {
 				p.stuck[in.id] = struct{}{}
 				stuck = append(stuck, in.id)
@@ -298,9 +307,9 @@ func (p *Provider) state(g *group, machines map[string]machine, now time.Time) b
 		st.Instances = append(st.Instances, bi)
 	}
 	if len(stuck) > 0 {
-		reason := fmt.Sprintf("instance %s did not register as a node within %s", stuck[0], p.cfg.MaxProvisionTime)
+		reason := fmt.Sprintf("instance %s did not register as a node within %s", stuck[0], maxProv)
 		if len(stuck) > 1 {
-			reason = fmt.Sprintf("instances %v did not register as nodes within %s", stuck, p.cfg.MaxProvisionTime)
+			reason = fmt.Sprintf("instances %v did not register as nodes within %s", stuck, maxProv)
 		}
 		p.setBackoffLocked(g.pool.Name, backoff{until: now.Add(p.cfg.PoolBackoff), reason: reason, cause: causeProvision, since: now})
 	}

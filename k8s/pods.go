@@ -20,7 +20,7 @@ const (
 	ReasonGated          = "scheduling-gated"      // held by schedulingGates
 	ReasonNominated      = "nominated"             // preemption is freeing room on a node
 	ReasonOtherScheduler = "other-scheduler"       // schedulerName not handled by gpubroker
-	ReasonNoTenant       = "no-tenant"             // namespace maps to no tenant
+	ReasonNoTenant       = "unmapped"              // namespace maps to no tenant (broker.WaitUnmapped)
 	ReasonNotYetDecided  = "not-yet-unschedulable" // scheduler has not given up on it yet
 	ReasonBound          = "bound"                 // has a node; not demand
 	ReasonTerminating    = "terminating"           // being deleted
@@ -254,7 +254,6 @@ func (c *classifier) demand(pod *corev1.Pod, r PodReport, now time.Time) broker.
 		// The PodScheduled condition's message ("0/3 nodes are available:
 		// 3 Insufficient nvidia.com/gpu.") is the scheduler's reason.
 		SchedulerReason: r.Detail,
-		FirstSeen:       r.Created,
 		LastSeen:        now,
 	}
 }

@@ -111,7 +111,6 @@ func TestDemandFromReferencePod(t *testing.T) {
 		},
 		Preemptible:     true,
 		SchedulerReason: "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-		FirstSeen:       p.CreationTimestamp.Time,
 		LastSeen:        now,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -222,6 +222,23 @@ func TestRunningPodsChargedToNamespaceTenant(t *testing.T) {
 	}
 }
 
+// TestSideSaysWhyDemandLeft: the side keeps no previous demand set; it says
+// why a key that left did from what it observes now (running: scheduled,
+// else deleted), and the ledger decides which keys left.
+func TestSideSaysWhyDemandLeft(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := fake.NewClientset(gpuNode("n1", 8, "H100"), gpuPod("ml-team", "train", 4, onNode("n1", corev1.PodRunning)))
+	s := newTestSide(t, ctx, client, Config{NamespaceIsTenant: true})
+	obs, err := s.Observe(ctx, broker.TenantIndex{Namespaces: map[string]string{"ml-team": "research"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obs.Departed == nil || obs.Departed("uid-ml-team-train") != "scheduled" || obs.Departed("uid-ml-team-gone") != "deleted" {
+		t.Fatalf("departure reasons: want scheduled for the running pod and deleted for one that is not there")
+	}
+}
+
 // evictionRecorder records the evictions a fake clientset receives and
 // answers them as the API server does: a UID precondition that does not
 // match the pod is a 409 Conflict; otherwise the pod is deleted.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // Side is the Kubernetes half of the tick loop: it observes through the
@@ -25,14 +25,11 @@ type Side struct {
 	// DrainStep bounds one Release call; the executor calls again until
 	// the node is drained or the policy's drain timeout passes.
 	drainStep time.Duration
-
-	mu   sync.Mutex
-	prev map[string]bool // demand keys of the previous observation
 }
 
 var (
-	_ broker.SideObserver = (*Side)(nil)
-	_ broker.SideActions  = (*Side)(nil)
+	_ engine.SideObserver = (*Side)(nil)
+	_ engine.SideActions  = (*Side)(nil)
 )
 
 // NewSide wires an observer and an actuator on the same client. The
@@ -43,7 +40,7 @@ func NewSide(client kubernetes.Interface, obs *Observer, act *Actuator, drainSte
 	if drainStep <= 0 {
 		drainStep = 5 * time.Second
 	}
-	return &Side{obs: obs, act: act, client: client, drainStep: drainStep, prev: map[string]bool{}}
+	return &Side{obs: obs, act: act, client: client, drainStep: drainStep}
 }
 
 // Source reports the Kubernetes side.
@@ -55,44 +52,36 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	if err != nil {
 		return broker.SideObservation{}, err
 	}
-	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: chargeTenants(o.Nodes, idx), Closed: map[string]string{}}
-	live := map[string]bool{}
+	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: chargeTenants(o.Nodes, idx)}
 	for _, d := range o.Demand {
-		tenant, ok := idx.Namespaces[d.Queue]
+		tenant, ok := idx.NamespaceTenant(d.Queue)
 		if !ok {
-			out.Ignored = append(out.Ignored, broker.Wait{Demand: d.ID(), Reason: "unmapped",
+			out.Ignored = append(out.Ignored, broker.Wait{Demand: d.ID(), Reason: broker.WaitUnmapped,
 				Detail: fmt.Sprintf("namespace %s maps to no tenant; add it to a tenant's namespaces", d.Queue)})
 			continue
 		}
-		d.Tenant = tenant
+		d.Tenant = tenant.Name
 		out.Demand = append(out.Demand, d)
-		live[d.Key] = true
 	}
 	for _, p := range o.Pods {
 		if !p.Counted {
 			out.Ignored = append(out.Ignored, broker.Wait{Demand: "k8s/" + p.UID, Reason: broker.WaitReason(p.Reason), Detail: p.Detail})
 		}
 	}
-	// Demand that left: scheduled if it now runs on a node, else deleted.
+	// Why demand that left did (which demand left is the ledger's to
+	// say): scheduled if it now runs on a node, else deleted.
 	running := map[string]bool{}
 	for _, n := range o.Nodes {
 		for _, w := range n.Work {
 			running[w.Key] = true
 		}
 	}
-	s.mu.Lock()
-	for k := range s.prev {
-		if live[k] {
-			continue
+	out.Departed = func(key string) string {
+		if running[key] {
+			return "scheduled"
 		}
-		if running[k] {
-			out.Closed[k] = "scheduled"
-		} else {
-			out.Closed[k] = "deleted"
-		}
+		return "deleted"
 	}
-	s.prev = live
-	s.mu.Unlock()
 	return out, nil
 }
 

@@ -49,7 +49,7 @@ var QoSClasses = []QoS{QoSLS, QoSBE, QoSBurstable, QoSGuaranteed}
 // Priority maps a QoS class onto the unified priority scale and says
 // whether work of that class may be preempted: Guaranteed and LS are high
 // and never preempted, Burstable and BE are low and preemptible. (The same
-// mapping as broker/workload, which the demo uses.)
+// mapping as internal/workload, which the demo uses.)
 func (q QoS) Priority() (priority int64, preemptible bool) {
 	switch q {
 	case QoSGuaranteed:

@@ -84,3 +84,28 @@ func benchApply(b *testing.B, cold bool) {
 		b.ReportMetric(float64(took.Microseconds())/1000/float64(b.N), "ms/"+step)
 	}
 }
+
+// BenchmarkDemandFirstSeen50k is the ledger read the runtime makes every
+// tick for first-seen times (the ledger owns them), over a 50,000-row
+// ledger.
+func BenchmarkDemandFirstSeen50k(b *testing.B) {
+	ctx := context.Background()
+	s, _ := newStore(b)
+	mustTenant(b, s, "tenant-00", nil, []string{"ns-00"})
+	ds := make([]broker.Demand, 50000)
+	for i := range ds {
+		ds[i] = broker.Demand{Source: broker.SourceK8s, Key: fmt.Sprintf("pod-%08d", i), Name: fmt.Sprintf("ns/pod-%d", i),
+			Tenant: "tenant-00", Queue: "ns-00", GPUsPerUnit: 1, Units: 1}
+	}
+	if _, err := s.ApplyObservation(ctx, store.Observation{Source: broker.SourceK8s, At: time.Now(), Demand: ds}); err != nil {
+		b.Fatal(err)
+	}
+	l := s.Ledger()
+	b.ResetTimer()
+	for range b.N {
+		fs, err := l.DemandFirstSeen(ctx)
+		if err != nil || len(fs) != len(ds) {
+			b.Fatalf("first seen: %d rows, %v", len(fs), err)
+		}
+	}
+}

@@ -71,20 +71,10 @@ func (s *Store) ListDecisions(ctx context.Context, f DecisionFilter) ([]broker.D
 	return ds, mapError("list decisions", err)
 }
 
-// CapacitySample is GPUs by state on one side at one time.
-type CapacitySample struct {
-	At           time.Time `json:"at"`
-	Side         string    `json:"side"`
-	GPUsBusy     int       `json:"gpus_busy"`
-	GPUsIdle     int       `json:"gpus_idle"`
-	GPUsInFlight int       `json:"gpus_in_flight"`
-	GPUsPending  int       `json:"gpus_pending"`
-}
-
 // RecordSamples stores capacity samples in one statement; a sample for the
 // same time and side replaces the earlier one (also within ss: the last
 // wins).
-func (s *Store) RecordSamples(ctx context.Context, ss []CapacitySample) error {
+func (s *Store) RecordSamples(ctx context.Context, ss []broker.CapacitySample) error {
 	if len(ss) == 0 {
 		return nil
 	}
@@ -119,14 +109,14 @@ func (s *Store) RecordSamples(ctx context.Context, ss []CapacitySample) error {
 }
 
 // Samples reads capacity samples in [from, to), oldest first.
-func (s *Store) Samples(ctx context.Context, from, to time.Time) ([]CapacitySample, error) {
+func (s *Store) Samples(ctx context.Context, from, to time.Time) ([]broker.CapacitySample, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT at, side, gpus_busy, gpus_idle, gpus_in_flight, gpus_pending FROM capacity_samples
 		WHERE at >= $1 AND at < $2 ORDER BY at, side`, from, to)
 	if err != nil {
 		return nil, mapError("read capacity samples", err)
 	}
-	ss, err := pgx.CollectRows(rows, pgx.RowToStructByPos[CapacitySample])
+	ss, err := pgx.CollectRows(rows, pgx.RowToStructByPos[broker.CapacitySample])
 	return ss, mapError("read capacity samples", err)
 }
 

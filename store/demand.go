@@ -47,9 +47,12 @@ type Observation struct {
 	// ignored (the ledger keeps the first time it saw a key).
 	Demand []broker.Demand
 	// Closed gives the reason for keys the adapter knows left, e.g. a pod
-	// that is now scheduled. Keys absent from Demand and from Closed close
-	// with CloseVanished.
-	Closed map[string]CloseReason
+	// that is now scheduled; keys it names that are still pending are
+	// ignored. Departed, when set, gives the reason for the other keys that
+	// left (it is called only for those). Keys that left and neither names
+	// close with CloseVanished.
+	Closed   map[string]CloseReason
+	Departed func(key string) CloseReason
 }
 
 // ApplyResult counts what an observation changed.
@@ -442,6 +445,32 @@ const upsertSQL = `
 	)
 	SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM up`
 
+// withDeparted adds to keys and reasons, for each key in gone that they do
+// not name yet, the reason obs.Departed gives (none: it closes vanished).
+func withDeparted(obs Observation, gone, keys, reasons []string) ([]string, []string, error) {
+	if obs.Departed == nil || len(gone) == 0 {
+		return keys, reasons, nil
+	}
+	named := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		named[k] = true
+	}
+	for _, k := range gone {
+		if named[k] {
+			continue
+		}
+		r := obs.Departed(k)
+		if r == "" {
+			continue
+		}
+		if !r.Valid() {
+			return nil, nil, broker.Invalid("departed["+k+"]", "unknown close reason %q", r)
+		}
+		keys, reasons = append(keys, k), append(reasons, string(r))
+	}
+	return keys, reasons, nil
+}
+
 // applyFull merges a whole observation: COPY into an unindexed temporary
 // table, then set-based statements (hash joins over the observation).
 func applyFull(ctx context.Context, tx pgx.Tx, obs Observation, closedKeys, closedReasons []string,
@@ -475,6 +504,21 @@ func applyFull(ctx context.Context, tx pgx.Tx, obs Observation, closedKeys, clos
 		return err
 	}
 	step("analyze")
+	if obs.Departed != nil {
+		// The keys that leave, for the adapter to say why.
+		rows, err := tx.Query(ctx, `SELECT d.key FROM demand d
+			WHERE d.source = $1 AND NOT EXISTS (SELECT 1 FROM obs_demand o WHERE o.key = d.key)`, obs.Source)
+		if err != nil {
+			return err
+		}
+		gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		if closedKeys, closedReasons, err = withDeparted(obs, gone, closedKeys, closedReasons); err != nil {
+			return err
+		}
+	}
 	tag, err := tx.Exec(ctx, fmt.Sprintf(closeSQL, `WHERE d.source = $1 AND NOT EXISTS (SELECT 1 FROM obs_demand o WHERE o.key = d.key)`),
 		obs.Source, obs.At, closedKeys, closedReasons)
 	if err != nil {
@@ -497,6 +541,10 @@ func applyDiff(ctx context.Context, tx pgx.Tx, obs Observation, last, next *sour
 		if _, ok := next.rows[k]; !ok {
 			gone = append(gone, k)
 		}
+	}
+	closedKeys, closedReasons, derr := withDeparted(obs, gone, closedKeys, closedReasons)
+	if derr != nil {
+		return derr
 	}
 	var (
 		keys, names, tenants, queues, constraints []string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -253,5 +254,53 @@ func TestSetWaitReasons(t *testing.T) {
 	page, _ := s.ListDemand(ctx, store.DemandFilter{WaitReason: string(broker.WaitQuota)})
 	if len(page.Rows) != 1 || page.Rows[0].WaitDetail != "tenant training uses 8 of 8 GPUs" {
 		t.Fatalf("wait reason not recorded: %+v", page.Rows)
+	}
+}
+
+// TestApplyObservationDepartedOnBothPaths: the reasons Departed gives
+// reach the history on the diff path (the Store applied the previous
+// observation) and on the full merge (another Store did), and Departed is
+// asked only about keys that left.
+func TestApplyObservationDepartedOnBothPaths(t *testing.T) {
+	ctx := context.Background()
+	s1, url := newStore(t)
+	mustTenant(t, s1, "training", nil, []string{"ml"})
+	s2, err := store.Open(ctx, store.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s2.Close)
+	var asked []string
+	departed := func(key string) store.CloseReason {
+		asked = append(asked, key)
+		return store.ClosePreempted
+	}
+	k := broker.SourceK8s
+	apply := func(s *store.Store, at time.Time, keys ...string) {
+		t.Helper()
+		obs := store.Observation{Source: k, At: at, Departed: departed}
+		for _, key := range keys {
+			obs.Demand = append(obs.Demand, pod(key, "training", 1))
+		}
+		if _, err := s.ApplyObservation(ctx, obs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(s1, t0, "a", "b", "c")
+	apply(s1, t0.Add(time.Minute), "b", "c") // diff path: a left
+	apply(s2, t0.Add(2*time.Minute), "c")    // full merge: b left
+	hist, err := s1.ListHistory(ctx, store.HistoryFilter{Source: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]store.CloseReason{}
+	for _, h := range hist {
+		got[h.Key] = h.Reason
+	}
+	if len(got) != 2 || got["a"] != store.ClosePreempted || got["b"] != store.ClosePreempted {
+		t.Errorf("history: %v, want a and b preempted", got)
+	}
+	if !slices.Equal(asked, []string{"a", "b"}) {
+		t.Errorf("Departed asked about %v, want [a b] (only keys that left)", asked)
 	}
 }

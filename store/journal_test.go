@@ -79,7 +79,7 @@ func TestDecisionsSamplesTokens(t *testing.T) {
 		t.Fatal("a decision without reason must be refused")
 	}
 
-	if err := s.RecordSamples(ctx, []store.CapacitySample{{At: t0, Side: "k8s", GPUsBusy: 4, GPUsIdle: 4}, {At: t0, Side: "yarn", GPUsInFlight: 8}}); err != nil {
+	if err := s.RecordSamples(ctx, []broker.CapacitySample{{At: t0, Side: "k8s", GPUsBusy: 4, GPUsIdle: 4}, {At: t0, Side: "yarn", GPUsInFlight: 8}}); err != nil {
 		t.Fatal(err)
 	}
 	ss, err := s.Samples(ctx, t0.Add(-time.Minute), t0.Add(time.Minute))
@@ -152,7 +152,7 @@ func TestPruneSamplesAndDecisions(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	old, recent := t0.Add(-8*24*time.Hour), t0.Add(-time.Hour)
-	if err := s.RecordSamples(ctx, []store.CapacitySample{{At: old, Side: "k8s"}, {At: recent, Side: "k8s"}}); err != nil {
+	if err := s.RecordSamples(ctx, []broker.CapacitySample{{At: old, Side: "k8s"}, {At: recent, Side: "k8s"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordDecisions(ctx, []broker.Decision{{At: old, Kind: "wait", Reason: "old"}, {At: recent, Kind: "wait", Reason: "recent"}}); err != nil {

@@ -6,21 +6,26 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
-// Ledger adapts the store to broker.Ledger, the durable state of the tick
+// Ledger adapts the store to engine.Ledger, the durable state of the tick
 // loop.
 type Ledger struct{ s *Store }
 
-var _ broker.Ledger = Ledger{}
+var _ engine.Ledger = Ledger{}
 
 // Ledger returns the store as the tick loop's ledger.
 func (s *Store) Ledger() Ledger { return Ledger{s: s} }
 
-// TenantIndex returns tenants with their queue and namespace mappings.
+// TenantIndex returns tenants with their queue and namespace mappings,
+// built once per tick by broker.NewTenantIndex.
 func (l Ledger) TenantIndex(ctx context.Context) (broker.TenantIndex, error) {
-	t, q, n, err := l.s.TenantMap(ctx)
-	return broker.TenantIndex{Tenants: t, Queues: q, Namespaces: n}, err
+	ts, err := l.s.ListTenants(ctx)
+	if err != nil {
+		return broker.TenantIndex{}, err
+	}
+	return broker.NewTenantIndex(ts), nil
 }
 
 // Policy returns the stored policy or the default.
@@ -63,7 +68,9 @@ func (l Ledger) DemandFirstSeen(ctx context.Context) (map[string]time.Time, erro
 	return out, mapError("read first-seen times", rows.Err())
 }
 
-// ApplyDemand persists one side's observation.
+// ApplyDemand persists one side's observation: the ledger closes the
+// side's demand the observation no longer holds, with the reason the
+// observation gives (Closed, then Departed; vanished otherwise).
 func (l Ledger) ApplyDemand(ctx context.Context, obs broker.SideObservation) error {
 	closed := make(map[string]CloseReason, len(obs.Closed))
 	for k, r := range obs.Closed {
@@ -73,7 +80,11 @@ func (l Ledger) ApplyDemand(ctx context.Context, obs broker.SideObservation) err
 		}
 		closed[k] = cr
 	}
-	_, err := l.s.ApplyObservation(ctx, Observation{Source: obs.Source, At: obs.At, Demand: obs.Demand, Closed: closed})
+	o := Observation{Source: obs.Source, At: obs.At, Demand: obs.Demand, Closed: closed}
+	if obs.Departed != nil {
+		o.Departed = func(key string) CloseReason { return CloseReason(obs.Departed(key)) }
+	}
+	_, err := l.s.ApplyObservation(ctx, o)
 	return err
 }
 
@@ -110,12 +121,7 @@ func (l Ledger) SetWaitReasons(ctx context.Context, ws []broker.Wait) error {
 
 // RecordSamples stores capacity samples.
 func (l Ledger) RecordSamples(ctx context.Context, ss []broker.CapacitySample) error {
-	out := make([]CapacitySample, len(ss))
-	for i, c := range ss {
-		out[i] = CapacitySample{At: c.At, Side: c.Side, GPUsBusy: c.GPUsBusy, GPUsIdle: c.GPUsIdle,
-			GPUsInFlight: c.GPUsInFlight, GPUsPending: c.GPUsPending}
-	}
-	return l.s.RecordSamples(ctx, out)
+	return l.s.RecordSamples(ctx, ss)
 }
 
 // LatestReports returns the newest agent report per node.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpubroker/gpubroker/store"
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // RecordSamples writes all samples in one statement; a repeated (at, side)
@@ -13,12 +13,12 @@ import (
 func TestRecordSamplesBatchLastWins(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
-	if err := s.RecordSamples(ctx, []store.CapacitySample{
+	if err := s.RecordSamples(ctx, []broker.CapacitySample{
 		{At: t0, Side: "k8s", GPUsBusy: 1}, {At: t0, Side: "yarn", GPUsIdle: 2}, {At: t0, Side: "k8s", GPUsBusy: 3},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordSamples(ctx, []store.CapacitySample{{At: t0, Side: "yarn", GPUsIdle: 5}}); err != nil {
+	if err := s.RecordSamples(ctx, []broker.CapacitySample{{At: t0, Side: "yarn", GPUsIdle: 5}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordSamples(ctx, nil); err != nil {
@@ -28,7 +28,7 @@ func TestRecordSamplesBatchLastWins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bySide := map[string]store.CapacitySample{}
+	bySide := map[string]broker.CapacitySample{}
 	for _, c := range got {
 		bySide[c.Side] = c
 	}

@@ -145,18 +145,8 @@ func (s *Store) TenantMap(ctx context.Context) (tenants map[string]broker.Tenant
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	tenants = make(map[string]broker.Tenant, len(ts))
-	queues, namespaces = map[string]string{}, map[string]string{}
-	for _, t := range ts {
-		tenants[t.Name] = t
-		for _, q := range t.YARNQueues {
-			queues[q] = t.Name
-		}
-		for _, n := range t.Namespaces {
-			namespaces[n] = t.Name
-		}
-	}
-	return tenants, queues, namespaces, nil
+	x := broker.NewTenantIndex(ts)
+	return x.Tenants, x.Queues, x.Namespaces, nil
 }
 
 func nonNil(s []string) []string {

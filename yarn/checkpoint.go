@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/colinmarc/hdfs/v2"
-
-	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // CheckpointDirKey names a job's checkpoint directory: a YARN application
@@ -63,7 +62,7 @@ type CheckpointReader struct {
 	cache map[string]checkpointEntry
 }
 
-var _ broker.Checkpoints = (*CheckpointReader)(nil)
+var _ engine.Checkpoints = (*CheckpointReader)(nil)
 
 type checkpointEntry struct {
 	at     time.Time

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 )
 
@@ -68,7 +69,7 @@ type DecommissionConfig struct {
 
 // Decommissioner takes NodeManagers away from YARN and gives them back:
 // graceful decommission through the exclude file and refreshNodes, and
-// recommission the same way. It implements broker.SideActions; every
+// recommission the same way. It implements engine.SideActions; every
 // method is idempotent and reports progress from the RM's state, so the
 // executor may call it again after a crash.
 type Decommissioner struct {
@@ -98,7 +99,7 @@ type decomState struct {
 	containers []string
 }
 
-var _ broker.SideActions = (*Decommissioner)(nil)
+var _ engine.SideActions = (*Decommissioner)(nil)
 
 // NewDecommissioner returns a Decommissioner for cfg.
 func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
@@ -229,7 +230,7 @@ func timeoutText(t time.Duration) string {
 }
 
 // status turns a node's REST view into a DecommissionStatus.
-func (d *Decommissioner) status(ctx context.Context, host string, n restNode) DecommissionStatus {
+func (d *Decommissioner) status(ctx context.Context, host string, n nodeInfo) DecommissionStatus {
 	st := DecommissionStatus{State: n.State, NodeID: n.ID}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -407,8 +408,8 @@ func (d *Decommissioner) restart(ctx context.Context, host string) {
 }
 
 var (
-	_ broker.AdmitChecker = (*Decommissioner)(nil)
-	_ broker.Forgetter    = (*Decommissioner)(nil)
+	_ engine.AdmitChecker = (*Decommissioner)(nil)
+	_ engine.Forgetter    = (*Decommissioner)(nil)
 )
 
 // Admitted reports whether the RM lists node RUNNING with yarn.io/gpu and
@@ -509,18 +510,6 @@ func (d *Decommissioner) SetGPUs(ctx context.Context, host string, gpus int, ove
 	return nil
 }
 
-// restNode is the part of the RM's node record decommissioning needs.
-type restNode struct {
-	ID              string        `json:"id"`
-	NodeHostName    string        `json:"nodeHostName"`
-	NodeHTTPAddress string        `json:"nodeHTTPAddress"`
-	State           string        `json:"state"`
-	NumContainers   flexInt       `json:"numContainers"`
-	UsedMemoryMB    flexInt       `json:"usedMemoryMB"`
-	AvailMemoryMB   flexInt       `json:"availMemoryMB"`
-	TotalResource   *resourceInfo `json:"totalResource"`
-}
-
 // resourceValue returns a resource type's value (memory-mb, vcores, ...),
 // falling back to the legacy field; 0 when absent.
 func resourceValue(r *resourceInfo, name string, legacy func(*resourceInfo) flexInt) int64 {
@@ -536,16 +525,12 @@ func resourceValue(r *resourceInfo, name string, legacy func(*resourceInfo) flex
 // node returns host's RM record; State is "" when the RM does not know it.
 // A host that appears twice (a restarted NodeManager) is taken in its
 // live entry.
-func (d *Decommissioner) node(ctx context.Context, host string) (restNode, error) {
-	var resp struct {
-		Nodes *struct {
-			Node list[restNode] `json:"node"`
-		} `json:"nodes"`
-	}
+func (d *Decommissioner) node(ctx context.Context, host string) (nodeInfo, error) {
+	var resp nodesResponse
 	if _, err := d.cfg.Client.Get(ctx, PathNodes, &resp); err != nil {
-		return restNode{}, fmt.Errorf("read state of node %s: %w", host, err)
+		return nodeInfo{}, fmt.Errorf("read state of node %s: %w", host, err)
 	}
-	var found restNode
+	var found nodeInfo
 	if resp.Nodes == nil {
 		return found, nil
 	}
@@ -566,7 +551,7 @@ func (d *Decommissioner) node(ctx context.Context, host string) (restNode, error
 
 // containers names the containers running on n from its NodeManager's
 // REST API (/ws/v1/node/containers); when that does not answer, a count.
-func (d *Decommissioner) containers(ctx context.Context, n restNode) []string {
+func (d *Decommissioner) containers(ctx context.Context, n nodeInfo) []string {
 	count := []string{strconv.Itoa(int(n.NumContainers)) + " containers"}
 	if n.NodeHTTPAddress == "" {
 		return count

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/yarn"
 	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
@@ -145,7 +146,7 @@ func until(t *testing.T, what string, cond func() bool) {
 func TestDecommissionerSideActions(t *testing.T) {
 	ctx := testCtx(t)
 	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2"}, yarn.DecommissionConfig{})
-	var act broker.SideActions = e.d
+	var act engine.SideActions = e.d
 
 	// g1 runs a container for 300 ms: Release waits for it.
 	if _, err := e.admin.RunOn("a", "g1", 2, 300*time.Millisecond); err != nil {

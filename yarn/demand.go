@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -34,50 +33,28 @@ type Unmapped struct {
 // QueueMap resolves YARN queues to tenants from broker.Tenant.YARNQueues,
 // which list full paths (root.a.b) or leaf names. A queue belongs to the
 // tenant listing its full path, else the nearest listed ancestor path, else
-// its leaf name.
+// its leaf name (broker.TenantIndex.QueueTenant, the one tenant mapping).
 type QueueMap struct {
-	byQueue map[string]broker.Tenant
+	idx broker.TenantIndex
 }
 
-// NewQueueMap indexes the tenants' queues.
+// QueueMapOf resolves queues through idx, the index the tick built; Side
+// uses it on every poll, so no poll builds a mapping of its own.
+func QueueMapOf(idx broker.TenantIndex) QueueMap { return QueueMap{idx: idx} }
+
+// NewQueueMap indexes the tenants' queues (broker.NewTenantIndex), for
+// callers that hold tenants rather than the tick's index.
 func NewQueueMap(tenants map[string]broker.Tenant) QueueMap {
-	m := QueueMap{byQueue: map[string]broker.Tenant{}}
-	names := make([]string, 0, len(tenants))
-	for n := range tenants {
-		names = append(names, n)
+	ts := make([]broker.Tenant, 0, len(tenants))
+	for _, t := range tenants {
+		ts = append(ts, t)
 	}
-	slices.Sort(names) // deterministic when two tenants claim one queue
-	for _, n := range names {
-		t := tenants[n]
-		for _, q := range t.YARNQueues {
-			if _, dup := m.byQueue[q]; !dup {
-				m.byQueue[q] = t
-			}
-		}
-	}
-	return m
+	return QueueMap{idx: broker.NewTenantIndex(ts)}
 }
 
 // Tenant returns the tenant of the queue at path (or leaf name), and false
 // when no tenant claims it.
-func (m QueueMap) Tenant(path string) (broker.Tenant, bool) {
-	if t, ok := m.byQueue[path]; ok {
-		return t, true
-	}
-	for p := path; ; {
-		i := strings.LastIndexByte(p, '.')
-		if i < 0 {
-			break
-		}
-		p = p[:i]
-		if t, ok := m.byQueue[p]; ok {
-			return t, true
-		}
-	}
-	leaf := path[strings.LastIndexByte(path, '.')+1:]
-	t, ok := m.byQueue[leaf]
-	return t, ok
-}
+func (m QueueMap) Tenant(path string) (broker.Tenant, bool) { return m.idx.QueueTenant(path) }
 
 // appTenant returns the tenant of an app's queue, by full path, then as
 // the RM reported it.
@@ -109,10 +86,6 @@ func MapDemand(obs *Observation, queues QueueMap, _ MapOptions) ([]broker.Demand
 			unmapped = append(unmapped, Unmapped{AppID: a.ID, Queue: a.QueuePath, GPUs: a.PendingGPUs()})
 			continue
 		}
-		first := a.Started
-		if first.IsZero() || first.After(obs.At) {
-			first = obs.At
-		}
 		for _, r := range a.Requests {
 			key := a.ID + "/" + strconv.Itoa(int(r.Priority))
 			if r.AllocationRequestID > 0 {
@@ -129,7 +102,6 @@ func MapDemand(obs *Observation, queues QueueMap, _ MapOptions) ([]broker.Demand
 				Units:       r.Containers,
 				Gang:        a.HasTag(TagGang),
 				Preemptible: !a.HasTag(TagNotPreemptible),
-				FirstSeen:   first,
 				LastSeen:    obs.At,
 			}
 			// The ask's partition: empty is the default partition.

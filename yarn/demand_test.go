@@ -58,13 +58,13 @@ func TestMapDemand(t *testing.T) {
 	ds, unmapped := yarn.MapDemand(obs, yarn.NewQueueMap(tenants), yarn.MapOptions{})
 	want := []broker.Demand{
 		{Source: broker.SourceYARN, Key: "application_1_0001/1", Name: "gang", Tenant: "ml", Queue: "root.ml.train", Priority: 1005,
-			GPUsPerUnit: 8, Units: 4, Gang: true, Preemptible: false, FirstSeen: started, LastSeen: at,
+			GPUsPerUnit: 8, Units: 4, Gang: true, Preemptible: false, LastSeen: at,
 			Constraints: broker.Constraints{NodeLabel: "a100"}},
 		{Source: broker.SourceYARN, Key: "application_1_0001/2#3", Name: "gang", Tenant: "ml", Queue: "root.ml.train", Priority: 1005,
-			GPUsPerUnit: 1, Units: 1, Gang: true, Preemptible: false, FirstSeen: started, LastSeen: at,
+			GPUsPerUnit: 1, Units: 1, Gang: true, Preemptible: false, LastSeen: at,
 			Constraints: broker.Constraints{NodeLabel: "t4"}},
 		{Source: broker.SourceYARN, Key: "application_1_0002/7", Name: "plain", Tenant: "default", Queue: "root.default", Priority: 10,
-			GPUsPerUnit: 2, Units: 2, Preemptible: true, FirstSeen: at, LastSeen: at},
+			GPUsPerUnit: 2, Units: 2, Preemptible: true, LastSeen: at},
 	}
 	if d := cmp.Diff(want, ds); d != "" {
 		t.Errorf("demand (-want +got):\n%s", d)

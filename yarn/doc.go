@@ -8,7 +8,7 @@
 //   - Side, the mapping from that observation to broker.Demand and
 //     broker.Node, with each container as running work of its queue's
 //     tenant (checkpoint ages from HDFS, checkpoint.go);
-//   - Decommissioner, broker.SideActions for YARN: graceful decommission
+//   - Decommissioner, engine.SideActions for YARN: graceful decommission
 //     and recommission through the exclude file and refreshNodes over the
 //     RM admin protocol (yarn/rmadmin), and container eviction through the
 //     signal API (preempt.go).

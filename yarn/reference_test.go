@@ -77,30 +77,6 @@ type resourceRequest struct {
 	} `json:"executionTypeRequest"`
 }
 
-type nodesResponse struct {
-	Nodes *struct {
-		Node list[nodeInfo] `json:"node"`
-	} `json:"nodes"`
-}
-
-type nodeInfo struct {
-	Rack              string        `json:"rack"`
-	State             string        `json:"state"`
-	ID                string        `json:"id"`
-	NodeHostName      string        `json:"nodeHostName"`
-	NodeHTTPAddress   string        `json:"nodeHTTPAddress"`
-	LastHealthUpdate  flexInt       `json:"lastHealthUpdate"`
-	Version           string        `json:"version"`
-	HealthReport      string        `json:"healthReport"`
-	NumContainers     flexInt       `json:"numContainers"`
-	UsedMemoryMB      flexInt       `json:"usedMemoryMB"`
-	AvailMemoryMB     flexInt       `json:"availMemoryMB"`
-	NodeLabels        list[string]  `json:"nodeLabels"`
-	TotalResource     *resourceInfo `json:"totalResource"`
-	UsedResource      *resourceInfo `json:"usedResource"`
-	AvailableResource *resourceInfo `json:"availableResource"`
-}
-
 // appResourceInfo is an app's resourceInfo (ResourcesInfo): what it holds
 // and asks for per partition, with every resource type. Hadoop 3.1 and
 // later render it; older RMs omit it.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // Side is the YARN half of the tick loop's observations: pending GPU
@@ -20,7 +21,7 @@ import (
 // Side only observes. Taking nodes from YARN and giving them back
 // (graceful decommission and recommission through the exclude file and
 // the RM admin protocol) and evicting containers are the Decommissioner's,
-// the broker.SideActions the runtime is given beside Side. Without one
+// the engine.SideActions the runtime is given beside Side. Without one
 // (no yarn.admin_address and yarn.exclude_file) the runtime refuses
 // ownership transfers to and from YARN and fails YARN node operations
 // with "no actions configured for yarn".
@@ -28,19 +29,18 @@ type Side struct {
 	client *Client
 	opts   MapOptions
 
-	mu   sync.Mutex
-	prev map[string]bool
+	mu sync.Mutex
 	// down remembers since when each down node has been down: an
 	// UNHEALTHY NodeManager's lastHealthUpdate moves on with every health
 	// check, and the broker's replacement timeout must not restart with it.
 	down map[string]time.Time
 }
 
-var _ broker.SideObserver = (*Side)(nil)
+var _ engine.SideObserver = (*Side)(nil)
 
 // NewSide observes through client.
 func NewSide(client *Client, opts MapOptions) *Side {
-	return &Side{client: client, opts: opts, prev: map[string]bool{}, down: map[string]time.Time{}}
+	return &Side{client: client, opts: opts, down: map[string]time.Time{}}
 }
 
 // Source reports the YARN side.
@@ -53,17 +53,13 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	if err != nil {
 		return broker.SideObservation{}, err
 	}
-	queues := NewQueueMap(idx.Tenants)
+	queues := QueueMapOf(idx)
 	demand, unmapped := MapDemand(obs, queues, s.opts)
 	out := broker.SideObservation{Source: broker.SourceYARN, At: obs.At, Demand: demand,
-		Nodes: BrokerNodes(obs, queues), Closed: map[string]string{}}
+		Nodes: BrokerNodes(obs, queues), Departed: departed(obs)}
 	for _, u := range unmapped {
-		out.Ignored = append(out.Ignored, broker.Wait{Demand: "yarn/" + u.AppID, Reason: "unmapped",
+		out.Ignored = append(out.Ignored, broker.Wait{Demand: "yarn/" + u.AppID, Reason: broker.WaitUnmapped,
 			Detail: fmt.Sprintf("queue %s maps to no tenant (%d GPUs pending); add it to a tenant's yarn_queues", u.Queue, u.GPUs)})
-	}
-	live := map[string]bool{}
-	for _, d := range demand {
-		live[d.Key] = true
 	}
 	s.mu.Lock()
 	down := make(map[string]time.Time, len(s.down))
@@ -78,20 +74,23 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 		down[n.Name] = n.DownSince
 	}
 	s.down = down
-	// Demand that left: the app still runs (its containers were
-	// allocated) or it is gone (finished, failed or killed).
-	for k := range s.prev {
-		if live[k] {
-			continue
-		}
-		appID, _, _ := strings.Cut(k, "/")
-		if _, running := obs.App(appID); running {
-			out.Closed[k] = "scheduled"
-		} else {
-			out.Closed[k] = "finished"
-		}
-	}
-	s.prev = live
 	s.mu.Unlock()
 	return out, nil
+}
+
+// departed says why a YARN demand key (<app id>/<priority>...) that left
+// did: its app still runs (its containers were allocated), or it is gone
+// (finished, failed or killed). Which keys left is the ledger's to say.
+func departed(obs *Observation) func(key string) string {
+	apps := make(map[string]bool, len(obs.Apps))
+	for i := range obs.Apps {
+		apps[obs.Apps[i].ID] = true
+	}
+	return func(key string) string {
+		appID, _, _ := strings.Cut(key, "/")
+		if apps[appID] {
+			return "scheduled"
+		}
+		return "finished"
+	}
 }

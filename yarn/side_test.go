@@ -26,8 +26,8 @@ func TestSideAgainstSimulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	side := yarn.NewSide(client, yarn.MapOptions{})
-	idx := broker.TenantIndex{Tenants: map[string]broker.Tenant{
-		"training": {Name: "training", BasePriority: 100, MaxGPUs: 10, Weight: 1, YARNQueues: []string{"root.a"}}}}
+	idx := broker.NewTenantIndex([]broker.Tenant{
+		{Name: "training", BasePriority: 100, MaxGPUs: 10, Weight: 1, YARNQueues: []string{"root.a"}}})
 
 	a, err := sim.Submit(yarnsim.AppSpec{Name: "train", Queue: "root.a", Priority: 5,
 		Tags:     []string{"gpubroker.io/checkpoint-dir=hdfs://nn:8020/ckpt/train"},
@@ -57,8 +57,12 @@ func TestSideAgainstSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(obs.Demand) != 0 || obs.Closed[a+"/1"] != "scheduled" {
-		t.Fatalf("after allocation: demand %+v closed %+v", obs.Demand, obs.Closed)
+	// Which demand left is the ledger's to say; the side says why.
+	if len(obs.Demand) != 0 || obs.Departed == nil || obs.Departed(a+"/1") != "scheduled" {
+		t.Fatalf("after allocation: demand %+v", obs.Demand)
+	}
+	if r := obs.Departed("application_0_9999/1"); r != "finished" {
+		t.Fatalf("demand of an app that is gone left as %q, want finished", r)
 	}
 	if len(obs.Nodes) != 1 || obs.Nodes[0].GPUsAllocated != 4 {
 		t.Fatalf("nodes: %+v", obs.Nodes)

@@ -132,6 +132,37 @@ func (r *resourceInfo) get(name string) (int64, bool) {
 	return 0, false
 }
 
+// nodesResponse is GET PathNodes, the RM's NodesInfo, with nodeInfo the
+// one node record (NodeInfo) the package decodes with encoding/json: the
+// Decommissioner reads a host's record with it, and it is the reference
+// the observer's scanner (decode.go: scanner.node) is tested against
+// (reference_test.go). yarnsim writes the same JSON from its own types, so
+// the simulator is checked against recorded real answers, not against
+// these.
+type nodesResponse struct {
+	Nodes *struct {
+		Node list[nodeInfo] `json:"node"`
+	} `json:"nodes"`
+}
+
+type nodeInfo struct {
+	Rack              string        `json:"rack"`
+	State             string        `json:"state"`
+	ID                string        `json:"id"`
+	NodeHostName      string        `json:"nodeHostName"`
+	NodeHTTPAddress   string        `json:"nodeHTTPAddress"`
+	LastHealthUpdate  flexInt       `json:"lastHealthUpdate"`
+	Version           string        `json:"version"`
+	HealthReport      string        `json:"healthReport"`
+	NumContainers     flexInt       `json:"numContainers"`
+	UsedMemoryMB      flexInt       `json:"usedMemoryMB"`
+	AvailMemoryMB     flexInt       `json:"availMemoryMB"`
+	NodeLabels        list[string]  `json:"nodeLabels"`
+	TotalResource     *resourceInfo `json:"totalResource"`
+	UsedResource      *resourceInfo `json:"usedResource"`
+	AvailableResource *resourceInfo `json:"availableResource"`
+}
+
 type schedulerResponse struct {
 	Scheduler *struct {
 		SchedulerInfo *schedulerQueue `json:"schedulerInfo"`

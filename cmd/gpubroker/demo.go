@@ -19,9 +19,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpubroker/gpubroker/broker"
-	"github.com/gpubroker/gpubroker/broker/workload"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
 	"github.com/gpubroker/gpubroker/internal/app"
+	"github.com/gpubroker/gpubroker/internal/workload"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/k8s/k8ssim"
 	"github.com/gpubroker/gpubroker/store"

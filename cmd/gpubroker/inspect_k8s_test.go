@@ -101,7 +101,7 @@ func TestInspectK8s(t *testing.T) {
 		t.Fatalf("table: exit %d: %s", code, errOut)
 	}
 	t.Logf("inspect k8s:\n%s", out)
-	for _, want := range []string{"PENDING GPU PODS: 1, 0 counted", "train", "no-tenant", "infra-type=gpu", "gpu-a", "H100"} {
+	for _, want := range []string{"PENDING GPU PODS: 1, 0 counted", "train", "unmapped", "infra-type=gpu", "gpu-a", "H100"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table output lacks %q:\n%s", want, out)
 		}

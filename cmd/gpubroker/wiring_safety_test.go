@@ -100,4 +100,11 @@ pools:
 	if _, _, ok, err := app.StoreBounds(st)(ctx, "unknown"); ok || err != nil {
 		t.Errorf("bounds of an unknown pool: ok %v err %v, want none", ok, err)
 	}
+	pol, err := st.GetPolicy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := app.StoreProvisionTime(st)(ctx); err != nil || d != pol.MaxProvisionTime.D() {
+		t.Errorf("provider provision time %s err %v, want the stored policy's %s", d, err, pol.MaxProvisionTime)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn"
 	"github.com/gpubroker/gpubroker/yarn/rmadmin"
@@ -246,7 +247,7 @@ func runYARNDecommission(ctx context.Context, e env, args []string) error {
 		defer st.Close()
 		ctx, cancel := context.WithTimeout(ctx, *timeout+2*time.Minute)
 		defer cancel()
-		op, err := broker.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
+		op, err := engine.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
 			fmt.Sprintf("gpubroker yarn decommission of %s with a %s graceful timeout", host, *timeout))
 		if err != nil {
 			return err
@@ -312,7 +313,7 @@ func runYARNRecommission(ctx context.Context, e env, args []string) error {
 		defer st.Close()
 		wctx, cancel := context.WithTimeout(ctx, max(*wait, time.Second))
 		defer cancel()
-		op, err := broker.ManualOp(host, broker.OwnerNone, broker.OwnerYARN, false, time.Time{},
+		op, err := engine.ManualOp(host, broker.OwnerNone, broker.OwnerYARN, false, time.Time{},
 			"gpubroker yarn recommission of "+host)
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
@@ -60,7 +61,7 @@ type Config struct {
 	Period, BatchWindow, ObserveTimeout, ReportMaxAge time.Duration
 	// Checkpoints reads checkpoint ages for victim choice (default: the
 	// HDFS/WebHDFS reader of yarn.NewCheckpointReader).
-	Checkpoints broker.Checkpoints
+	Checkpoints engine.Checkpoints
 
 	// Listen is the API and dashboard address Run serves; empty: no API.
 	Listen string
@@ -123,7 +124,7 @@ type KubernetesConfig struct {
 // CloudConfig is the cloud provider: NodePool when set, otherwise the AWS
 // provider at Endpoint (empty: AWS itself) for Pools.
 type CloudConfig struct {
-	NodePool    broker.NodePool
+	NodePool    engine.NodePool
 	Region      string
 	Endpoint    string
 	Credentials aws.CredentialsProvider
@@ -131,7 +132,7 @@ type CloudConfig struct {
 	Pools []cloud.PoolConfig
 	// Wrap, when set, wraps the AWS provider the runtime uses (tests
 	// record its calls).
-	Wrap func(*cloud.Provider) broker.NodePool
+	Wrap func(*cloud.Provider) engine.NodePool
 	// PoolBackoff is how long a pool backs off after insufficient
 	// capacity or a provision timeout (default cloud.DefaultPoolBackoff).
 	PoolBackoff time.Duration
@@ -154,12 +155,12 @@ type Main struct {
 	st          *store.Store
 	ownStore    bool
 	provider    *cloud.Provider
-	pools       broker.NodePool
-	observers   []broker.SideObserver
-	actions     []broker.SideActions
+	pools       engine.NodePool
+	observers   []engine.SideObserver
+	actions     []engine.SideActions
 	sinks       []decisionSink // receive the decisions the runtime records (pod Events)
 	trigger     <-chan struct{}
-	checkpoints broker.Checkpoints
+	checkpoints engine.Checkpoints
 	krb         *yarn.Kerberos
 	cancel      context.CancelFunc
 }
@@ -232,7 +233,8 @@ func (m *Main) openCloud(ctx context.Context) error {
 		pools = CloudPools(m.cfg.Pools)
 	}
 	provider, err := cloud.New(ctx, cloud.Config{Region: cc.Region, Endpoint: cc.Endpoint, Credentials: cc.Credentials,
-		Pools: pools, Bounds: StoreBounds(m.st), MaxProvisionTime: m.cfg.Policy.MaxProvisionTime.D(), PoolBackoff: cc.PoolBackoff, Logger: m.log})
+		Pools: pools, Bounds: StoreBounds(m.st), MaxProvisionTime: m.cfg.Policy.MaxProvisionTime.D(),
+		ProvisionTime: StoreProvisionTime(m.st), PoolBackoff: cc.PoolBackoff, Logger: m.log})
 	if err != nil {
 		return fmt.Errorf("cloud provider: %w", err)
 	}
@@ -381,14 +383,14 @@ func InCluster(getenv func(string) string) bool {
 
 // NewRuntime returns a fresh runtime over the assembled parts: a broker
 // process starting with empty memory, resuming from the ledger.
-func (m *Main) NewRuntime() (*broker.Runtime, error) {
+func (m *Main) NewRuntime() (*engine.Runtime, error) {
 	c := m.cfg
-	var ledger broker.Ledger = m.st.Ledger()
+	var ledger engine.Ledger = m.st.Ledger()
 	if c.Preview {
 		ledger = previewLedger{Ledger: ledger, pools: c.Pools, tenants: c.Tenants, policy: c.Policy}
 	}
 	ledger = m.withDecisionSinks(ledger)
-	return broker.NewRuntime(broker.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
+	return engine.NewRuntime(engine.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
 		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints})
 }
@@ -397,7 +399,7 @@ func (m *Main) NewRuntime() (*broker.Runtime, error) {
 func (m *Main) Store() *store.Store { return m.st }
 
 // Pools is the node pool the runtime uses (the wrapped provider, if any).
-func (m *Main) Pools() broker.NodePool { return m.pools }
+func (m *Main) Pools() engine.NodePool { return m.pools }
 
 // Provider is the AWS provider; nil when a NodePool was injected.
 func (m *Main) Provider() *cloud.Provider { return m.provider }
@@ -481,6 +483,19 @@ func CloudPools(pools []broker.Pool) []cloud.PoolConfig {
 			ExpanderPriority: p.ExpanderPriority, Labels: p.Labels, Taints: p.Taints})
 	}
 	return out
+}
+
+// StoreProvisionTime reads the max provision time from the policy in the
+// store, its one owner (the planner and the executor read the same policy
+// each tick), for the cloud provider on every observation.
+func StoreProvisionTime(st *store.Store) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		p, err := st.GetPolicy(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return p.MaxProvisionTime.D(), nil
+	}
 }
 
 // StoreBounds reads pool bounds from the store for the cloud provider on

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // decisionSink receives every batch of decisions the runtime records, after
@@ -20,7 +21,7 @@ const sinkTimeout = 5 * time.Second
 // handed to sinks: the one place decisions are produced stays the tick
 // loop, the one place they are kept stays the store.
 type decisionTap struct {
-	broker.Ledger
+	engine.Ledger
 	sinks []decisionSink
 }
 
@@ -41,7 +42,7 @@ func (t decisionTap) RecordDecisions(ctx context.Context, ds []broker.Decision) 
 
 // withDecisionSinks wraps ledger so the assembled sinks see its decisions;
 // plan (Preview) and a broker without sinks get ledger unchanged.
-func (m *Main) withDecisionSinks(ledger broker.Ledger) broker.Ledger {
+func (m *Main) withDecisionSinks(ledger engine.Ledger) engine.Ledger {
 	if m.cfg.Preview || len(m.sinks) == 0 {
 		return ledger
 	}

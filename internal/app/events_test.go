@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 )
 
@@ -16,7 +17,7 @@ type recordingSink struct{ got [][]broker.Decision }
 func (r *recordingSink) Decisions(_ context.Context, ds []broker.Decision) { r.got = append(r.got, ds) }
 
 // failingLedger is a ledger whose RecordDecisions fails.
-type failingLedger struct{ broker.Ledger }
+type failingLedger struct{ engine.Ledger }
 
 func (failingLedger) RecordDecisions(context.Context, []broker.Decision) error {
 	return errors.New("disk full")

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // previewLedger is the ledger as Seed would leave it, without writing the
@@ -12,7 +13,7 @@ import (
 // when none is stored) are added in memory. plan uses it to show what serve
 // would do on its first tick.
 type previewLedger struct {
-	broker.Ledger
+	engine.Ledger
 	pools   []broker.Pool
 	tenants []broker.Tenant
 	policy  broker.Policy

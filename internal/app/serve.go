@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/api"
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 )
 
@@ -116,7 +117,7 @@ type registrar interface {
 
 // registering tells the registrar the nodes each side observes.
 type registering struct {
-	broker.SideObserver
+	engine.SideObserver
 	provider registrar
 	mu       *sync.Mutex
 	seen     map[broker.Source][]string
@@ -145,10 +146,10 @@ func (r registering) Observe(ctx context.Context, idx broker.TenantIndex) (broke
 	return obs, nil
 }
 
-func withRegistration(p registrar, obs []broker.SideObserver) []broker.SideObserver {
+func withRegistration(p registrar, obs []engine.SideObserver) []engine.SideObserver {
 	mu := &sync.Mutex{}
 	seen := map[broker.Source][]string{}
-	out := make([]broker.SideObserver, len(obs))
+	out := make([]engine.SideObserver, len(obs))
 	for i, o := range obs {
 		out[i] = registering{SideObserver: o, provider: p, mu: mu, seen: seen}
 	}
@@ -157,7 +158,7 @@ func withRegistration(p registrar, obs []broker.SideObserver) []broker.SideObser
 
 // apiRuntime lets the API reach the current runtime and leadership.
 type apiRuntime struct {
-	rt     atomic.Pointer[broker.Runtime]
+	rt     atomic.Pointer[engine.Runtime]
 	leader atomic.Bool
 }
 
@@ -165,13 +166,13 @@ var _ api.Runtime = (*apiRuntime)(nil)
 
 func (a *apiRuntime) DryRun(ctx context.Context) (broker.Plan, error) { return a.rt.Load().DryRun(ctx) }
 
-func (a *apiRuntime) Status() api.RuntimeStatus {
+func (a *apiRuntime) Status() engine.RuntimeStatus {
 	st := a.rt.Load().Status()
-	return api.RuntimeStatus{Leader: a.leader.Load(), LastTick: st.LastTick, Stale: st.Stale,
-		StalePools: st.StalePools, ClaimConflicts: st.ClaimConflicts}
+	st.Leader = a.leader.Load()
+	return st
 }
 
-func (a *apiRuntime) acting() (*broker.Runtime, error) {
+func (a *apiRuntime) acting() (*engine.Runtime, error) {
 	if !a.leader.Load() {
 		return nil, fmt.Errorf("this replica is a follower; send node operations to the leader: %w", broker.ErrConflict)
 	}
@@ -205,7 +206,7 @@ func (a *apiRuntime) Transfer(ctx context.Context, node string, to broker.Owner)
 // lead runs the tick loop while this replica holds the leader lock, and
 // campaigns again when it loses it, until ctx ends. Each term gets a fresh
 // runtime that resumes from the journal.
-func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func() (*broker.Runtime, error), trigger <-chan struct{}, log *slog.Logger) error {
+func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func() (*engine.Runtime, error), trigger <-chan struct{}, log *slog.Logger) error {
 	for {
 		lease, err := st.Lead(ctx, 2*time.Second, 2*time.Second)
 		if err != nil {

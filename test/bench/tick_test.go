@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
 	"github.com/gpubroker/gpubroker/internal/app"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) { pgtest.Main(m, &pg) }
 // world is the broker assembled as serve and the demo assemble it, on the
 // simulators.
 type world struct {
-	rt   *broker.Runtime
+	rt   *engine.Runtime
 	ysim *yarnsim.Sim
 	kc   *k8ssim.Cluster
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/api"
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 )
 
@@ -31,8 +32,8 @@ type recordingRuntime struct {
 }
 
 func (f *recordingRuntime) DryRun(context.Context) (broker.Plan, error) { return f.plan, nil }
-func (f *recordingRuntime) Status() api.RuntimeStatus {
-	return api.RuntimeStatus{Leader: true, LastTick: time.Now()}
+func (f *recordingRuntime) Status() engine.RuntimeStatus {
+	return engine.RuntimeStatus{Leader: true, LastTick: time.Now()}
 }
 func (f *recordingRuntime) record(s string) error {
 	f.mu.Lock()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/api"
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/pgtest"
 )
@@ -22,10 +23,10 @@ var pg *pgtest.Server
 
 func TestMain(m *testing.M) { pgtest.Main(m, &pg) }
 
-type fakeRuntime struct{ status api.RuntimeStatus }
+type fakeRuntime struct{ status engine.RuntimeStatus }
 
 func (f *fakeRuntime) DryRun(context.Context) (broker.Plan, error)          { return broker.Plan{}, nil }
-func (f *fakeRuntime) Status() api.RuntimeStatus                            { return f.status }
+func (f *fakeRuntime) Status() engine.RuntimeStatus                         { return f.status }
 func (f *fakeRuntime) Cordon(context.Context, string) error                 { return nil }
 func (f *fakeRuntime) Drain(context.Context, string) error                  { return nil }
 func (f *fakeRuntime) Transfer(context.Context, string, broker.Owner) error { return nil }
@@ -101,13 +102,13 @@ func seed(t *testing.T, st *store.Store, now time.Time) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var samples []store.CapacitySample
+	var samples []broker.CapacitySample
 	for i := 29; i >= 0; i-- {
 		at := now.Add(-time.Duration(i) * time.Minute).Truncate(time.Second)
 		wave := (30 - i) % 10
 		samples = append(samples,
-			store.CapacitySample{At: at, Side: "k8s", GPUsBusy: 4 + wave/2, GPUsIdle: 6 - wave/2, GPUsInFlight: wave % 3 * 4, GPUsPending: wave},
-			store.CapacitySample{At: at, Side: "yarn", GPUsBusy: 8 - wave/3, GPUsIdle: wave / 3, GPUsPending: 10 - wave})
+			broker.CapacitySample{At: at, Side: "k8s", GPUsBusy: 4 + wave/2, GPUsIdle: 6 - wave/2, GPUsInFlight: wave % 3 * 4, GPUsPending: wave},
+			broker.CapacitySample{At: at, Side: "yarn", GPUsBusy: 8 - wave/3, GPUsIdle: wave / 3, GPUsPending: 10 - wave})
 	}
 	if err := st.RecordSamples(ctx, samples); err != nil {
 		t.Fatal(err)
@@ -197,7 +198,7 @@ func TestDashboardShowsLiveData(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := api.New(api.Config{Store: st, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Runtime: &fakeRuntime{status: api.RuntimeStatus{Leader: true, LastTick: now}}})
+		Runtime: &fakeRuntime{status: engine.RuntimeStatus{Leader: true, LastTick: now}}})
 	if err != nil {
 		t.Fatal(err)
 	}

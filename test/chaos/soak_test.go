@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpubroker/gpubroker/broker/workload"
+	"github.com/gpubroker/gpubroker/internal/workload"
 )
 
 var (

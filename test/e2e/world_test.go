@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
 	"github.com/gpubroker/gpubroker/internal/app"
@@ -67,7 +68,7 @@ type world struct {
 	t        *testing.T
 	ctx      context.Context
 	st       *store.Store
-	rt       *broker.Runtime
+	rt       *engine.Runtime
 	aws      *awssim.Server
 	ysim     *yarnsim.Sim
 	yadmin   *yarnsim.AdminServer
@@ -268,7 +269,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: endpoint,
 			Credentials: credentials.NewStaticCredentialsProvider("e2e", "e2e", ""),
 			Pools:       append([]cloud.PoolConfig{{Name: poolName, GPUsPerNode: 4, GPUModel: "A100", MinNodes: &minN, MaxNodes: &maxN}}, w.extraPools(o.extra)...),
-			Wrap: func(provider *cloud.Provider) broker.NodePool {
+			Wrap: func(provider *cloud.Provider) engine.NodePool {
 				return recordingPool{Provider: provider, log: w.calls, onTerminate: func(id string) {
 					// A terminating machine's NodeManager cannot be restarted.
 					liveMu.Lock()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/hadoop"
 	"github.com/gpubroker/gpubroker/yarn"
@@ -348,8 +349,8 @@ func (k *fakeK8s) Evict(context.Context, string, broker.Workload) error { return
 // k8sSide is the Kubernetes side a rig runs with: fakeK8s, or podK8s
 // (broker_preempt_test.go) for nodes that run pods.
 type k8sSide interface {
-	broker.SideObserver
-	broker.SideActions
+	engine.SideObserver
+	engine.SideActions
 }
 
 // brokerRig is one broker process over a target: a fresh database, the
@@ -357,7 +358,7 @@ type k8sSide interface {
 type brokerRig struct {
 	t    *testing.T
 	st   *store.Store
-	rt   *broker.Runtime
+	rt   *engine.Runtime
 	pool *testPool
 
 	mu       sync.Mutex
@@ -452,16 +453,16 @@ func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := broker.RuntimeConfig{
-		Observers: []broker.SideObserver{yarn.NewSide(client, yarn.MapOptions{})},
-		Actions:   []broker.SideActions{dec},
+	cfg := engine.RuntimeConfig{
+		Observers: []engine.SideObserver{yarn.NewSide(client, yarn.MapOptions{})},
+		Actions:   []engine.SideActions{dec},
 		Pools:     pool, Ledger: st.Ledger(), Logger: log, ObserveTimeout: 5 * time.Second,
 	}
 	if k8s != nil {
 		cfg.Observers = append(cfg.Observers, k8s)
 		cfg.Actions = append(cfg.Actions, k8s)
 	}
-	if r.rt, err = broker.NewRuntime(cfg); err != nil {
+	if r.rt, err = engine.NewRuntime(cfg); err != nil {
 		t.Fatal(err)
 	}
 	r.pool = pool

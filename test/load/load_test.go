@@ -71,11 +71,11 @@ func seed(t *testing.T, st *store.Store, now time.Time) {
 	if err := st.SetWaitReasons(ctx, waits); err != nil {
 		t.Fatal(err)
 	}
-	var samples []store.CapacitySample
+	var samples []broker.CapacitySample
 	for i := range 360 {
 		at := now.Add(-time.Duration(i) * 10 * time.Second).Truncate(time.Second)
-		samples = append(samples, store.CapacitySample{At: at, Side: "yarn", GPUsBusy: 400, GPUsIdle: 400, GPUsPending: i},
-			store.CapacitySample{At: at, Side: "k8s", GPUsBusy: 300, GPUsIdle: 500, GPUsInFlight: 16, GPUsPending: i})
+		samples = append(samples, broker.CapacitySample{At: at, Side: "yarn", GPUsBusy: 400, GPUsIdle: 400, GPUsPending: i},
+			broker.CapacitySample{At: at, Side: "k8s", GPUsBusy: 300, GPUsIdle: 500, GPUsInFlight: 16, GPUsPending: i})
 	}
 	if err := st.RecordSamples(ctx, samples); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/api"
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/pgtest"
 )
@@ -33,8 +34,8 @@ func TestMain(m *testing.M) { pgtest.Main(m, &pg) }
 type leaderRuntime struct{}
 
 func (leaderRuntime) DryRun(context.Context) (broker.Plan, error) { return broker.Plan{}, nil }
-func (leaderRuntime) Status() api.RuntimeStatus {
-	return api.RuntimeStatus{Leader: true, LastTick: time.Now(),
+func (leaderRuntime) Status() engine.RuntimeStatus {
+	return engine.RuntimeStatus{Leader: true, LastTick: time.Now(),
 		Stale:      map[broker.Source]string{broker.SourceYARN: "RM unreachable"},
 		StalePools: map[string]string{"gpu": "group not returned"}, ClaimConflicts: 1}
 }

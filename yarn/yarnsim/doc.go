@@ -3,9 +3,13 @@
 // JSON shapes Hadoop 3.3 and 3.5 produce, so the yarn package's real client
 // runs against it in tests, benchmarks and gpubroker demo.
 //
-// It holds NodeManagers with GPUs, a CapacityScheduler-like queue tree and
-// applications whose GPU container requests are allocated first-fit when
-// nodes with free GPUs exist; what does not fit stays pending. Nodes can be
+// It holds NodeManagers with GPUs, memory and vcores (optionally in a
+// partition: a node label), a CapacityScheduler-like queue tree and
+// applications whose container requests are allocated first-fit, higher
+// app priority first and then in submit order, on running nodes of the
+// request's partition with room for the GPUs, memory and vcores (an app
+// may also have an ApplicationMaster container); what does not fit stays
+// pending. Nodes can be
 // added and removed (their containers are asked for again, as an AM would),
 // and node states can be set (DECOMMISSIONING, ...). Containers are one
 // model (sim.go): each has an id, app, node and request, and the RM's

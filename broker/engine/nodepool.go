@@ -1,8 +1,9 @@
-package broker
+package engine
 
 import (
 	"context"
-	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // NodePool is what the broker needs from a cloud provider's node groups
@@ -12,7 +13,7 @@ import (
 // growing a pool for a while.
 type NodePool interface {
 	// Pools returns every managed pool with its current state.
-	Pools(ctx context.Context) ([]PoolState, error)
+	Pools(ctx context.Context) ([]broker.PoolState, error)
 	// SetDesired sets the pool's desired capacity to the absolute target.
 	// Setting the value it already has is a no-op, so retries are safe.
 	SetDesired(ctx context.Context, pool string, target int) error
@@ -20,16 +21,4 @@ type NodePool interface {
 	// Terminating an instance that is already gone or terminating succeeds
 	// without decrementing again.
 	Terminate(ctx context.Context, pool, instanceID string) error
-}
-
-// BackoffError means a pool cannot grow now (no capacity for the instance
-// type, a launch failure, throttling); the planner skips it until Until.
-type BackoffError struct {
-	Pool   string
-	Reason string
-	Until  time.Time
-}
-
-func (e *BackoffError) Error() string {
-	return "pool " + e.Pool + " backs off until " + e.Until.UTC().Format(time.RFC3339) + ": " + e.Reason
 }

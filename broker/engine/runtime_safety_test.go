@@ -1,4 +1,4 @@
-package broker
+package engine
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // Runtime scenarios for the lifecycle and executor safety rules (issue 13,
@@ -17,7 +19,7 @@ import (
 func (w *rtWorld) machine(side *rtSide, name string) {
 	side.join(name, rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
 	p := w.cloud.pools[rtPool]
-	p.Instances = append(p.Instances, Instance{ID: "i-" + name, Hostname: name, Phase: PhaseActive})
+	p.Instances = append(p.Instances, broker.Instance{ID: "i-" + name, Hostname: name, Phase: broker.PhaseActive})
 	p.Desired++
 }
 
@@ -35,8 +37,8 @@ func (w *rtWorld) setMin(min int) {
 	w.ledger.pools[0].Pool.MinNodes = min
 }
 
-func (w *rtWorld) decisionsOf(kind string) []Decision {
-	var out []Decision
+func (w *rtWorld) decisionsOf(kind string) []broker.Decision {
+	var out []broker.Decision
 	for _, d := range w.ledger.decisions {
 		if d.Kind == kind {
 			out = append(out, d)
@@ -57,12 +59,12 @@ func TestRuntimeDeadNodeIsReplacedAfterTimeout(t *testing.T) {
 	w.k8s.nodes["n1"].Down, w.k8s.nodes["n1"].DownSince = "kubelet stopped posting node status", w.clock.Now()
 	w.k8s.submit(trainingPod("p", 2, 0))
 	rep := w.tick(r)
-	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != ActScaleUp || rep.Journaled[0].Target != 2 {
+	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != broker.ActScaleUp || rep.Journaled[0].Target != 2 {
 		t.Fatalf("demand must buy a node instead of waiting for the dead one: journaled %+v, waits %+v", rep.Journaled, rep.Plan.Waits)
 	}
 	w.ticks(r, 12, time.Minute)
-	reps := w.ledger.opsOf(ActReplace)
-	if len(reps) != 1 || reps[0].State != OpDone {
+	reps := w.ledger.opsOf(broker.ActReplace)
+	if len(reps) != 1 || reps[0].State != broker.OpDone {
 		t.Fatalf("replace ops %+v, want one done", reps)
 	}
 	if !slices.Contains(w.cloud.terminated, "i-n1") || !w.k8s.released["n1"] {
@@ -81,7 +83,7 @@ func TestRuntimeReplaceAtPoolMinBuysTheReplacementFirst(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.setMin(1)
 	w.machine(w.k8s, "n1")
-	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{79}}}}
+	w.ledger.reports["n1"] = broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{79}}}}
 	r := w.runtime()
 	w.ticks(r, 6, 5*time.Second)
 	for _, o := range w.ledger.ops {
@@ -89,15 +91,15 @@ func TestRuntimeReplaceAtPoolMinBuysTheReplacementFirst(t *testing.T) {
 			t.Fatalf("op %d (%s, step %s) still open: %s", o.ID, o.Kind, o.Step, o.LastError)
 		}
 	}
-	reps := w.ledger.opsOf(ActReplace)
-	if len(reps) != 1 || reps[0].State != OpDone {
+	reps := w.ledger.opsOf(broker.ActReplace)
+	if len(reps) != 1 || reps[0].State != broker.OpDone {
 		t.Fatalf("replace ops %+v", reps)
 	}
 	if fmt.Sprint(w.cloud.setCalls) != "[2]" || fmt.Sprint(w.cloud.terminated) != "[i-n1]" || w.cloud.pools[rtPool].Desired != 1 {
 		t.Fatalf("SetDesired %v, terminated %v, desired %d: want the surge to 2, then i-n1 terminated back to 1",
 			w.cloud.setCalls, w.cloud.terminated, w.cloud.pools[rtPool].Desired)
 	}
-	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 0 {
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 0 {
 		t.Fatalf("no scale-up may be planned to restore the min behind a replacement: %+v", ups)
 	}
 }
@@ -108,14 +110,14 @@ func TestRuntimeReplaceWithKeepDesiredTerminator(t *testing.T) {
 	w := newRTWorld(t, 1)
 	w.setMin(1)
 	w.machine(w.k8s, "n1")
-	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-0", ECCUncorrected: 3}}}
+	w.ledger.reports["n1"] = broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", ECCUncorrected: 3}}}
 	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.yarn, w.k8s},
 		Pools: rtKeepCloud{w.cloud}, Ledger: w.ledger, Now: w.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.ticks(r, 3, 5*time.Second)
-	if reps := w.ledger.opsOf(ActReplace); len(reps) != 1 || reps[0].State != OpDone {
+	if reps := w.ledger.opsOf(broker.ActReplace); len(reps) != 1 || reps[0].State != broker.OpDone {
 		t.Fatalf("replace ops %+v", reps)
 	}
 	if len(w.cloud.setCalls) != 0 || fmt.Sprint(w.cloud.terminated) != "[i-n1]" || w.cloud.pools[rtPool].Desired != 1 {
@@ -132,18 +134,18 @@ func TestRuntimeReplaceAtMinAndMaxEnds(t *testing.T) {
 	w := newRTWorld(t, 1)
 	w.setMin(1)
 	w.machine(w.k8s, "n1")
-	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{48}}}}
+	w.ledger.reports["n1"] = broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{48}}}}
 	r := w.runtime()
 	if rep := w.tick(r); len(rep.Plan.Actions) != 0 {
 		t.Fatalf("plan %+v: a replacement that cannot proceed must not be planned", rep.Plan.Actions)
 	}
-	if _, err := w.ledger.InsertOp(context.Background(), Op{Kind: ActReplace, Pool: rtPool, Node: "n1", Reason: "test",
-		State: OpPending, Step: stepRelease, Data: []byte(`{"from":"k8s","instance_id":"i-n1"}`)}); err != nil {
+	if _, err := w.ledger.InsertOp(context.Background(), broker.Op{Kind: broker.ActReplace, Pool: rtPool, Node: "n1", Reason: "test",
+		State: broker.OpPending, Step: broker.StepRelease, Data: []byte(`{"from":"k8s","instance_id":"i-n1"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	w.ticks(r, 2, 5*time.Second)
-	reps := w.ledger.opsOf(ActReplace)
-	if len(reps) == 0 || reps[0].State != OpFailed || !strings.Contains(reps[0].LastError, "min and max") {
+	reps := w.ledger.opsOf(broker.ActReplace)
+	if len(reps) == 0 || reps[0].State != broker.OpFailed || !strings.Contains(reps[0].LastError, "min and max") {
 		t.Fatalf("replace ops %+v, want failed for min = max", reps)
 	}
 	if !slices.Contains(w.k8s.admitted, "n1") || len(w.cloud.terminated) != 0 {
@@ -190,10 +192,10 @@ func TestRuntimeCapacityPresentButNotScheduling(t *testing.T) {
 	if !recorded {
 		t.Fatalf("no wait says capacity present but not scheduling; waits %+v", w.ledger.waits)
 	}
-	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 1 {
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 1 {
 		t.Fatalf("scale-ups %+v, want exactly one", ups)
 	}
-	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 1 || downs[0].State != OpDone {
+	if downs := w.ledger.opsOf(broker.ActScaleDown); len(downs) != 1 || downs[0].State != broker.OpDone {
 		t.Fatalf("scale-downs %+v: the node bought for demand that cannot use it must be reclaimed", downs)
 	}
 }
@@ -206,12 +208,12 @@ func TestRuntimeTerminatesByInstanceID(t *testing.T) {
 	w.k8s.join("ip-10-0-0-7.ec2.internal", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
 	w.k8s.nodes["ip-10-0-0-7.ec2.internal"].InstanceID = "i-0abc"
 	p := w.cloud.pools[rtPool]
-	p.Instances, p.Desired = []Instance{{ID: "i-0abc", Hostname: "ip-10-0-0-7", Phase: PhaseActive}}, 1
+	p.Instances, p.Desired = []broker.Instance{{ID: "i-0abc", Hostname: "ip-10-0-0-7", Phase: broker.PhaseActive}}, 1
 	r := w.runtime()
 	w.tick(r)
 	w.ticks(r, 2, 6*time.Minute)
-	downs := w.ledger.opsOf(ActScaleDown)
-	if len(downs) != 1 || downs[0].State != OpDone || fmt.Sprint(w.cloud.terminated) != "[i-0abc]" {
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State != broker.OpDone || fmt.Sprint(w.cloud.terminated) != "[i-0abc]" {
 		t.Fatalf("scale-down %+v, terminated %v; want i-0abc terminated", downs, w.cloud.terminated)
 	}
 }
@@ -223,13 +225,13 @@ func TestRuntimeUnresolvableInstanceIsGivenBack(t *testing.T) {
 	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil) // no instance in any pool
 	r := w.runtime()
 	w.tick(r)
-	if _, err := w.ledger.InsertOp(context.Background(), Op{Kind: ActScaleDown, Pool: rtPool, Node: "n1", Reason: "test",
-		State: OpPending, Step: stepRelease, Data: []byte(`{"from":"k8s"}`)}); err != nil {
+	if _, err := w.ledger.InsertOp(context.Background(), broker.Op{Kind: broker.ActScaleDown, Pool: rtPool, Node: "n1", Reason: "test",
+		State: broker.OpPending, Step: broker.StepRelease, Data: []byte(`{"from":"k8s"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	w.ticks(r, 2, 5*time.Second)
-	downs := w.ledger.opsOf(ActScaleDown)
-	if downs[0].State != OpFailed || !strings.Contains(downs[0].LastError, "no cloud instance") || !strings.Contains(downs[0].LastError, "given back") {
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if downs[0].State != broker.OpFailed || !strings.Contains(downs[0].LastError, "no cloud instance") || !strings.Contains(downs[0].LastError, "given back") {
 		t.Fatalf("scale-down %+v: want failed, reported and given back", downs[0])
 	}
 	if !slices.Contains(w.k8s.admitted, "n1") || w.k8s.released["n1"] {
@@ -239,8 +241,8 @@ func TestRuntimeUnresolvableInstanceIsGivenBack(t *testing.T) {
 
 // twoPools adds a second, H100 pool to the world.
 func (w *rtWorld) twoPools() {
-	second := PoolState{Pool: Pool{Name: "h100-group", Provider: "aws", Group: "h100-group", GPUModel: "H100", GPUsPerNode: 4,
-		MaxNodes: 5, Sides: PoolShared, Labels: map[string]string{"infra-type": "gpu"}}}
+	second := broker.PoolState{Pool: broker.Pool{Name: "h100-group", Provider: "aws", Group: "h100-group", GPUModel: "H100", GPUsPerNode: 4,
+		MaxNodes: 5, Sides: broker.PoolShared, Labels: map[string]string{"infra-type": "gpu"}}}
 	w.ledger.pools = append(w.ledger.pools, second)
 	w.cloud.pools[second.Pool.Name] = &second
 }
@@ -264,10 +266,10 @@ func TestRuntimeStalePoolOthersAct(t *testing.T) {
 	w.k8s.submit(h100)
 	w.k8s.submit(h100b)
 	w.ticks(r, 3, 3*time.Minute)
-	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 0 {
+	if downs := w.ledger.opsOf(broker.ActScaleDown); len(downs) != 0 {
 		t.Fatalf("scaled down a node of a stale pool: %+v", downs)
 	}
-	ups := w.ledger.opsOf(ActScaleUp)
+	ups := w.ledger.opsOf(broker.ActScaleUp)
 	if len(ups) != 1 || ups[0].Pool != "h100-group" || ups[0].Target != 1 {
 		t.Fatalf("scale-ups %+v: want h100-group to 1 only (the stale pool's 4 GPUs count against the max of 8)", ups)
 	}
@@ -289,14 +291,14 @@ func TestRuntimeFailingStepEnds(t *testing.T) {
 	w.k8s.submit(trainingPod("p", 2, 0))
 	r := w.runtime()
 	w.ticks(r, 60, 30*time.Second)
-	ups := w.ledger.opsOf(ActScaleUp)
-	if len(ups) == 0 || ups[0].State != OpFailed || !strings.Contains(ups[0].LastError, "connection reset by peer") {
+	ups := w.ledger.opsOf(broker.ActScaleUp)
+	if len(ups) == 0 || ups[0].State != broker.OpFailed || !strings.Contains(ups[0].LastError, "connection reset by peer") {
 		t.Fatalf("scale-up ops %+v, want the first failed with the last error", ups)
 	}
 	w.cloud.failSet = nil
 	w.ticks(r, 2, 30*time.Second)
-	ups = w.ledger.opsOf(ActScaleUp)
-	if last := ups[len(ups)-1]; last.State.Terminal() && last.State != OpDone || len(w.cloud.setCalls) == 0 {
+	ups = w.ledger.opsOf(broker.ActScaleUp)
+	if last := ups[len(ups)-1]; last.State.Terminal() && last.State != broker.OpDone || len(w.cloud.setCalls) == 0 {
 		t.Fatalf("after recovery: %+v, SetDesired %v", ups, w.cloud.setCalls)
 	}
 }
@@ -313,14 +315,14 @@ func TestRuntimeUnknownReleaseIsNeverTerminated(t *testing.T) {
 	w.tick(r)
 	w.yarn.unknown = "the ResourceManager does not list host y1"
 	w.ticks(r, 40, time.Minute)
-	downs := w.ledger.opsOf(ActScaleDown)
+	downs := w.ledger.opsOf(broker.ActScaleDown)
 	if len(downs) == 0 {
 		t.Fatal("no scale-down was journaled")
 	}
 	if len(w.cloud.terminated) != 0 {
 		t.Fatalf("terminated %v while the release was unknown", w.cloud.terminated)
 	}
-	if downs[0].State != OpFailed || !strings.Contains(downs[0].LastError, "does not list host y1") {
+	if downs[0].State != broker.OpFailed || !strings.Contains(downs[0].LastError, "does not list host y1") {
 		t.Fatalf("scale-down %+v: want failed at its deadline with the reason", downs[0])
 	}
 	if !slices.Contains(w.yarn.admitted, "y1") {
@@ -332,12 +334,12 @@ func TestRuntimeUnknownReleaseIsNeverTerminated(t *testing.T) {
 func blockedDrain(t *testing.T) (*rtWorld, *Runtime) {
 	w := newRTWorld(t, 5)
 	w.machine(w.k8s, "busy")
-	w.k8s.nodes["busy"].Work = []Workload{{Source: SourceK8s, Key: "cpu-only", Name: "default/cpu-only", CheckpointAge: -1, Class: WorkService}}
+	w.k8s.nodes["busy"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "cpu-only", Name: "default/cpu-only", CheckpointAge: -1, Class: broker.WorkService}}
 	w.k8s.drainBlocked = true
 	r := w.runtime()
 	w.tick(r)
 	w.ticks(r, 1, 6*time.Minute)
-	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 1 || downs[0].Step != stepRelease {
+	if downs := w.ledger.opsOf(broker.ActScaleDown); len(downs) != 1 || downs[0].Step != broker.StepRelease {
 		t.Fatalf("want a scale-down in its drain, got %+v", downs)
 	}
 	return w, r
@@ -348,7 +350,7 @@ func blockedDrain(t *testing.T) (*rtWorld, *Runtime) {
 // to come, so the pool ends where the plan wanted it.
 func TestRuntimeScaleDownDoesNotHoldBackScaleUps(t *testing.T) {
 	w, r := blockedDrain(t)
-	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
 		GPUsPerUnit: 4, Units: 1})
 	w.ticks(r, 1, 5*time.Second)
 	if fmt.Sprint(w.cloud.setCalls) != "[2]" {
@@ -368,8 +370,8 @@ func TestRuntimePendingScaleDownCancelledForNewDemand(t *testing.T) {
 	w, r := blockedDrain(t)
 	w.k8s.submit(trainingPod("p", 4, 0))
 	w.ticks(r, 2, 5*time.Second)
-	downs := w.ledger.opsOf(ActScaleDown)
-	if downs[0].State != OpCancelled || !slices.Contains(w.k8s.admitted, "busy") {
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if downs[0].State != broker.OpCancelled || !slices.Contains(w.k8s.admitted, "busy") {
 		t.Fatalf("scale-down %+v, admitted %v: want cancelled and the node given back", downs[0], w.k8s.admitted)
 	}
 	if len(w.cloud.setCalls) != 0 || len(w.cloud.terminated) != 0 {
@@ -389,23 +391,23 @@ func TestRuntimePendingScaleDownCancelledForNewDemand(t *testing.T) {
 func TestRuntimeScaleUpStaysLinkedUntilGPUReady(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.machine(w.yarn, "y1")
-	w.yarn.nodes["y1"].Work = []Workload{{Source: SourceYARN, Key: "c1", GPUs: 4, CheckpointAge: -1}}
+	w.yarn.nodes["y1"].Work = []broker.Workload{{Source: broker.SourceYARN, Key: "c1", GPUs: 4, CheckpointAge: -1}}
 	w.yarn.nodes["y1"].GPUsAllocated = 4
 	w.k8s.submit(trainingPod("p", 4, 0))
 	r := w.runtime()
 	w.tick(r)
 	w.yarn.finish("c1")
 	w.ticks(r, 3, 10*time.Second)
-	if ops := w.ledger.opsOf(ActTransfer); len(ops) != 0 {
+	if ops := w.ledger.opsOf(broker.ActTransfer); len(ops) != 0 {
 		t.Fatalf("the pod took the YARN node while its own boots: %+v", ops)
 	}
-	ups := w.ledger.opsOf(ActScaleUp)
-	if len(ups) != 1 || ups[0].State.Terminal() || ups[0].Step != stepAwaitReady {
+	ups := w.ledger.opsOf(broker.ActScaleUp)
+	if len(ups) != 1 || ups[0].State.Terminal() || ups[0].Step != broker.StepAwaitReady {
 		t.Fatalf("scale-up %+v: want one open, awaiting gpu-ready", ups)
 	}
 	w.boot(w.k8s)
 	w.ticks(r, 1, 10*time.Second)
-	if ups := w.ledger.opsOf(ActScaleUp); ups[0].State != OpDone || w.ledger.closed["k8s/p"] != "scheduled" {
+	if ups := w.ledger.opsOf(broker.ActScaleUp); ups[0].State != broker.OpDone || w.ledger.closed["k8s/p"] != "scheduled" {
 		t.Fatalf("scale-up %+v, closed %v: want done once the node is ready, and the pod on it", ups, w.ledger.closed)
 	}
 }
@@ -421,7 +423,7 @@ func TestRuntimeScaleUpWaitsForInstancesToLaunch(t *testing.T) {
 	w.k8s.submit(trainingPod("p", 2, 0))
 	r := w.runtime()
 	w.ticks(r, 4, 2*time.Second)
-	ups := w.ledger.opsOf(ActScaleUp)
+	ups := w.ledger.opsOf(broker.ActScaleUp)
 	if len(ups) != 1 || ups[0].State.Terminal() {
 		t.Fatalf("scale-ups %+v: want one, still open while the group launches", ups)
 	}
@@ -434,7 +436,7 @@ func TestRuntimeScaleUpWaitsForInstancesToLaunch(t *testing.T) {
 	w.cloud.launch(rtPool)
 	w.boot(w.k8s)
 	w.ticks(r, 2, 2*time.Second)
-	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 1 || ups[0].State != OpDone || len(w.cloud.setCalls) != 1 {
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 1 || ups[0].State != broker.OpDone || len(w.cloud.setCalls) != 1 {
 		t.Fatalf("scale-ups %+v, SetDesired %v: want the one scale-up done once its node is ready", ups, w.cloud.setCalls)
 	}
 }
@@ -445,11 +447,11 @@ func TestRuntimeBothSidesClaimANode(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.machine(w.yarn, "n1")
 	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.yarn.nodes["n1"].Work = []Workload{{Source: SourceYARN, Key: "c1", GPUs: 1, CheckpointAge: -1}}
+	w.yarn.nodes["n1"].Work = []broker.Workload{{Source: broker.SourceYARN, Key: "c1", GPUs: 1, CheckpointAge: -1}}
 	w.yarn.nodes["n1"].GPUsAllocated = 1
 	r := w.runtime()
 	rep := w.tick(r)
-	if len(rep.Conflicts) != 1 || rep.Conflicts[0].Keep != OwnerYARN || rep.Conflicts[0].Release != OwnerK8s {
+	if len(rep.Conflicts) != 1 || rep.Conflicts[0].Keep != broker.OwnerYARN || rep.Conflicts[0].Release != broker.OwnerK8s {
 		t.Fatalf("conflicts %+v, want n1 kept by YARN (its work) and released by Kubernetes", rep.Conflicts)
 	}
 	if len(w.decisionsOf("conflict")) != 1 || r.Status().ClaimConflicts != 1 {
@@ -471,12 +473,12 @@ func TestRuntimeScaleDownReleasesEverySide(t *testing.T) {
 	w.machine(w.yarn, "n1")
 	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
 	w.k8s.released["n1"] = true // cordoned on Kubernetes, but a pod still runs
-	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "late", Name: "default/late", CheckpointAge: -1}}
+	w.k8s.nodes["n1"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "late", Name: "default/late", CheckpointAge: -1}}
 	w.k8s.drainBlocked = true
 	r := w.runtime()
 	w.tick(r)
-	if _, err := w.ledger.InsertOp(context.Background(), Op{Kind: ActScaleDown, Pool: rtPool, Node: "n1", Reason: "test",
-		State: OpPending, Step: stepRelease, Data: []byte(`{"from":"yarn"}`)}); err != nil {
+	if _, err := w.ledger.InsertOp(context.Background(), broker.Op{Kind: broker.ActScaleDown, Pool: rtPool, Node: "n1", Reason: "test",
+		State: broker.OpPending, Step: broker.StepRelease, Data: []byte(`{"from":"yarn"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	w.ticks(r, 3, 5*time.Second)
@@ -515,7 +517,7 @@ func admitWorld(t *testing.T) (*rtWorld, *rtAdmitSide, *Runtime) {
 		t.Fatal(err)
 	}
 	w.tick(r)
-	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
 		GPUsPerUnit: 4, Units: 1})
 	w.ticks(r, 1, time.Second)
 	return w, ys, r
@@ -526,13 +528,13 @@ func admitWorld(t *testing.T) (*rtWorld, *rtAdmitSide, *Runtime) {
 func TestRuntimeHandOverWaitsUntilAdmitted(t *testing.T) {
 	w, ys, r := admitWorld(t)
 	w.ticks(r, 3, 10*time.Second)
-	ops := w.ledger.opsOf(ActTransfer)
-	if len(ops) != 1 || ops[0].State.Terminal() || ops[0].Step != stepAwaitAdmitted {
-		t.Fatalf("transfer %+v: want open in %s", ops, stepAwaitAdmitted)
+	ops := w.ledger.opsOf(broker.ActTransfer)
+	if len(ops) != 1 || ops[0].State.Terminal() || ops[0].Step != broker.StepAwaitAdmitted {
+		t.Fatalf("transfer %+v: want open in %s", ops, broker.StepAwaitAdmitted)
 	}
 	ys.ready = true
 	w.ticks(r, 1, 10*time.Second)
-	if ops := w.ledger.opsOf(ActTransfer); ops[0].State != OpDone {
+	if ops := w.ledger.opsOf(broker.ActTransfer); ops[0].State != broker.OpDone {
 		t.Fatalf("transfer %+v: want done once admitted", ops[0])
 	}
 }
@@ -541,14 +543,14 @@ func TestRuntimeHandOverWaitsUntilAdmitted(t *testing.T) {
 // node goes back to Kubernetes and the op fails with the reason.
 func TestRuntimeHandOverNotAdmittedIsGivenBack(t *testing.T) {
 	w, _, r := admitWorld(t)
-	for i := 0; i < 40 && !w.ledger.opsOf(ActTransfer)[0].State.Terminal(); i++ {
-		if n := len(w.ledger.opsOf(ActTransfer)); n != 1 {
+	for i := 0; i < 40 && !w.ledger.opsOf(broker.ActTransfer)[0].State.Terminal(); i++ {
+		if n := len(w.ledger.opsOf(broker.ActTransfer)); n != 1 {
 			t.Fatalf("%d hand-overs while the first is open", n)
 		}
 		w.ticks(r, 1, time.Minute)
 	}
-	ops := w.ledger.opsOf(ActTransfer)
-	if ops[0].State != OpFailed || !strings.Contains(ops[0].LastError, "not RUNNING") {
+	ops := w.ledger.opsOf(broker.ActTransfer)
+	if ops[0].State != broker.OpFailed || !strings.Contains(ops[0].LastError, "not RUNNING") {
 		t.Fatalf("transfer %+v: want failed with YARN's word", ops[0])
 	}
 	if !slices.Contains(w.k8s.admitted, "n1") || !w.yarn.released["n1"] {
@@ -568,10 +570,10 @@ func TestRuntimeNoActionsNoTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.tick(r)
-	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
 		GPUsPerUnit: 4, Units: 1})
 	rep := w.tick(r)
-	if ops := w.ledger.opsOf(ActTransfer); len(ops) != 0 || w.k8s.released["n1"] {
+	if ops := w.ledger.opsOf(broker.ActTransfer); len(ops) != 0 || w.k8s.released["n1"] {
 		t.Fatalf("transfer %+v to a side without actions", ops)
 	}
 	if len(rep.Plan.Waits) != 1 || !strings.Contains(rep.Plan.Waits[0].Detail, "ownership transfer is off") {
@@ -585,14 +587,14 @@ func TestRuntimeEveryOpHasADeadline(t *testing.T) {
 	w, _ := blockedDrain(t)
 	r := w.runtime()
 	w.k8s.submit(trainingPod("big", 8, 0)) // unsatisfiable: no op
-	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
 		GPUsPerUnit: 4, Units: 1})
 	w.ticks(r, 1, time.Second)
 	if len(w.ledger.ops) < 2 {
 		t.Fatalf("ops %+v", w.ledger.ops)
 	}
 	for _, o := range w.ledger.ops {
-		d := opDataOf(&o)
+		d := broker.OpDataOf(&o)
 		if d.Expires.IsZero() || !d.Expires.After(o.CreatedAt) {
 			t.Errorf("op %d (%s) has no deadline: %s", o.ID, o.Kind, o.Data)
 		}
@@ -610,8 +612,8 @@ func TestRuntimeScaleUpSupersedesOneAwaitingGPUReady(t *testing.T) {
 	w.tick(r)
 	w.k8s.submit(trainingPod("p2", 4, 0))
 	w.ticks(r, 1, 5*time.Second)
-	ups := w.ledger.opsOf(ActScaleUp)
-	if len(ups) != 2 || ups[0].State != OpDone || ups[1].Target != 2 || ups[1].State.Terminal() {
+	ups := w.ledger.opsOf(broker.ActScaleUp)
+	if len(ups) != 2 || ups[0].State != broker.OpDone || ups[1].Target != 2 || ups[1].State.Terminal() {
 		t.Fatalf("scale-ups %+v: want the first superseded by one to 2", ups)
 	}
 	if fmt.Sprint(ups[1].Serves) != "[k8s/p1 k8s/p2]" {

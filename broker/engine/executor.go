@@ -1,4 +1,4 @@
-package broker
+package engine
 
 import (
 	"context"
@@ -7,32 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
-)
 
-// Op steps, in order per kind:
-//
-//	scale-up:           set-desired → await-instances → await-ready → done
-//	scale-down/replace: release → (surge, for a replace) → terminate (→ forget, for a YARN node) → done
-//	transfer:           release → admit (→ await-admitted) → done
-//	preempt:            evict → done
-//
-// Every op ends: each step retries at most maxStepAttempts times with
-// backoff, and every op has a deadline (opData.Expires) after which it
-// ends failed with its reason. An op that took a node from its side and
-// cannot finish gives it back first (give-back); a cancelled scale-down
-// does the same and ends cancelled.
-const (
-	stepSetDesired     = "set-desired"
-	stepAwaitInstances = "await-instances"
-	stepAwaitReady     = "await-ready"
-	stepRelease        = "release"
-	stepSurge          = "surge"
-	stepTerminate      = "terminate"
-	stepAdmit          = "admit"
-	stepAwaitAdmitted  = "await-admitted"
-	stepGiveBack       = "give-back"
-	stepEvict          = "evict"
-	stepForget         = "forget"
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // maxStepAttempts bounds the tries of one step; the op then ends (given
@@ -50,79 +26,31 @@ type KeepDesiredTerminator interface {
 	TerminateKeepDesired(ctx context.Context, pool, instanceID string) error
 }
 
-// opData is the step state kept in the journal, so a resumed step knows
-// what the first attempt decided.
-type opData struct {
-	// From is the side that owned the node when the op started (OwnerNone
-	// when none did); a node it already cordoned reports no owner afterwards.
-	From Owner `json:"from,omitempty"`
-	// Sides lists every side that held the node when a removal started
-	// (From first); each is released before the terminate. Released lists
-	// those done.
-	Sides    []Owner `json:"sides,omitempty"`
-	Released []Owner `json:"released,omitempty"`
-	// InstanceID is the node's cloud instance from the provider's instance
-	// map, fixed when the op starts.
-	InstanceID string `json:"instance_id,omitempty"`
-	// CordonOnly releases the node without draining it (manual cordon).
-	CordonOnly bool `json:"cordon_only,omitempty"`
-	// Prepared is set once From, Sides and InstanceID are persisted.
-	Prepared bool `json:"prepared,omitempty"`
-	// Deadline bounds the drain (Policy.DrainTimeout from the first release).
-	Deadline time.Time `json:"deadline,omitzero"`
-	// Expires is the op's own deadline, set when it is journaled: past it
-	// the op ends failed with its reason, whatever step it is in.
-	Expires time.Time `json:"expires,omitzero"`
-	// Down is set when a replace started on a node its side reports down:
-	// its work is already lost, so the node is cordoned, not drained.
-	Down bool `json:"down,omitempty"`
-	// SurgeTo is the desired capacity a replace raised the pool to before
-	// terminating with a decrement; zero when it did not.
-	SurgeTo int `json:"surge_to,omitempty"`
-	// SetTo is the desired capacity a scale-up actually set (its target
-	// plus removals that had not reached the cloud yet).
-	SetTo int `json:"set_to,omitempty"`
-	// Admitted is set once the receiving side was told to admit the node.
-	Admitted bool `json:"admitted,omitempty"`
-	// Cancel marks a scale-down cancelled for pending demand: it gives the
-	// node back and ends cancelled.
-	Cancel bool `json:"cancel,omitempty"`
-	// SetAt is when the desired capacity was set.
-	SetAt     time.Time  `json:"set_at,omitzero"`
-	Victims   []Workload `json:"victims,omitempty"`
-	Remaining []string   `json:"remaining,omitempty"`
-	BlockedBy string     `json:"blocked_by,omitempty"`
-	// Attrition releases the node without evicting anything (attrition.go);
-	// CancelReason is why a pending attrition was cancelled.
-	Attrition    bool   `json:"attrition,omitempty"`
-	CancelReason string `json:"cancel_reason,omitempty"`
-}
-
-func firstStep(k ActionKind) string {
+func firstStep(k broker.ActionKind) string {
 	switch k {
-	case ActScaleUp:
-		return stepSetDesired
-	case ActPreempt:
-		return stepEvict
+	case broker.ActScaleUp:
+		return broker.StepSetDesired
+	case broker.ActPreempt:
+		return broker.StepEvict
 	default:
-		return stepRelease
+		return broker.StepRelease
 	}
 }
 
 // opTimeout is how long an op of kind may take in all, from its journaling.
-func opTimeout(k ActionKind, p Policy) time.Duration {
+func opTimeout(k broker.ActionKind, p broker.Policy) time.Duration {
 	prov, drain := p.MaxProvisionTime.D(), p.DrainTimeout.D()
 	if prov <= 0 {
-		prov = DefaultPolicy().MaxProvisionTime.D()
+		prov = broker.DefaultPolicy().MaxProvisionTime.D()
 	}
 	if drain <= 0 {
-		drain = DefaultPolicy().DrainTimeout.D()
+		drain = broker.DefaultPolicy().DrainTimeout.D()
 	}
 	switch k {
-	case ActScaleUp:
+	case broker.ActScaleUp:
 		// Setting the capacity, then the machines booting to gpu-ready.
 		return 2 * prov
-	case ActPreempt:
+	case broker.ActPreempt:
 		// The victims' grace periods, and for a preemption across sides the
 		// release and the receiving side admitting the node, as a transfer.
 		return drain + prov
@@ -139,7 +67,7 @@ func opTimeout(k ActionKind, p Policy) time.Duration {
 // same victims (Karpenter's validation before disruption). A preemption
 // that serves demand which must never preempt is rejected outright.
 // Scale-ups pass as they are.
-func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected []Action, err error) {
+func (r *Runtime) validate(ctx context.Context, plan broker.Plan) (accepted, rejected []broker.Action, err error) {
 	var destructive bool
 	for _, a := range plan.Actions {
 		if a.Kind.Destructive() {
@@ -155,7 +83,7 @@ func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected [
 		return nil, nil, fmt.Errorf("validate: %w", err)
 	}
 	confirmed := map[string]bool{}
-	for _, a := range MakePlan(fresh, policy).Actions {
+	for _, a := range broker.MakePlan(fresh, policy).Actions {
 		confirmed[actionKey(a)] = true
 	}
 	noPreempt := map[string]bool{}
@@ -169,7 +97,7 @@ func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected [
 			accepted = append(accepted, a)
 			continue
 		}
-		if a.Kind == ActPreempt {
+		if a.Kind == broker.ActPreempt {
 			if i := slices.IndexFunc(a.Serves, func(id string) bool { return noPreempt[id] }); i >= 0 {
 				r.log.Warn("preemption for demand that must never preempt rejected", "node", a.Node, "demand", a.Serves[i])
 				a.Reason = fmt.Sprintf("demand %s must never preempt (preemptionPolicy: Never): %s", a.Serves[i], a.Reason)
@@ -188,7 +116,7 @@ func (r *Runtime) validate(ctx context.Context, plan Plan) (accepted, rejected [
 }
 
 // actionKey identifies what a destructive action does, for validation.
-func actionKey(a Action) string {
+func actionKey(a broker.Action) string {
 	victims := make([]string, 0, len(a.Victims))
 	for _, v := range a.Victims {
 		victims = append(victims, fmt.Sprintf("%s/%s:%d", v.Source, v.Key, v.GPUs))
@@ -206,42 +134,42 @@ func actionKey(a Action) string {
 // for its machines to become gpu-ready (keeping the demand it serves
 // linked), and a cancellation turns the node's open scale-down into a
 // give-back.
-func (r *Runtime) journal(ctx context.Context, now time.Time, policy Policy, actions []Action) []Op {
-	var out []Op
+func (r *Runtime) journal(ctx context.Context, now time.Time, policy broker.Policy, actions []broker.Action) []broker.Op {
+	var out []broker.Op
 	for _, a := range actions {
-		if a.Kind == ActCancelScaleDown {
+		if a.Kind == broker.ActCancelScaleDown {
 			if op, ok := r.cancelScaleDown(ctx, a); ok {
 				out = append(out, op)
 			}
 			continue
 		}
-		if a.Kind == ActRecommission {
+		if a.Kind == broker.ActRecommission {
 			r.cancelAttrition(ctx, a) // ends the open op on the node (attrition.go)
 			continue
 		}
-		data := opData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Attrition: a.Attrition}
+		data := broker.OpData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Attrition: a.Attrition}
 		if !a.Attrition {
 			// An attrition has no deadline of its own: it ends when the
 			// node's work does, or is cancelled when demand could use it.
 			data.Expires = now.Add(opTimeout(a.Kind, policy))
 		}
-		raw, err := encodeOpData(data)
+		raw, err := broker.EncodeOpData(data)
 		if err != nil {
 			r.log.Error("journal action", "kind", a.Kind, "pool", a.Pool, "node", a.Node, "err", err)
 			continue
 		}
-		op := Op{Kind: a.Kind, Pool: a.Pool, Node: a.Node, Target: a.Target, To: a.To,
-			Serves: a.Serves, Reason: a.Reason, State: OpPending, Step: firstStep(a.Kind), Data: raw}
+		op := broker.Op{Kind: a.Kind, Pool: a.Pool, Node: a.Node, Target: a.Target, To: a.To,
+			Serves: a.Serves, Reason: a.Reason, State: broker.OpPending, Step: firstStep(a.Kind), Data: raw}
 		// IMPORTANT: the intent is persisted before any step runs, so a
 		// crash after this point resumes the op instead of forgetting it.
 		stored, err := r.cfg.Ledger.InsertOp(ctx, op)
-		if errors.Is(err, ErrConflict) && a.Kind == ActScaleUp {
+		if errors.Is(err, broker.ErrConflict) && a.Kind == broker.ActScaleUp {
 			if prev, ok := r.supersede(ctx, op); ok {
 				op.Serves = mergeServes(prev.Serves, op.Serves)
 				stored, err = r.cfg.Ledger.InsertOp(ctx, op)
 			}
 		}
-		if errors.Is(err, ErrConflict) {
+		if errors.Is(err, broker.ErrConflict) {
 			r.log.Debug("op already in progress", "kind", a.Kind, "pool", a.Pool, "node", a.Node)
 			continue
 		}
@@ -257,23 +185,23 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, policy Policy, act
 
 // supersede ends the pool's open scale-up when it only waits for its
 // machines to become gpu-ready, so a new scale-up may take its place.
-func (r *Runtime) supersede(ctx context.Context, next Op) (Op, bool) {
+func (r *Runtime) supersede(ctx context.Context, next broker.Op) (broker.Op, bool) {
 	open, err := r.cfg.Ledger.OpenOps(ctx)
 	if err != nil {
-		return Op{}, false
+		return broker.Op{}, false
 	}
 	for _, o := range open {
-		if o.Kind != ActScaleUp || o.Pool != next.Pool || o.Step != stepAwaitReady || o.Target > next.Target {
+		if o.Kind != broker.ActScaleUp || o.Pool != next.Pool || o.Step != broker.StepAwaitReady || o.Target > next.Target {
 			continue
 		}
-		o.State, o.LastError, o.NextAttempt = OpDone, "", time.Time{}
+		o.State, o.LastError, o.NextAttempt = broker.OpDone, "", time.Time{}
 		if _, err := r.cfg.Ledger.AdvanceOp(ctx, o); err != nil {
-			return Op{}, false
+			return broker.Op{}, false
 		}
 		r.log.Info("scale-up superseded", "op", o.ID, "pool", o.Pool, "target", next.Target)
 		return o, true
 	}
-	return Op{}, false
+	return broker.Op{}, false
 }
 
 func mergeServes(a, b []string) []string {
@@ -288,46 +216,46 @@ func mergeServes(a, b []string) []string {
 
 // cancelScaleDown turns the node's scale-down, still draining, into a
 // give-back that ends cancelled.
-func (r *Runtime) cancelScaleDown(ctx context.Context, a Action) (Op, bool) {
+func (r *Runtime) cancelScaleDown(ctx context.Context, a broker.Action) (broker.Op, bool) {
 	open, err := r.cfg.Ledger.OpenOps(ctx)
 	if err != nil {
 		r.log.Error("cancel scale-down", "node", a.Node, "err", err)
-		return Op{}, false
+		return broker.Op{}, false
 	}
 	for _, o := range open {
-		if o.Kind != ActScaleDown || o.Node != a.Node || o.Step != stepRelease {
+		if o.Kind != broker.ActScaleDown || o.Node != a.Node || o.Step != broker.StepRelease {
 			continue
 		}
-		data := opDataOf(&o)
+		data := broker.OpDataOf(&o)
 		data.Cancel = true
-		if o.Data, err = encodeOpData(data); err != nil {
+		if o.Data, err = broker.EncodeOpData(data); err != nil {
 			r.log.Error("cancel scale-down", "op", o.ID, "node", a.Node, "err", err)
-			return Op{}, false
+			return broker.Op{}, false
 		}
-		o.Step, o.Attempts, o.NextAttempt, o.LastError = stepGiveBack, 0, time.Time{}, a.Reason
+		o.Step, o.Attempts, o.NextAttempt, o.LastError = broker.StepGiveBack, 0, time.Time{}, a.Reason
 		stored, err := r.cfg.Ledger.AdvanceOp(ctx, o)
 		if err != nil {
 			r.log.Error("cancel scale-down", "op", o.ID, "node", a.Node, "err", err)
-			return Op{}, false
+			return broker.Op{}, false
 		}
 		r.log.Info("action", "op", o.ID, "kind", a.Kind, "pool", a.Pool, "node", a.Node, "reason", a.Reason)
 		return stored, true
 	}
-	return Op{}, false
+	return broker.Op{}, false
 }
 
 // record writes the decisions of a tick: every action, every rejected
 // action, and each wait whose reason changed since the last tick.
-func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejected []Action, extra []Decision) error {
+func (r *Runtime) record(ctx context.Context, snap *broker.Snapshot, plan broker.Plan, rejected []broker.Action, extra []broker.Decision) error {
 	ds := extra
 	tick := r.Status().Tick
 	for _, a := range plan.Actions {
 		detail := r.decisionDetail(string(a.Kind), a)
-		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: string(a.Kind), Demand: first(a.Serves),
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: string(a.Kind), Demand: first(a.Serves),
 			Pool: a.Pool, Node: a.Node, Reason: a.Reason, Detail: detail})
 	}
 	for _, a := range rejected {
-		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "rejected", Pool: a.Pool, Node: a.Node,
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "rejected", Pool: a.Pool, Node: a.Node,
 			Reason: "not confirmed by a fresh observation: " + a.Reason})
 	}
 	tenants := map[string]string{}
@@ -341,7 +269,7 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 		}
 		r.waitSeen[w.Demand] = w.Reason
 		detail := r.decisionDetail("wait", w)
-		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "wait", Demand: w.Demand,
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "wait", Demand: w.Demand,
 			Tenant: tenants[w.Demand], Reason: string(w.Reason) + ": " + w.Detail, Detail: detail})
 	}
 	if r.keptSeen == nil {
@@ -355,7 +283,7 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 		}
 		r.keptSeen[k.Node] = k.Reason
 		detail := r.decisionDetail("kept", k)
-		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "kept", Node: k.Node, Reason: k.Reason, Detail: detail})
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "kept", Node: k.Node, Reason: k.Reason, Detail: detail})
 	}
 	for node := range r.keptSeen {
 		if !kept[node] {
@@ -369,7 +297,7 @@ func (r *Runtime) record(ctx context.Context, snap *Snapshot, plan Plan, rejecte
 	if err := r.cfg.Ledger.SetWaitReasons(ctx, plan.Waits); err != nil {
 		return err
 	}
-	return r.cfg.Ledger.RecordSamples(ctx, capacitySamples(snap))
+	return r.cfg.Ledger.RecordSamples(ctx, broker.CapacitySamples(snap))
 }
 
 func first(s []string) string {
@@ -379,38 +307,11 @@ func first(s []string) string {
 	return s[0]
 }
 
-// capacitySamples summarises GPUs by side: busy, idle, in flight, pending.
-func capacitySamples(s *Snapshot) []CapacitySample {
-	by := map[string]*CapacitySample{}
-	for _, side := range []string{string(OwnerYARN), string(OwnerK8s), string(OwnerNone)} {
-		by[side] = &CapacitySample{At: s.Now, Side: side}
-	}
-	for _, n := range s.Nodes {
-		if n.Phase == PhaseGone || n.Phase == PhaseTerminating || n.Down != "" {
-			continue
-		}
-		c := by[string(n.Owner)]
-		if c == nil {
-			continue
-		}
-		if n.Phase.InFlight() {
-			c.GPUsInFlight += n.GPUsTotal
-			continue
-		}
-		c.GPUsBusy += min(n.GPUsAllocated, n.GPUsTotal)
-		c.GPUsIdle += n.FreeGPUs()
-	}
-	for _, d := range s.Demand {
-		by[string(d.Source)].GPUsPending += d.GPUs()
-	}
-	return []CapacitySample{*by["yarn"], *by["k8s"], *by["none"]}
-}
-
 // advance runs the due steps of every open op. Each step is idempotent, so
 // after a crash the op simply runs its current step again. When the cloud
 // cannot be read, the last-known pools stand in, marked stale: steps that
 // change a stale pool wait.
-func (r *Runtime) advance(ctx context.Context, policy Policy) (int, error) {
+func (r *Runtime) advance(ctx context.Context, policy broker.Policy) (int, error) {
 	ops, err := r.cfg.Ledger.OpenOps(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read journal: %w", err)
@@ -451,13 +352,13 @@ func (r *Runtime) advance(ctx context.Context, policy Policy) (int, error) {
 }
 
 // opEnded counts ended ops by state for the status.
-func (r *Runtime) opEnded(op Op) {
+func (r *Runtime) opEnded(op broker.Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch op.State {
-	case OpFailed:
+	case broker.OpFailed:
 		r.opsFailed++
-	case OpCancelled:
+	case broker.OpCancelled:
 		r.opsCancelled++
 	}
 }
@@ -465,16 +366,16 @@ func (r *Runtime) opEnded(op Op) {
 // stepCtx carries one step's op, its decoded data and the transitions.
 type stepCtx struct {
 	r    *Runtime
-	op   Op
-	data opData
+	op   broker.Op
+	data broker.OpData
 	now  time.Time
 }
 
 // save returns the op with its data encoded. Data JSON cannot hold keeps
 // the op's previous data and records why in LastError (logged), so the
 // journal never loses the step's state to an empty encoding.
-func (s *stepCtx) save() Op {
-	raw, err := encodeOpData(s.data)
+func (s *stepCtx) save() broker.Op {
+	raw, err := broker.EncodeOpData(s.data)
 	if err != nil {
 		s.op.LastError = err.Error()
 		s.r.log.Error("save op step", "op", s.op.ID, "kind", s.op.Kind, "step", s.op.Step, "err", err)
@@ -485,7 +386,7 @@ func (s *stepCtx) save() Op {
 }
 
 // retry counts a failed attempt; past maxStepAttempts the op gives up.
-func (s *stepCtx) retry(err error) (Op, bool) {
+func (s *stepCtx) retry(err error) (broker.Op, bool) {
 	s.op.Attempts++
 	s.op.LastError = err.Error()
 	if s.op.Attempts >= maxStepAttempts {
@@ -496,19 +397,19 @@ func (s *stepCtx) retry(err error) (Op, bool) {
 	return s.save(), false
 }
 
-func (s *stepCtx) moveTo(step string) (Op, bool) {
+func (s *stepCtx) moveTo(step string) (broker.Op, bool) {
 	s.op.Step, s.op.Attempts, s.op.LastError, s.op.NextAttempt = step, 0, "", time.Time{}
 	return s.save(), true
 }
 
-func (s *stepCtx) done() (Op, bool) {
-	s.op.State, s.op.LastError, s.op.NextAttempt = OpDone, "", time.Time{}
+func (s *stepCtx) done() (broker.Op, bool) {
+	s.op.State, s.op.LastError, s.op.NextAttempt = broker.OpDone, "", time.Time{}
 	s.r.log.Info("op done", "op", s.op.ID, "kind", s.op.Kind, "pool", s.op.Pool, "node", s.op.Node)
 	return s.save(), false
 }
 
 // waitFor checks again after d; why says what the op waits for.
-func (s *stepCtx) waitFor(d time.Duration, why string) (Op, bool) {
+func (s *stepCtx) waitFor(d time.Duration, why string) (broker.Op, bool) {
 	s.op.NextAttempt = s.now.Add(d)
 	if why != "" {
 		s.op.LastError = why
@@ -516,18 +417,18 @@ func (s *stepCtx) waitFor(d time.Duration, why string) (Op, bool) {
 	return s.save(), false
 }
 
-func (s *stepCtx) fail(why string) (Op, bool) {
+func (s *stepCtx) fail(why string) (broker.Op, bool) {
 	return s.r.fail(s.save(), s.now, why), false
 }
 
 // giveUp ends the op: one that holds a node taken from its side gives it
 // back first; others fail with why.
-func (s *stepCtx) giveUp(why string) (Op, bool) {
+func (s *stepCtx) giveUp(why string) (broker.Op, bool) {
 	switch s.op.Step {
-	case stepRelease, stepSurge, stepTerminate, stepAdmit, stepAwaitAdmitted:
+	case broker.StepRelease, broker.StepSurge, broker.StepTerminate, broker.StepAdmit, broker.StepAwaitAdmitted:
 		if _, ok := s.data.From.Side(); ok && s.data.Prepared && !s.data.CordonOnly {
 			s.op.LastError = why
-			s.op.Step, s.op.Attempts, s.op.NextAttempt = stepGiveBack, 0, time.Time{}
+			s.op.Step, s.op.Attempts, s.op.NextAttempt = broker.StepGiveBack, 0, time.Time{}
 			return s.save(), true
 		}
 	}
@@ -536,14 +437,14 @@ func (s *stepCtx) giveUp(why string) (Op, bool) {
 
 // step runs the op's current step once and returns the op's next state and
 // whether it moved on (so the executor may run the next step now).
-func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolState, open []Op) (Op, bool) {
+func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, pools []broker.PoolState, open []broker.Op) (broker.Op, bool) {
 	s := &stepCtx{r: r, op: op, now: r.cfg.Now()}
 	if len(op.Data) > 0 {
 		if err := json.Unmarshal(op.Data, &s.data); err != nil {
 			return r.fail(op, s.now, fmt.Sprintf("corrupt step data: %s", err)), false
 		}
 	}
-	s.op.State = OpRunning
+	s.op.State = broker.OpRunning
 	if s.data.Expires.IsZero() && !s.data.Attrition {
 		// Ops journaled before deadlines existed, and manual ones, get
 		// theirs on their first step. An attrition has none (see journal).
@@ -551,7 +452,7 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 	}
 	// IMPORTANT: every op ends. Past its deadline it stops where it is
 	// (giving its node back where it holds one), except while giving back.
-	if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != stepGiveBack {
+	if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != broker.StepGiveBack {
 		why := fmt.Sprintf("op deadline %s passed in step %s", s.data.Expires.UTC().Format(time.RFC3339), op.Step)
 		if op.LastError != "" {
 			why += ": " + op.LastError
@@ -560,10 +461,10 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 	}
 
 	switch op.Step {
-	case stepSetDesired:
+	case broker.StepSetDesired:
 		return r.setDesired(ctx, s, pools, open)
 
-	case stepAwaitInstances:
+	case broker.StepAwaitInstances:
 		// The provider reports the new desired capacity (or the instances).
 		fresh, err := r.cfg.Pools.Pools(ctx)
 		if err != nil {
@@ -571,7 +472,7 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		}
 		ps, ok := findPool(fresh, op.Pool)
 		if ok && ps.Stale == "" && (ps.Desired >= op.Target || ps.InService() >= op.Target) {
-			return s.moveTo(stepAwaitReady)
+			return s.moveTo(broker.StepAwaitReady)
 		}
 		if s.now.Sub(s.data.SetAt) > policy.MaxProvisionTime.D() {
 			reason := fmt.Sprintf("pool %s has %d of %d instances %s after setting the desired capacity", op.Pool, ps.InService(), op.Target, policy.MaxProvisionTime)
@@ -582,7 +483,7 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		}
 		return s.waitFor(time.Second, "")
 
-	case stepAwaitReady:
+	case broker.StepAwaitReady:
 		// IMPORTANT: the op stays open, serving its demand, until the
 		// pool's machines are gpu-ready (DESIGN rule 4): the planner keeps
 		// the ordered capacity for that demand, so it does not take another
@@ -607,22 +508,22 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		}
 		return s.done()
 
-	case stepRelease:
+	case broker.StepRelease:
 		return r.release(ctx, s, policy)
 
-	case stepSurge:
+	case broker.StepSurge:
 		return r.surge(ctx, s, pools)
 
-	case stepTerminate:
+	case broker.StepTerminate:
 		return r.terminate(ctx, s, pools)
 
-	case stepForget:
+	case broker.StepForget:
 		// The terminated machine's host stays in YARN's exclude file
 		// otherwise, and a later machine that reuses its name (cloud
 		// hostnames follow private IPs) would be refused by the RM.
 		// IMPORTANT: Forget, never Admit: admitting would run the side's
 		// NodeManager restart hook against a machine being terminated.
-		f, ok := r.actions[SourceYARN].(Forgetter)
+		f, ok := r.actions[broker.SourceYARN].(Forgetter)
 		if !ok {
 			return s.done()
 		}
@@ -631,8 +532,8 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		}
 		return s.done()
 
-	case stepAdmit:
-		if op.To == OwnerNone {
+	case broker.StepAdmit:
+		if op.To == broker.OwnerNone {
 			return s.done() // a manual drain: the node stays with no side
 		}
 		to, ok := op.To.Side()
@@ -644,11 +545,11 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		}
 		s.data.Admitted = true
 		if _, ok := r.actions[to].(AdmitChecker); ok {
-			return s.moveTo(stepAwaitAdmitted)
+			return s.moveTo(broker.StepAwaitAdmitted)
 		}
 		return s.done()
 
-	case stepAwaitAdmitted:
+	case broker.StepAwaitAdmitted:
 		// IMPORTANT: a hand-over stays open (and its demand linked) until
 		// the receiving side lists the node schedulable with its GPUs; the
 		// op deadline gives it back otherwise.
@@ -662,10 +563,10 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 		}
 		return s.waitFor(5*time.Second, fmt.Sprintf("waiting for %s to list node %s schedulable with its GPUs: %s", to, op.Node, why))
 
-	case stepGiveBack:
+	case broker.StepGiveBack:
 		return r.giveBack(ctx, s)
 
-	case stepEvict:
+	case broker.StepEvict:
 		for len(s.data.Victims) > 0 {
 			w := s.data.Victims[0]
 			act := r.actions[w.Source]
@@ -673,7 +574,7 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 				return s.fail(fmt.Sprintf("no actions configured for %s", w.Source))
 			}
 			err := act.Evict(ctx, op.Node, w)
-			if errors.Is(err, ErrInProgress) {
+			if errors.Is(err, broker.ErrInProgress) {
 				// The victim is stopping (a YARN container told to shut
 				// down): progress, not a failed attempt.
 				return s.waitFor(2*time.Second, err.Error())
@@ -684,12 +585,12 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 			r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
 			s.data.Victims = s.data.Victims[1:]
 		}
-		if op.To == OwnerK8s || op.To == OwnerYARN {
-			return s.moveTo(stepRelease) // preemption across sides: hand the node over
+		if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
+			return s.moveTo(broker.StepRelease) // preemption across sides: hand the node over
 		}
 		return s.done()
 
-	case stepRecommission:
+	case broker.StepRecommission:
 		return r.recommissionStep(ctx, s.save(), s.data, s.now)
 	}
 	return s.fail(fmt.Sprintf("unknown step %q", op.Step))
@@ -701,23 +602,23 @@ func (r *Runtime) step(ctx context.Context, op Op, policy Policy, pools []PoolSt
 // them back. Only when that would pass the pool's max does the scale-up
 // wait for them, so a drain in progress does not hold the pool's
 // scale-ups back.
-func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []PoolState, open []Op) (Op, bool) {
+func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []broker.PoolState, open []broker.Op) (broker.Op, bool) {
 	op := s.op
 	ps, found := findPool(pools, op.Pool)
 	if found && ps.Stale != "" {
 		return s.waitFor(5*time.Second, "pool is stale at the cloud provider: "+ps.Stale)
 	}
 	pending := 0
-	var first *Op
+	var first *broker.Op
 	for i := range open {
 		o := &open[i]
 		if o.Pool != op.Pool || o.ID == op.ID || o.State.Terminal() {
 			continue
 		}
-		d := opDataOf(o)
+		d := broker.OpDataOf(o)
 		switch {
-		case o.Kind == ActScaleDown && (o.Step == stepRelease || o.Step == stepTerminate) && !d.Cancel && !d.Attrition:
-		case o.Kind == ActReplace && d.SurgeTo > 0 && (o.Step == stepSurge || o.Step == stepTerminate):
+		case o.Kind == broker.ActScaleDown && (o.Step == broker.StepRelease || o.Step == broker.StepTerminate) && !d.Cancel && !d.Attrition:
+		case o.Kind == broker.ActReplace && d.SurgeTo > 0 && (o.Step == broker.StepSurge || o.Step == broker.StepTerminate):
 		default:
 			continue
 		}
@@ -732,7 +633,7 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []PoolState,
 			first.Node, first.ID, target, ps.Pool.MaxNodes))
 	}
 	err := r.cfg.Pools.SetDesired(ctx, op.Pool, target)
-	var be *BackoffError
+	var be *broker.BackoffError
 	if errors.As(err, &be) {
 		if berr := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, be.Until, be.Reason); berr != nil {
 			return s.retry(berr)
@@ -743,11 +644,11 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []PoolState,
 		return s.retry(err)
 	}
 	s.data.SetAt, s.data.SetTo = s.now, target
-	return s.moveTo(stepAwaitInstances)
+	return s.moveTo(broker.StepAwaitInstances)
 }
 
 // release takes the node away from every side that holds it (From first).
-func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, bool) {
+func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy) (broker.Op, bool) {
 	op := s.op
 	if s.data.Deadline.IsZero() {
 		s.data.Deadline = s.now.Add(policy.DrainTimeout.D())
@@ -760,21 +661,21 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, b
 		if s.data.From == "" {
 			s.data.From = r.ownerOf(op.Node)
 		}
-		if op.Kind == ActScaleDown || op.Kind == ActReplace {
+		if op.Kind == broker.ActScaleDown || op.Kind == broker.ActReplace {
 			s.data.Sides = r.sidesOf(op.Node, s.data.From)
 		}
 		if s.data.InstanceID == "" {
 			s.data.InstanceID = r.instanceOf(op.Node)
 		}
-		if op.Kind == ActReplace {
+		if op.Kind == broker.ActReplace {
 			s.data.Down = r.nodeDown(op.Node) != ""
 		}
 		s.data.Prepared = true
-		return s.moveTo(stepRelease)
+		return s.moveTo(broker.StepRelease)
 	}
 	sides := s.data.Sides
-	if len(sides) == 0 && s.data.From != OwnerNone {
-		sides = []Owner{s.data.From}
+	if len(sides) == 0 && s.data.From != broker.OwnerNone {
+		sides = []broker.Owner{s.data.From}
 	}
 	for _, o := range sides {
 		if slices.Contains(s.data.Released, o) {
@@ -820,12 +721,12 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, b
 			if st.BlockedBy != "" {
 				why += ", blocked by " + st.BlockedBy
 			}
-			if op.Kind == ActTransfer || op.Kind == ActPreempt {
+			if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {
 				// IMPORTANT: a transfer (or a preemption handing the node
 				// across) that cannot drain gives the node back to its
 				// side, so no node stays half-drained.
 				s.op.LastError = why
-				return s.moveTo(stepGiveBack)
+				return s.moveTo(broker.StepGiveBack)
 			}
 			if policy.ForceAfterDrainTimeout {
 				r.log.Warn("drain timed out, terminating as the policy allows", "node", op.Node, "remaining", st.Remaining)
@@ -837,15 +738,15 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, b
 		return s.waitFor(2*time.Second, "")
 	}
 	switch op.Kind {
-	case ActTransfer:
-		return s.moveTo(stepAdmit)
-	case ActReplace:
-		return s.moveTo(stepSurge)
-	case ActScaleDown:
-		return s.moveTo(stepTerminate)
-	case ActPreempt:
-		if op.To == OwnerK8s || op.To == OwnerYARN {
-			return s.moveTo(stepAdmit)
+	case broker.ActTransfer:
+		return s.moveTo(broker.StepAdmit)
+	case broker.ActReplace:
+		return s.moveTo(broker.StepSurge)
+	case broker.ActScaleDown:
+		return s.moveTo(broker.StepTerminate)
+	case broker.ActPreempt:
+		if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
+			return s.moveTo(broker.StepAdmit)
 		}
 	}
 	return s.done()
@@ -855,10 +756,10 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy Policy) (Op, b
 // by one, and the terminate's decrement takes it back, so a pool at its
 // minimum never refuses the terminate and never waits for a scale-up that
 // waits for it. Providers that terminate without a decrement skip it.
-func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []PoolState) (Op, bool) {
+func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []broker.PoolState) (broker.Op, bool) {
 	op := s.op
 	if _, ok := r.cfg.Pools.(KeepDesiredTerminator); ok {
-		return s.moveTo(stepTerminate)
+		return s.moveTo(broker.StepTerminate)
 	}
 	if s.data.SurgeTo == 0 {
 		fresh, err := r.cfg.Pools.Pools(ctx)
@@ -877,7 +778,7 @@ func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []PoolState) (Op,
 			return s.save(), true
 		case ps.Desired-1 >= ps.Pool.MinNodes:
 			// At max: the terminate's decrement keeps the pool within min.
-			return s.moveTo(stepTerminate)
+			return s.moveTo(broker.StepTerminate)
 		default:
 			return s.giveUp(fmt.Sprintf("pool %s is at its min and max of %d nodes and the provider cannot terminate without lowering the desired capacity", op.Pool, ps.Desired))
 		}
@@ -888,12 +789,12 @@ func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []PoolState) (Op,
 	if err := r.cfg.Pools.SetDesired(ctx, op.Pool, s.data.SurgeTo); err != nil {
 		return s.retry(err)
 	}
-	return s.moveTo(stepTerminate)
+	return s.moveTo(broker.StepTerminate)
 }
 
 // terminate removes the node's instance, by the id from the provider's
 // instance map, once every side has released it.
-func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []PoolState) (Op, bool) {
+func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []broker.PoolState) (broker.Op, bool) {
 	op := s.op
 	if s.data.InstanceID == "" {
 		// IMPORTANT: never guess an instance from a host name. A node
@@ -907,7 +808,7 @@ func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []PoolState) 
 	// every side that held it (or the policy forces it after the drain
 	// timeout, never for a release the side could not confirm).
 	var err error
-	if kd, ok := r.cfg.Pools.(KeepDesiredTerminator); ok && op.Kind == ActReplace {
+	if kd, ok := r.cfg.Pools.(KeepDesiredTerminator); ok && op.Kind == broker.ActReplace {
 		err = kd.TerminateKeepDesired(ctx, op.Pool, s.data.InstanceID)
 	} else {
 		err = r.cfg.Pools.Terminate(ctx, op.Pool, s.data.InstanceID)
@@ -915,9 +816,9 @@ func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []PoolState) 
 	if err != nil {
 		return s.retry(err)
 	}
-	if slices.Contains(s.data.Released, OwnerYARN) || s.data.From == OwnerYARN {
-		if _, ok := r.actions[SourceYARN].(Forgetter); ok {
-			return s.moveTo(stepForget)
+	if slices.Contains(s.data.Released, broker.OwnerYARN) || s.data.From == broker.OwnerYARN {
+		if _, ok := r.actions[broker.SourceYARN].(Forgetter); ok {
+			return s.moveTo(broker.StepForget)
 		}
 	}
 	return s.done()
@@ -926,7 +827,7 @@ func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []PoolState) 
 // giveBack returns the node to the side it came from (taking it from the
 // side it was handed to first) and ends the op: failed with the reason
 // that stopped it, or cancelled for a cancelled scale-down.
-func (r *Runtime) giveBack(ctx context.Context, s *stepCtx) (Op, bool) {
+func (r *Runtime) giveBack(ctx context.Context, s *stepCtx) (broker.Op, bool) {
 	op := s.op
 	if s.data.Admitted {
 		if to, ok := op.To.Side(); ok && r.actions[to] != nil {
@@ -942,7 +843,7 @@ func (r *Runtime) giveBack(ctx context.Context, s *stepCtx) (Op, bool) {
 		}
 	}
 	if s.data.Cancel {
-		s.op.State, s.op.NextAttempt = OpCancelled, time.Time{}
+		s.op.State, s.op.NextAttempt = broker.OpCancelled, time.Time{}
 		r.log.Info("scale-down cancelled, node given back", "op", op.ID, "node", op.Node, "side", s.data.From, "reason", op.LastError)
 		return s.save(), false
 	}
@@ -953,7 +854,7 @@ func (r *Runtime) giveBack(ctx context.Context, s *stepCtx) (Op, bool) {
 	return s.fail(fmt.Sprintf("node given back to %s: %s", s.data.From, why))
 }
 
-func (r *Runtime) giveBackRetry(s *stepCtx, err error) (Op, bool) {
+func (r *Runtime) giveBackRetry(s *stepCtx, err error) (broker.Op, bool) {
 	s.op.Attempts++
 	if s.op.Attempts >= maxStepAttempts {
 		return s.fail(fmt.Sprintf("giving node %s back to %s failed %d times (%s), after: %s", s.op.Node, s.data.From, s.op.Attempts, err, s.op.LastError))
@@ -963,8 +864,8 @@ func (r *Runtime) giveBackRetry(s *stepCtx, err error) (Op, bool) {
 	return s.save(), false
 }
 
-func (r *Runtime) fail(op Op, now time.Time, why string) Op {
-	op.State, op.LastError, op.NextAttempt = OpFailed, why, time.Time{}
+func (r *Runtime) fail(op broker.Op, now time.Time, why string) broker.Op {
+	op.State, op.LastError, op.NextAttempt = broker.OpFailed, why, time.Time{}
 	r.log.Warn("op failed", "op", op.ID, "kind", op.Kind, "pool", op.Pool, "node", op.Node, "reason", why)
 	return op
 }
@@ -972,20 +873,20 @@ func (r *Runtime) fail(op Op, now time.Time, why string) Op {
 // ownerOf finds the side to drain node from in the last good
 // observations: the side that owns it, else a side that lists it at all (a
 // node cordoned there still runs that side's work), else OwnerNone.
-func (r *Runtime) ownerOf(node string) Owner {
+func (r *Runtime) ownerOf(node string) broker.Owner {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	listed := OwnerNone
-	for _, src := range Sources {
+	listed := broker.OwnerNone
+	for _, src := range broker.Sources {
 		for _, n := range r.lastGood[src].Nodes {
 			if n.Name != node {
 				continue
 			}
-			if n.Owner != OwnerNone {
+			if n.Owner != broker.OwnerNone {
 				return n.Owner
 			}
-			if listed == OwnerNone {
-				listed = Owner(src)
+			if listed == broker.OwnerNone {
+				listed = broker.Owner(src)
 			}
 		}
 	}
@@ -994,19 +895,19 @@ func (r *Runtime) ownerOf(node string) Owner {
 
 // sidesOf lists every side whose last good observation lists node, from
 // first: a removal releases all of them before the terminate.
-func (r *Runtime) sidesOf(node string, from Owner) []Owner {
+func (r *Runtime) sidesOf(node string, from broker.Owner) []broker.Owner {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []Owner
+	var out []broker.Owner
 	if _, ok := from.Side(); ok {
 		out = append(out, from)
 	}
-	for _, src := range Sources {
-		if slices.Contains(out, Owner(src)) {
+	for _, src := range broker.Sources {
+		if slices.Contains(out, broker.Owner(src)) {
 			continue
 		}
-		if slices.ContainsFunc(r.lastGood[src].Nodes, func(n Node) bool { return n.Name == node }) {
-			out = append(out, Owner(src))
+		if slices.ContainsFunc(r.lastGood[src].Nodes, func(n broker.Node) bool { return n.Name == node }) {
+			out = append(out, broker.Owner(src))
 		}
 	}
 	return out
@@ -1042,10 +943,10 @@ func (r *Runtime) nodeDown(node string) string {
 // poolInFlight counts the pool's machines on their way: instances the
 // latest merged nodes do not know yet, or know in an in-flight phase (not
 // yet gpu-ready, and not down).
-func (r *Runtime) poolInFlight(ps PoolState) int {
+func (r *Runtime) poolInFlight(ps broker.PoolState) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	byID := make(map[string]*Node, len(r.lastNodes))
+	byID := make(map[string]*broker.Node, len(r.lastNodes))
 	for i := range r.lastNodes {
 		if id := r.lastNodes[i].InstanceID; id != "" {
 			byID[id] = &r.lastNodes[i]
@@ -1053,7 +954,7 @@ func (r *Runtime) poolInFlight(ps PoolState) int {
 	}
 	k := 0
 	for _, in := range ps.Instances {
-		if in.Phase == PhaseTerminating || in.Phase == PhaseGone {
+		if in.Phase == broker.PhaseTerminating || in.Phase == broker.PhaseGone {
 			continue
 		}
 		n, ok := byID[in.ID]
@@ -1064,10 +965,10 @@ func (r *Runtime) poolInFlight(ps PoolState) int {
 	return k
 }
 
-func findPool(pools []PoolState, name string) (PoolState, bool) {
-	i := slices.IndexFunc(pools, func(p PoolState) bool { return p.Pool.Name == name })
+func findPool(pools []broker.PoolState, name string) (broker.PoolState, bool) {
+	i := slices.IndexFunc(pools, func(p broker.PoolState) bool { return p.Pool.Name == name })
 	if i < 0 {
-		return PoolState{}, false
+		return broker.PoolState{}, false
 	}
 	return pools[i], true
 }
@@ -1076,4 +977,16 @@ func findPool(pools []PoolState, name string) (PoolState, bool) {
 func backoff(n int) time.Duration {
 	d := time.Second << min(n-1, 6)
 	return min(d, time.Minute)
+}
+
+// decisionDetail encodes v as the structured detail of a decision of kind.
+// A value that cannot be encoded is logged and left out: the decision is
+// still recorded with its reason.
+func (r *Runtime) decisionDetail(kind string, v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		r.log.Error("encode decision detail", "kind", kind, "err", err)
+		return nil
+	}
+	return b
 }

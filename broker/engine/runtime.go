@@ -1,4 +1,4 @@
-package broker
+package engine
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // RuntimeConfig wires the tick loop to the world.
@@ -76,27 +78,25 @@ func (c *RuntimeConfig) setDefaults() error {
 type Runtime struct {
 	cfg     RuntimeConfig
 	log     *slog.Logger
-	actions map[Source]SideActions
+	actions map[broker.Source]SideActions
 
-	mu        sync.Mutex // guards the fields below, read by Status
-	tick      int64
-	lastTick  time.Time
-	lastGood  map[Source]SideObservation
-	stale     map[Source]string
-	firstSeen map[string]time.Time
-	waitSeen  map[string]WaitReason
-	keptSeen  map[string]string // node → why reclaim keeps it, recorded when it changes
-	loaded    bool
+	mu       sync.Mutex // guards the fields below, read by Status
+	tick     int64
+	lastTick time.Time
+	lastGood map[broker.Source]broker.SideObservation
+	stale    map[broker.Source]string
+	waitSeen map[string]broker.WaitReason
+	keptSeen map[string]string // node → why reclaim keeps it, recorded when it changes
 	// lastNodes are the latest merged nodes, for the executor.
-	lastNodes []Node
+	lastNodes []broker.Node
 	// lastPools is the latest fresh provider state per pool: a pool the
 	// cloud cannot show this time keeps counting with it, marked stale.
-	lastPools map[string]PoolState
+	lastPools map[string]broker.PoolState
 	// capSince remembers, per demand ID, since when plans have said that
 	// ready capacity fits it (Snapshot.CapacityPresentSince).
 	capSince map[string]time.Time
 	// conflicts are the nodes both sides claimed in the last observation.
-	conflicts []ClaimConflict
+	conflicts []broker.ClaimConflict
 	// stalePools are the pools stale in the last tick, with why.
 	stalePools map[string]string
 	// Counters for the status (and /metrics).
@@ -109,9 +109,9 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{
-		cfg: cfg, log: cfg.Logger, actions: map[Source]SideActions{},
-		lastGood: map[Source]SideObservation{}, stale: map[Source]string{},
-		waitSeen: map[string]WaitReason{}, lastPools: map[string]PoolState{}, capSince: map[string]time.Time{},
+		cfg: cfg, log: cfg.Logger, actions: map[broker.Source]SideActions{},
+		lastGood: map[broker.Source]broker.SideObservation{}, stale: map[broker.Source]string{},
+		waitSeen: map[string]broker.WaitReason{}, lastPools: map[string]broker.PoolState{}, capSince: map[string]time.Time{},
 	}
 	for _, a := range cfg.Actions {
 		r.actions[a.Source()] = a
@@ -126,12 +126,12 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 }
 
 // noActions lists the sides without SideActions, for the snapshot.
-func (r *Runtime) noActions() map[Source]string {
-	var out map[Source]string
-	for _, src := range Sources {
+func (r *Runtime) noActions() map[broker.Source]string {
+	var out map[broker.Source]string
+	for _, src := range broker.Sources {
 		if r.actions[src] == nil {
 			if out == nil {
-				out = map[Source]string{}
+				out = map[broker.Source]string{}
 			}
 			out[src] = "no actions configured for " + string(src)
 		}
@@ -139,11 +139,19 @@ func (r *Runtime) noActions() map[Source]string {
 	return out
 }
 
-// RuntimeStatus is what /readyz and the dashboard show of the loop.
+// RuntimeStatus is what /readyz, /capacity and the dashboard show of the
+// loop; the API serves it as is.
 type RuntimeStatus struct {
-	Tick     int64             `json:"tick"`
-	LastTick time.Time         `json:"last_tick,omitzero"`
-	Stale    map[Source]string `json:"stale,omitempty"`
+	// Leader is true on the replica that plans and acts. The runtime
+	// reports false; the assembly that holds the leader lease sets it
+	// (internal/app).
+	Leader bool `json:"leader"`
+	// Tick counts this runtime's ticks; LastTick is when the last one
+	// finished (zero before the first).
+	Tick     int64     `json:"tick"`
+	LastTick time.Time `json:"last_tick,omitzero"`
+	// Stale maps each source whose observation failed or is too old to why.
+	Stale map[broker.Source]string `json:"stale,omitempty"`
 	// StalePools names pools the cloud could not show in the last tick.
 	StalePools map[string]string `json:"stale_pools,omitempty"`
 	// ClaimConflicts counts ticks' detections of a node both sides claim.
@@ -157,7 +165,7 @@ type RuntimeStatus struct {
 func (r *Runtime) Status() RuntimeStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := RuntimeStatus{Tick: r.tick, LastTick: r.lastTick, Stale: map[Source]string{},
+	st := RuntimeStatus{Tick: r.tick, LastTick: r.lastTick, Stale: map[broker.Source]string{},
 		ClaimConflicts: r.claimConflicts, OpsFailed: r.opsFailed, OpsCancelled: r.opsCancelled}
 	for k, v := range r.stale {
 		st.Stale[k] = v
@@ -174,14 +182,14 @@ func (r *Runtime) Status() RuntimeStatus {
 // TickReport says what one tick did.
 type TickReport struct {
 	Tick     int64
-	Snapshot *Snapshot
-	Plan     Plan
+	Snapshot *broker.Snapshot
+	Plan     broker.Plan
 	// Journaled are the ops written this tick.
-	Journaled []Op
+	Journaled []broker.Op
 	// Rejected are planned destructive actions that fresh state did not confirm.
-	Rejected []Action
+	Rejected []broker.Action
 	// Conflicts are nodes both sides claimed in this tick's observation.
-	Conflicts []ClaimConflict
+	Conflicts []broker.ClaimConflict
 	// Advanced counts executor steps taken.
 	Advanced int
 }
@@ -229,16 +237,13 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	rep := &TickReport{Tick: r.tick}
 	r.mu.Unlock()
 
-	if err := r.loadOnce(ctx); err != nil {
-		return rep, err
-	}
 	snap, policy, err := r.observe(ctx, true)
 	if err != nil {
 		return rep, err
 	}
 	rep.Snapshot = snap
 	extra := r.resolveClaims(ctx, snap, rep)
-	plan := MakePlan(snap, policy)
+	plan := broker.MakePlan(snap, policy)
 	rep.Plan = plan
 	r.rememberCapacity(snap, plan)
 
@@ -263,54 +268,34 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 }
 
 // DryRun observes once and plans without persisting or acting.
-func (r *Runtime) DryRun(ctx context.Context) (Plan, error) {
-	if err := r.loadOnce(ctx); err != nil {
-		return Plan{}, err
-	}
+func (r *Runtime) DryRun(ctx context.Context) (broker.Plan, error) {
 	snap, policy, err := r.observe(ctx, false)
 	if err != nil {
-		return Plan{}, err
+		return broker.Plan{}, err
 	}
-	return MakePlan(snap, policy), nil
-}
-
-func (r *Runtime) loadOnce(ctx context.Context) error {
-	r.mu.Lock()
-	loaded := r.loaded
-	r.mu.Unlock()
-	if loaded {
-		return nil
-	}
-	fs, err := r.cfg.Ledger.DemandFirstSeen(ctx)
-	if err != nil {
-		return fmt.Errorf("load ledger: %w", err)
-	}
-	r.mu.Lock()
-	r.firstSeen, r.loaded = fs, true
-	r.mu.Unlock()
-	return nil
+	return broker.MakePlan(snap, policy), nil
 }
 
 // observe takes a snapshot. With persist, fresh sides' demand and the
 // merged nodes are written to the ledger.
-func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy, error) {
+func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, broker.Policy, error) {
 	l := r.cfg.Ledger
 	policy, err := l.Policy(ctx)
 	if err != nil {
-		return nil, Policy{}, fmt.Errorf("read policy: %w", err)
+		return nil, broker.Policy{}, fmt.Errorf("read policy: %w", err)
 	}
 	idx, err := l.TenantIndex(ctx)
 	if err != nil {
-		return nil, Policy{}, fmt.Errorf("read tenants: %w", err)
+		return nil, broker.Policy{}, fmt.Errorf("read tenants: %w", err)
 	}
 
 	// Every source in parallel, each with its own timeout.
 	type result struct {
-		obs SideObservation
+		obs broker.SideObservation
 		err error
 	}
 	results := make([]result, len(r.cfg.Observers))
-	var pools []PoolState
+	var pools []broker.PoolState
 	var poolErr error
 	var wg sync.WaitGroup
 	for i, o := range r.cfg.Observers {
@@ -335,7 +320,7 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	}()
 	wg.Wait()
 	if ctx.Err() != nil {
-		return nil, Policy{}, ctx.Err()
+		return nil, broker.Policy{}, ctx.Err()
 	}
 	now := r.cfg.Now()
 	if poolErr != nil {
@@ -345,9 +330,9 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 		r.log.Warn("observe pools", "err", poolErr)
 		pools = nil
 	}
-	sides := map[Source]SideObservation{}
-	stale := map[Source]string{}
-	for _, src := range Sources {
+	sides := map[broker.Source]broker.SideObservation{}
+	stale := map[broker.Source]string{}
+	for _, src := range broker.Sources {
 		stale[src] = "no observer configured"
 	}
 	r.mu.Lock()
@@ -376,20 +361,29 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	r.mu.Unlock()
 
 	if persist {
-		for _, src := range Sources {
+		for _, src := range broker.Sources {
 			obs, ok := sides[src]
 			if !ok || stale[src] != "" {
 				continue
 			}
 			if err := l.ApplyDemand(ctx, obs); err != nil {
-				return nil, Policy{}, fmt.Errorf("persist %s demand: %w", src, err)
+				return nil, broker.Policy{}, fmt.Errorf("persist %s demand: %w", src, err)
 			}
 		}
 	}
 
+	// IMPORTANT: first-seen times are the ledger's (kept from the first
+	// observation that held the demand, dropped when it left), read after
+	// this tick's observations were applied; demand a dry run sees before
+	// the ledger does was first seen now.
+	firstSeen, err := l.DemandFirstSeen(ctx)
+	if err != nil {
+		return nil, broker.Policy{}, fmt.Errorf("read first-seen times: %w", err)
+	}
+
 	settings, err := l.PoolSettings(ctx)
 	if err != nil {
-		return nil, Policy{}, fmt.Errorf("read pools: %w", err)
+		return nil, broker.Policy{}, fmt.Errorf("read pools: %w", err)
 	}
 	r.mu.Lock()
 	pools = mergePools(settings, pools, now, r.lastPools, poolErr)
@@ -406,22 +400,22 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	r.mu.Unlock()
 	storedNodes, err := l.StoredNodes(ctx)
 	if err != nil {
-		return nil, Policy{}, fmt.Errorf("read nodes: %w", err)
+		return nil, broker.Policy{}, fmt.Errorf("read nodes: %w", err)
 	}
-	stored := make(map[string]Node, len(storedNodes))
+	stored := make(map[string]broker.Node, len(storedNodes))
 	for _, n := range storedNodes {
 		stored[n.Name] = n
 	}
 	reports, err := l.LatestReports(ctx)
 	if err != nil {
-		return nil, Policy{}, fmt.Errorf("read agent reports: %w", err)
+		return nil, broker.Policy{}, fmt.Errorf("read agent reports: %w", err)
 	}
 	ops, err := l.OpenOps(ctx)
 	if err != nil {
-		return nil, Policy{}, fmt.Errorf("read journal: %w", err)
+		return nil, broker.Policy{}, fmt.Errorf("read journal: %w", err)
 	}
-	nodes, conflicts := mergeNodesClaims(mergeInput{now: now, policy: policy, sides: sides, pools: pools,
-		stored: stored, reports: reports, ops: ops, reportMaxAge: r.cfg.ReportMaxAge})
+	nodes, conflicts := broker.MergeNodesClaims(broker.MergeInput{Now: now, Policy: policy, Sides: sides, Pools: pools,
+		Stored: stored, Reports: reports, Ops: ops, ReportMaxAge: r.cfg.ReportMaxAge})
 	if r.cfg.Checkpoints != nil {
 		// A slow or unreachable store must not hold the tick: lookups past
 		// the budget leave the age unknown (the worst case).
@@ -441,11 +435,11 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	}
 	if persist {
 		if err := l.SaveNodes(ctx, nodes, now); err != nil {
-			return nil, Policy{}, fmt.Errorf("persist nodes: %w", err)
+			return nil, broker.Policy{}, fmt.Errorf("persist nodes: %w", err)
 		}
 	}
 
-	snap := &Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops,
+	snap := &broker.Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops,
 		NoActions: r.noActions()}
 	_, snap.TerminateKeepsDesired = r.cfg.Pools.(KeepDesiredTerminator)
 	if len(stale) > 0 {
@@ -461,53 +455,57 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 		}
 		snap.CapacityPresentSince[id] = t
 	}
-	for _, src := range Sources {
+	for _, src := range broker.Sources {
 		obs, ok := sides[src]
 		if !ok {
 			continue
 		}
 		for _, d := range obs.Demand {
-			id := d.ID()
-			fs, ok := r.firstSeen[id]
+			fs, ok := firstSeen[d.ID()]
 			if !ok {
 				fs = now
-				if persist {
-					r.firstSeen[id] = fs
-				}
 			}
 			d.FirstSeen, d.LastSeen = fs, obs.At
 			snap.Demand = append(snap.Demand, d)
 		}
 	}
 	if persist {
-		r.pruneFirstSeen(sides, stale)
+		r.pruneDemandMemory(sides, stale)
 	}
 	r.mu.Unlock()
 	return snap, policy, nil
 }
 
-// pruneFirstSeen forgets demand that left a fresh observation. Callers hold r.mu.
-func (r *Runtime) pruneFirstSeen(sides map[Source]SideObservation, stale map[Source]string) {
+// pruneDemandMemory forgets what the runtime remembers of demand (the
+// wait reason it last recorded, since when capacity was present) once the
+// demand left a fresh observation. Callers hold r.mu.
+func (r *Runtime) pruneDemandMemory(sides map[broker.Source]broker.SideObservation, stale map[broker.Source]string) {
 	live := map[string]bool{}
 	for _, obs := range sides {
 		for _, d := range obs.Demand {
 			live[d.ID()] = true
 		}
 	}
-	for id := range r.firstSeen {
+	gone := func(id string) bool {
 		src, _, _ := cutID(id)
-		if stale[src] == "" && !live[id] {
-			delete(r.firstSeen, id)
+		return stale[src] == "" && !live[id]
+	}
+	for id := range r.waitSeen {
+		if gone(id) {
 			delete(r.waitSeen, id)
+		}
+	}
+	for id := range r.capSince {
+		if gone(id) {
 			delete(r.capSince, id)
 		}
 	}
 }
 
-func cutID(id string) (Source, string, bool) {
+func cutID(id string) (broker.Source, string, bool) {
 	for i := 0; i < len(id); i++ {
 		if id[i] == '/' {
-			return Source(id[:i]), id[i+1:], true
+			return broker.Source(id[:i]), id[i+1:], true
 		}
 	}
 	return "", id, false
@@ -520,12 +518,12 @@ func cutID(id string) (Source, string, bool) {
 // about at all (describeErr) keeps its last-known desired capacity and
 // instances from last, so its GPUs still count against the cluster and
 // per-model max, and is marked stale.
-func mergePools(settings, observed []PoolState, now time.Time, last map[string]PoolState, describeErr error) []PoolState {
-	obs := map[string]PoolState{}
+func mergePools(settings, observed []broker.PoolState, now time.Time, last map[string]broker.PoolState, describeErr error) []broker.PoolState {
+	obs := map[string]broker.PoolState{}
 	for _, p := range observed {
 		obs[p.Pool.Name] = p
 	}
-	out := make([]PoolState, 0, len(settings))
+	out := make([]broker.PoolState, 0, len(settings))
 	for _, s := range settings {
 		ps := s
 		o, ok := obs[s.Pool.Name]
@@ -573,10 +571,10 @@ func mergePools(settings, observed []PoolState, now time.Time, last map[string]P
 
 // lastPoolStates returns the last-known state of every pool, marked stale
 // with why, for the executor when the cloud cannot be read.
-func (r *Runtime) lastPoolStates(why string) []PoolState {
+func (r *Runtime) lastPoolStates(why string) []broker.PoolState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]PoolState, 0, len(r.lastPools))
+	out := make([]broker.PoolState, 0, len(r.lastPools))
 	for _, p := range r.lastPools {
 		p.Stale = why
 		out = append(out, p)
@@ -588,12 +586,12 @@ func (r *Runtime) lastPoolStates(why string) []PoolState {
 // has had ready capacity that fits it without being placed: set when its
 // wait first says its scheduler should place it, kept while it says so or
 // "not scheduling", dropped otherwise.
-func (r *Runtime) rememberCapacity(snap *Snapshot, plan Plan) {
+func (r *Runtime) rememberCapacity(snap *broker.Snapshot, plan broker.Plan) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	waiting := map[string]bool{}
 	for _, w := range plan.Waits {
-		if w.Reason != WaitScheduler && w.Reason != WaitNotScheduling {
+		if w.Reason != broker.WaitScheduler && w.Reason != broker.WaitNotScheduling {
 			continue
 		}
 		waiting[w.Demand] = true
@@ -612,8 +610,8 @@ func (r *Runtime) rememberCapacity(snap *Snapshot, plan Plan) {
 // decision, the status counter) and journals a cordon of the side that
 // does not keep it. The cordon op is added to the snapshot's in-flight
 // ops, so this tick's plan leaves the node alone.
-func (r *Runtime) resolveClaims(ctx context.Context, snap *Snapshot, rep *TickReport) []Decision {
-	var ds []Decision
+func (r *Runtime) resolveClaims(ctx context.Context, snap *broker.Snapshot, rep *TickReport) []broker.Decision {
+	var ds []broker.Decision
 	r.mu.Lock()
 	conflicts := r.conflicts
 	r.mu.Unlock()
@@ -624,19 +622,19 @@ func (r *Runtime) resolveClaims(ctx context.Context, snap *Snapshot, rep *TickRe
 		tick := r.tick
 		r.mu.Unlock()
 		rep.Conflicts = append(rep.Conflicts, c)
-		ds = append(ds, Decision{At: snap.Now, Tick: tick, Kind: "conflict", Node: c.Node, Reason: c.Reason})
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "conflict", Node: c.Node, Reason: c.Reason})
 		if src, _ := c.Release.Side(); r.actions[src] == nil {
 			r.log.Warn("cannot cordon a claimed node: no actions configured", "node", c.Node, "side", c.Release)
 			continue
 		}
-		raw, err := encodeOpData(opData{From: c.Release, CordonOnly: true})
+		raw, err := broker.EncodeOpData(broker.OpData{From: c.Release, CordonOnly: true})
 		if err != nil {
 			r.log.Error("journal cordon of a claimed node", "node", c.Node, "err", err)
 			continue
 		}
-		op, err := r.cfg.Ledger.InsertOp(ctx, Op{Kind: ActTransfer, Node: c.Node, To: c.Keep, Reason: c.Reason,
-			State: OpPending, Step: stepRelease, Data: raw})
-		if errors.Is(err, ErrConflict) {
+		op, err := r.cfg.Ledger.InsertOp(ctx, broker.Op{Kind: broker.ActTransfer, Node: c.Node, To: c.Keep, Reason: c.Reason,
+			State: broker.OpPending, Step: broker.StepRelease, Data: raw})
+		if errors.Is(err, broker.ErrConflict) {
 			continue // an open op on the node (a removal releases every side)
 		}
 		if err != nil {

@@ -1,9 +1,11 @@
-package broker
+package engine
 
 import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // agentWorld has two Kubernetes nodes: n1 holds 3 of its 4 GPUs of work its agent
@@ -11,16 +13,16 @@ import (
 func agentWorld(t *testing.T, measured bool) *rtWorld {
 	w := newRTWorld(t, 5)
 	w.ledger.policy.ScaleDownMeasured = measured
-	w.ledger.policy.ScaleDownUnneeded = Duration(time.Minute)
+	w.ledger.policy.ScaleDownUnneeded = broker.Duration(time.Minute)
 	for _, n := range []string{"n1", "n2"} {
 		w.k8s.join(n, rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-		w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, Instance{ID: "i-" + n, Hostname: n, Phase: PhaseActive})
+		w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, broker.Instance{ID: "i-" + n, Hostname: n, Phase: broker.PhaseActive})
 	}
 	w.cloud.pools[rtPool].Desired = 2
-	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "idle-job", Name: "default/idle-job", GPUs: 3, Preemptible: true, CheckpointAge: -1, Class: WorkService}}
+	w.k8s.nodes["n1"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "idle-job", Name: "default/idle-job", GPUs: 3, Preemptible: true, CheckpointAge: -1, Class: broker.WorkService}}
 	w.k8s.nodes["n1"].GPUsAllocated = 3
-	w.ledger.nodes["n2"] = Node{Name: "n2", Protected: true}
-	w.ledger.reports["n1"] = NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{
+	w.ledger.nodes["n2"] = broker.Node{Name: "n2", Protected: true}
+	w.ledger.reports["n1"] = broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{
 		{Index: 0, Utilisation: 0}, {Index: 1, Utilisation: 0}, {Index: 2, Utilisation: 0}, {Index: 3, Utilisation: 0}}}
 	return w
 }
@@ -32,9 +34,9 @@ func TestRuntimeMeasuredUtilisationReclaimsIdleAllocatedNode(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			w.tick(r)
 			w.clock.Add(40 * time.Second)
-			w.ledger.reports["n1"] = NodeReport{Node: "n1", At: w.clock.Now(), GPUs: w.ledger.reports["n1"].GPUs}
+			w.ledger.reports["n1"] = broker.NodeReport{Node: "n1", At: w.clock.Now(), GPUs: w.ledger.reports["n1"].GPUs}
 		}
-		downs := w.ledger.opsOf(ActScaleDown)
+		downs := w.ledger.opsOf(broker.ActScaleDown)
 		switch {
 		case measured && (len(downs) != 1 || downs[0].Node != "n1"):
 			t.Fatalf("with measured utilisation: scale-downs %+v, want n1 reclaimed", downs)
@@ -46,13 +48,13 @@ func TestRuntimeMeasuredUtilisationReclaimsIdleAllocatedNode(t *testing.T) {
 
 func TestRuntimeUnhealthyReportReplacesNode(t *testing.T) {
 	w := agentWorld(t, false)
-	w.ledger.reports["n2"] = NodeReport{Node: "n2", At: t0, GPUs: []GPUReport{{Index: 0, UUID: "GPU-x", XIDs: []uint64{79}}}}
-	w.ledger.nodes["n2"] = Node{Name: "n2"}
+	w.ledger.reports["n2"] = broker.NodeReport{Node: "n2", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-x", XIDs: []uint64{79}}}}
+	w.ledger.nodes["n2"] = broker.Node{Name: "n2"}
 	r := w.runtime()
 	rep := w.tick(r)
 	var replaced bool
 	for _, a := range rep.Plan.Actions {
-		if a.Kind == ActReplace && a.Node == "n2" {
+		if a.Kind == broker.ActReplace && a.Node == "n2" {
 			replaced = true
 			t.Logf("replace: %s", a.Reason)
 		}
@@ -70,14 +72,14 @@ func TestRuntimeUnhealthyReportReplacesNode(t *testing.T) {
 func TestRuntimeScaleDownOfYARNNodeForgetsIt(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.yarn.join("y1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.cloud.pools[rtPool].Instances = []Instance{{ID: "i-y1", Hostname: "y1", Phase: PhaseActive}}
+	w.cloud.pools[rtPool].Instances = []broker.Instance{{ID: "i-y1", Hostname: "y1", Phase: broker.PhaseActive}}
 	w.cloud.pools[rtPool].Desired = 1
 	r := w.runtime()
 	w.tick(r)
 	w.clock.Add(6 * time.Minute)
 	w.tick(r)
-	downs := w.ledger.opsOf(ActScaleDown)
-	if len(downs) != 1 || downs[0].State != OpDone {
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State != broker.OpDone {
 		t.Fatalf("scale-down: %+v", downs)
 	}
 	if len(w.cloud.terminated) != 1 || len(w.yarn.forgotten) != 1 || w.yarn.forgotten[0] != "y1" || len(w.yarn.admitted) != 0 {
@@ -98,10 +100,10 @@ func (c rtCheckpoints) WorkAtRisk(_ context.Context, dir string) (time.Duration,
 func TestRuntimeFillsCheckpointAge(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.k8s.nodes["n1"].Work = []Workload{
-		{Source: SourceK8s, Key: "a", GPUs: 1, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ck/a"},
-		{Source: SourceK8s, Key: "b", GPUs: 1, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ck/missing"},
-		{Source: SourceK8s, Key: "c", GPUs: 1, CheckpointAge: -1},
+	w.k8s.nodes["n1"].Work = []broker.Workload{
+		{Source: broker.SourceK8s, Key: "a", GPUs: 1, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ck/a"},
+		{Source: broker.SourceK8s, Key: "b", GPUs: 1, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ck/missing"},
+		{Source: broker.SourceK8s, Key: "c", GPUs: 1, CheckpointAge: -1},
 	}
 	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.yarn, w.k8s},
 		Pools: w.cloud, Ledger: w.ledger, Now: w.clock.Now, Checkpoints: rtCheckpoints{"hdfs://nn:8020/ck/a": 7 * time.Minute}})

@@ -1,12 +1,15 @@
-package broker
+package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // rtClock is a fake clock the tests move by hand.
@@ -22,44 +25,37 @@ func (c *rtClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// rtLedger is an in-memory Ledger with the store's semantics that matter
-// to the loop: one open op per node and per pool scale-up, terminal ops
-// never revived.
+// rtLedger is an in-memory Ledger with the store's semantics: it passes
+// the same conformance suite as store.Ledger (ledgertest, run by
+// TestMemLedgerConformance).
 type rtLedger struct {
 	mu        sync.Mutex
-	idx       TenantIndex
-	policy    Policy
-	pools     []PoolState
-	demand    map[string]Demand
+	idx       broker.TenantIndex
+	policy    broker.Policy
+	pools     []broker.PoolState
+	demand    map[string]broker.Demand
 	firstSeen map[string]time.Time
 	closed    map[string]string
-	nodes     map[string]Node
-	ops       []Op
-	decisions []Decision
-	waits     map[string]Wait
-	samples   []CapacitySample
-	reports   map[string]NodeReport
+	nodes     map[string]broker.Node
+	ops       []broker.Op
+	decisions []broker.Decision
+	waits     map[string]broker.Wait
+	samples   []broker.CapacitySample
+	reports   map[string]broker.NodeReport
+	// observed is the time of the last applied observation per source.
+	observed map[broker.Source]time.Time
 }
 
-func newRTLedger(policy Policy, pools []PoolState, tenants ...Tenant) *rtLedger {
-	l := &rtLedger{policy: policy, pools: pools, demand: map[string]Demand{}, firstSeen: map[string]time.Time{},
-		closed: map[string]string{}, nodes: map[string]Node{}, waits: map[string]Wait{}, reports: map[string]NodeReport{},
-		idx: TenantIndex{Tenants: map[string]Tenant{}, Queues: map[string]string{}, Namespaces: map[string]string{}}}
-	for _, t := range tenants {
-		l.idx.Tenants[t.Name] = t
-		for _, q := range t.YARNQueues {
-			l.idx.Queues[q] = t.Name
-		}
-		for _, n := range t.Namespaces {
-			l.idx.Namespaces[n] = t.Name
-		}
-	}
+func newRTLedger(policy broker.Policy, pools []broker.PoolState, tenants ...broker.Tenant) *rtLedger {
+	l := &rtLedger{policy: policy, pools: pools, demand: map[string]broker.Demand{}, firstSeen: map[string]time.Time{},
+		closed: map[string]string{}, nodes: map[string]broker.Node{}, waits: map[string]broker.Wait{}, reports: map[string]broker.NodeReport{}, observed: map[broker.Source]time.Time{},
+		idx: broker.NewTenantIndex(tenants)}
 	return l
 }
 
-func (l *rtLedger) TenantIndex(context.Context) (TenantIndex, error) { return l.idx, nil }
-func (l *rtLedger) Policy(context.Context) (Policy, error)           { return l.policy, nil }
-func (l *rtLedger) PoolSettings(context.Context) ([]PoolState, error) {
+func (l *rtLedger) TenantIndex(context.Context) (broker.TenantIndex, error) { return l.idx, nil }
+func (l *rtLedger) Policy(context.Context) (broker.Policy, error)           { return l.policy, nil }
+func (l *rtLedger) PoolSettings(context.Context) ([]broker.PoolState, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.pools), nil
@@ -73,7 +69,7 @@ func (l *rtLedger) SetPoolBackoff(_ context.Context, pool string, until time.Tim
 			return nil
 		}
 	}
-	return ErrNotFound
+	return broker.ErrNotFound
 }
 func (l *rtLedger) DemandFirstSeen(context.Context) (map[string]time.Time, error) {
 	l.mu.Lock()
@@ -84,54 +80,93 @@ func (l *rtLedger) DemandFirstSeen(context.Context) (map[string]time.Time, error
 	}
 	return out, nil
 }
-func (l *rtLedger) ApplyDemand(_ context.Context, obs SideObservation) error {
+func (l *rtLedger) ApplyDemand(_ context.Context, obs broker.SideObservation) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// As the store: a known reason for every closed key, and never an
+	// observation older than the applied one; nothing changes otherwise.
+	for k, r := range obs.Closed {
+		if !closeReasons[r] {
+			return broker.Invalid("closed["+k+"]", "unknown close reason %q", r)
+		}
+	}
+	if last, ok := l.observed[obs.Source]; ok && obs.At.Before(last) {
+		return fmt.Errorf("observation of %s at %s is older than the applied one at %s: %w", obs.Source, obs.At, last, broker.ErrConflict)
+	}
 	live := map[string]bool{}
 	for _, d := range obs.Demand {
 		live[d.ID()] = true
+	}
+	// The source's demand that left, with why: Closed, then Departed
+	// (asked only about keys that left), else vanished.
+	gone := map[string]string{}
+	for id, d := range l.demand {
+		if d.Source != obs.Source || live[id] {
+			continue
+		}
+		reason := obs.Closed[d.Key]
+		if reason == "" && obs.Departed != nil {
+			reason = obs.Departed(d.Key)
+			if reason != "" && !closeReasons[reason] {
+				return broker.Invalid("departed["+d.Key+"]", "unknown close reason %q", reason)
+			}
+		}
+		if reason == "" {
+			reason = "vanished"
+		}
+		gone[id] = reason
+	}
+	l.observed[obs.Source] = obs.At
+	for _, d := range obs.Demand {
 		if _, ok := l.firstSeen[d.ID()]; !ok {
 			l.firstSeen[d.ID()] = obs.At
 		}
 		l.demand[d.ID()] = d
 	}
-	for id, d := range l.demand {
-		if d.Source == obs.Source && !live[id] {
-			reason := obs.Closed[d.Key]
-			if reason == "" {
-				reason = "vanished"
-			}
-			l.closed[id] = reason
-			delete(l.demand, id)
-			delete(l.firstSeen, id)
-		}
+	for id, reason := range gone {
+		l.closed[id] = reason
+		delete(l.demand, id)
+		delete(l.firstSeen, id)
+		delete(l.waits, id)
 	}
 	return nil
 }
-func (l *rtLedger) StoredNodes(context.Context) ([]Node, error) {
+
+// closeReasons are the store's CloseReason values.
+var closeReasons = map[string]bool{"scheduled": true, "finished": true, "deleted": true, "preempted": true, "vanished": true}
+
+func (l *rtLedger) StoredNodes(context.Context) ([]broker.Node, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Node
+	var out []broker.Node
 	for _, n := range l.nodes {
-		out = append(out, n)
+		if n.Phase != broker.PhaseGone {
+			out = append(out, n)
+		}
 	}
 	return out, nil
 }
-func (l *rtLedger) SaveNodes(_ context.Context, nodes []Node, _ time.Time) error {
+func (l *rtLedger) SaveNodes(_ context.Context, nodes []broker.Node, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, n := range nodes {
+		// As the store: protection is the API's to change, and the phase's
+		// start moves only when the phase changes.
+		n.PhaseSince = now
 		if old, ok := l.nodes[n.Name]; ok {
 			n.Protected = old.Protected
+			if old.Phase == n.Phase {
+				n.PhaseSince = old.PhaseSince
+			}
 		}
 		l.nodes[n.Name] = n
 	}
 	return nil
 }
-func (l *rtLedger) OpenOps(context.Context) ([]Op, error) {
+func (l *rtLedger) OpenOps(context.Context) ([]broker.Op, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Op
+	var out []broker.Op
 	for _, op := range l.ops {
 		if !op.State.Terminal() {
 			out = append(out, op)
@@ -139,30 +174,39 @@ func (l *rtLedger) OpenOps(context.Context) ([]Op, error) {
 	}
 	return out, nil
 }
-func (l *rtLedger) InsertOp(_ context.Context, op Op) (Op, error) {
+func (l *rtLedger) InsertOp(_ context.Context, op broker.Op) (broker.Op, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if op.Kind == "" {
+		return broker.Op{}, broker.Invalid("kind", "must be set")
+	}
+	if op.Reason == "" {
+		return broker.Op{}, broker.Invalid("reason", "every operation needs a reason")
+	}
+	if op.State == "" {
+		op.State = broker.OpPending
+	}
 	for _, o := range l.ops {
 		if o.State.Terminal() {
 			continue
 		}
-		if (op.Node != "" && o.Node == op.Node) || (op.Kind == ActScaleUp && o.Kind == ActScaleUp && o.Pool == op.Pool) {
-			return Op{}, fmt.Errorf("op %d open: %w", o.ID, ErrConflict)
+		if (op.Node != "" && o.Node == op.Node) || (op.Kind == broker.ActScaleUp && o.Kind == broker.ActScaleUp && o.Pool == op.Pool) {
+			return broker.Op{}, fmt.Errorf("op %d open: %w", o.ID, broker.ErrConflict)
 		}
 	}
 	op.ID = int64(len(l.ops) + 1)
 	l.ops = append(l.ops, op)
 	return op, nil
 }
-func (l *rtLedger) AdvanceOp(_ context.Context, op Op) (Op, error) {
+func (l *rtLedger) AdvanceOp(_ context.Context, op broker.Op) (broker.Op, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := int(op.ID) - 1
 	if i < 0 || i >= len(l.ops) {
-		return Op{}, ErrNotFound
+		return broker.Op{}, broker.ErrNotFound
 	}
 	if l.ops[i].State.Terminal() {
-		return Op{}, ErrConflict
+		return broker.Op{}, broker.ErrConflict
 	}
 	// As the store: only the progress fields change; the intent (kind,
 	// pool, node, target, serves) stays what was journaled.
@@ -171,13 +215,13 @@ func (l *rtLedger) AdvanceOp(_ context.Context, op Op) (Op, error) {
 	cur.NextAttempt, cur.LastError, cur.UpdatedAt = op.NextAttempt, op.LastError, op.UpdatedAt
 	return *cur, nil
 }
-func (l *rtLedger) RecordDecisions(_ context.Context, ds []Decision) error {
+func (l *rtLedger) RecordDecisions(_ context.Context, ds []broker.Decision) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.decisions = append(l.decisions, ds...)
 	return nil
 }
-func (l *rtLedger) SetWaitReasons(_ context.Context, ws []Wait) error {
+func (l *rtLedger) SetWaitReasons(_ context.Context, ws []broker.Wait) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, w := range ws {
@@ -185,25 +229,25 @@ func (l *rtLedger) SetWaitReasons(_ context.Context, ws []Wait) error {
 	}
 	return nil
 }
-func (l *rtLedger) RecordSamples(_ context.Context, ss []CapacitySample) error {
+func (l *rtLedger) RecordSamples(_ context.Context, ss []broker.CapacitySample) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.samples = append(l.samples, ss...)
 	return nil
 }
-func (l *rtLedger) LatestReports(context.Context) (map[string]NodeReport, error) {
+func (l *rtLedger) LatestReports(context.Context) (map[string]broker.NodeReport, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := map[string]NodeReport{}
+	out := map[string]broker.NodeReport{}
 	for k, v := range l.reports {
 		out[k] = v
 	}
 	return out, nil
 }
-func (l *rtLedger) opsOf(kind ActionKind) []Op {
+func (l *rtLedger) opsOf(kind broker.ActionKind) []broker.Op {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Op
+	var out []broker.Op
 	for _, o := range l.ops {
 		if o.Kind == kind {
 			out = append(out, o)
@@ -215,7 +259,7 @@ func (l *rtLedger) opsOf(kind ActionKind) []Op {
 // rtCloud is a node pool whose instances register on a side through join.
 type rtCloud struct {
 	mu         sync.Mutex
-	pools      map[string]*PoolState
+	pools      map[string]*broker.PoolState
 	setCalls   []int
 	terminated []string
 	next       int
@@ -237,35 +281,35 @@ func (c *rtCloud) launch(pool string) {
 	for p.InService() < p.Desired {
 		c.next++
 		id := fmt.Sprintf("i-%04d", c.next)
-		p.Instances = append(p.Instances, Instance{ID: id, Hostname: "node-" + id, Phase: PhaseBooting})
+		p.Instances = append(p.Instances, broker.Instance{ID: id, Hostname: "node-" + id, Phase: broker.PhaseBooting})
 	}
 }
 
-func newRTCloud(pools ...PoolState) *rtCloud {
-	c := &rtCloud{pools: map[string]*PoolState{}}
+func newRTCloud(pools ...broker.PoolState) *rtCloud {
+	c := &rtCloud{pools: map[string]*broker.PoolState{}}
 	for _, p := range pools {
 		c.pools[p.Pool.Name] = &p
 	}
 	return c
 }
 
-func (c *rtCloud) Pools(context.Context) ([]PoolState, error) {
+func (c *rtCloud) Pools(context.Context) ([]broker.PoolState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.failAll != nil {
 		return nil, c.failAll
 	}
-	var out []PoolState
+	var out []broker.PoolState
 	for _, p := range c.pools {
 		if why, ok := c.stale[p.Pool.Name]; ok {
-			out = append(out, PoolState{Pool: p.Pool, Stale: why})
+			out = append(out, broker.PoolState{Pool: p.Pool, Stale: why})
 			continue
 		}
 		cp := *p
 		cp.Instances = slices.Clone(p.Instances)
 		out = append(out, cp)
 	}
-	slices.SortFunc(out, func(a, b PoolState) int { return comparePoolStates(&a, &b) })
+	slices.SortFunc(out, func(a, b broker.PoolState) int { return comparePoolStates(&a, &b) })
 	return out, nil
 }
 
@@ -277,7 +321,7 @@ func (c *rtCloud) SetDesired(_ context.Context, pool string, target int) error {
 	}
 	p, ok := c.pools[pool]
 	if !ok {
-		return ErrNotFound
+		return broker.ErrNotFound
 	}
 	c.setCalls = append(c.setCalls, target)
 	if c.launchLater {
@@ -287,7 +331,7 @@ func (c *rtCloud) SetDesired(_ context.Context, pool string, target int) error {
 	for p.Desired < target {
 		c.next++
 		id := fmt.Sprintf("i-%04d", c.next)
-		p.Instances = append(p.Instances, Instance{ID: id, Hostname: "node-" + id, Phase: PhaseBooting})
+		p.Instances = append(p.Instances, broker.Instance{ID: id, Hostname: "node-" + id, Phase: broker.PhaseBooting})
 		p.Desired++
 	}
 	return nil
@@ -297,7 +341,7 @@ func (c *rtCloud) Terminate(_ context.Context, pool, id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.pools[pool]
-	i := slices.IndexFunc(p.Instances, func(in Instance) bool { return in.ID == id })
+	i := slices.IndexFunc(p.Instances, func(in broker.Instance) bool { return in.ID == id })
 	if i < 0 {
 		return nil // already gone: idempotent
 	}
@@ -319,7 +363,7 @@ func (c rtKeepCloud) TerminateKeepDesired(_ context.Context, pool, id string) er
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.pools[pool]
-	i := slices.IndexFunc(p.Instances, func(in Instance) bool { return in.ID == id })
+	i := slices.IndexFunc(p.Instances, func(in broker.Instance) bool { return in.ID == id })
 	if i < 0 {
 		return nil
 	}
@@ -327,7 +371,7 @@ func (c rtKeepCloud) TerminateKeepDesired(_ context.Context, pool, id string) er
 	c.terminated = append(c.terminated, id)
 	c.next++
 	nid := fmt.Sprintf("i-%04d", c.next)
-	p.Instances = append(p.Instances, Instance{ID: nid, Hostname: "node-" + nid, Phase: PhaseBooting})
+	p.Instances = append(p.Instances, broker.Instance{ID: nid, Hostname: "node-" + nid, Phase: broker.PhaseBooting})
 	return nil
 }
 
@@ -335,9 +379,9 @@ func (c rtKeepCloud) TerminateKeepDesired(_ context.Context, pool, id string) er
 // with a tiny scheduler that places pending units on free GPUs.
 type rtSide struct {
 	mu       sync.Mutex
-	src      Source
-	nodes    map[string]*Node
-	pending  []Demand
+	src      broker.Source
+	nodes    map[string]*broker.Node
+	pending  []broker.Demand
 	closed   map[string]string
 	err      error
 	released map[string]bool
@@ -365,47 +409,47 @@ type rtSide struct {
 	afterObserve func(*rtSide)
 }
 
-func newRTSide(src Source) *rtSide {
-	return &rtSide{src: src, nodes: map[string]*Node{}, released: map[string]bool{}, closed: map[string]string{},
+func newRTSide(src broker.Source) *rtSide {
+	return &rtSide{src: src, nodes: map[string]*broker.Node{}, released: map[string]bool{}, closed: map[string]string{},
 		refuse: map[string]string{}, releases: map[string]int{}}
 }
 
-func (s *rtSide) Source() Source { return s.src }
+func (s *rtSide) Source() broker.Source { return s.src }
 
-func (s *rtSide) Observe(context.Context, TenantIndex) (SideObservation, error) {
+func (s *rtSide) Observe(context.Context, broker.TenantIndex) (broker.SideObservation, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return SideObservation{}, s.err
+		return broker.SideObservation{}, s.err
 	}
 	s.schedule()
-	obs := SideObservation{Source: s.src, Demand: slices.Clone(s.pending), Closed: s.closed}
+	obs := broker.SideObservation{Source: s.src, Demand: slices.Clone(s.pending), Closed: s.closed}
 	s.closed = map[string]string{}
 	for _, n := range s.nodes {
 		cp := *n
 		cp.Work = slices.Clone(n.Work)
 		if s.released[n.Name] {
-			cp.Owner = OwnerNone
+			cp.Owner = broker.OwnerNone
 		}
 		obs.Nodes = append(obs.Nodes, cp)
 	}
-	slices.SortFunc(obs.Nodes, func(a, b Node) int { return compareNodes(&a, &b) })
+	slices.SortFunc(obs.Nodes, func(a, b broker.Node) int { return compareNodes(&a, &b) })
 	if s.afterObserve != nil {
 		s.afterObserve(s)
 	}
 	return obs, nil
 }
 
-func (s *rtSide) join(name, pool string, gpus int, labels map[string]string, taints []Taint) {
+func (s *rtSide) join(name, pool string, gpus int, labels map[string]string, taints []broker.Taint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.nodes[name] = &Node{Name: name, Owner: Owner(s.src), Phase: PhaseActive, GPUsTotal: gpus, Pool: pool,
+	s.nodes[name] = &broker.Node{Name: name, Owner: broker.Owner(s.src), Phase: broker.PhaseActive, GPUsTotal: gpus, Pool: pool,
 		Labels: labels, Taints: taints, GPUModel: "A100"}
 }
 
 // schedule places pending demand on free GPUs of schedulable nodes.
 func (s *rtSide) schedule() {
-	var left []Demand
+	var left []broker.Demand
 	for _, d := range s.pending {
 		if why, ok := s.refuse[d.Key]; ok {
 			d.SchedulerReason = why
@@ -419,7 +463,7 @@ func (s *rtSide) schedule() {
 				continue
 			}
 			n.GPUsAllocated += d.GPUs()
-			n.Work = append(n.Work, Workload{Source: s.src, Key: d.Key, Name: d.Name, Tenant: d.Tenant,
+			n.Work = append(n.Work, broker.Workload{Source: s.src, Key: d.Key, Name: d.Name, Tenant: d.Tenant,
 				Priority: d.Priority, GPUs: d.GPUs(), Preemptible: d.Preemptible, CheckpointAge: -1})
 			s.closed[d.Key] = "scheduled"
 			placed = true
@@ -432,7 +476,7 @@ func (s *rtSide) schedule() {
 	s.pending = left
 }
 
-func sortedNodeNames(m map[string]*Node) []string {
+func sortedNodeNames(m map[string]*broker.Node) []string {
 	var names []string
 	for k := range m {
 		names = append(names, k)
@@ -455,23 +499,23 @@ func (s *rtSide) finish(key string) {
 	}
 }
 
-func (s *rtSide) submit(d Demand) {
+func (s *rtSide) submit(d broker.Demand) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pending = append(s.pending, d)
 }
 
-func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (ReleaseStatus, error) {
+func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (broker.ReleaseStatus, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.releases[node]++
 	if s.unknown != "" {
 		s.released[node] = true
-		return ReleaseStatus{Unknown: s.unknown}, nil
+		return broker.ReleaseStatus{Unknown: s.unknown}, nil
 	}
 	n, ok := s.nodes[node]
 	if !ok {
-		return ReleaseStatus{Drained: true}, nil
+		return broker.ReleaseStatus{Drained: true}, nil
 	}
 	s.released[node] = true
 	var names []string
@@ -481,16 +525,16 @@ func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (ReleaseSt
 		}
 	}
 	if s.drainBlocked && len(names) > 0 {
-		return ReleaseStatus{Remaining: names, BlockedBy: "PodDisruptionBudget default/pdb"}, nil
+		return broker.ReleaseStatus{Remaining: names, BlockedBy: "PodDisruptionBudget default/pdb"}, nil
 	}
 	// Evicted work goes back to pending, as a controller would recreate it.
 	for _, w := range n.Work {
 		if !w.System {
-			s.pending = append(s.pending, Demand{Source: s.src, Key: w.Key + "-again", Tenant: w.Tenant, GPUsPerUnit: w.GPUs, Units: 1})
+			s.pending = append(s.pending, broker.Demand{Source: s.src, Key: w.Key + "-again", Tenant: w.Tenant, GPUsPerUnit: w.GPUs, Units: 1})
 		}
 	}
 	n.Work, n.GPUsAllocated = nil, 0
-	return ReleaseStatus{Drained: true}, nil
+	return broker.ReleaseStatus{Drained: true}, nil
 }
 
 func (s *rtSide) Cordon(_ context.Context, node string) error {
@@ -516,7 +560,7 @@ func (s *rtSide) Forget(_ context.Context, node string) error {
 	return nil
 }
 
-func (s *rtSide) Evict(_ context.Context, node string, w Workload) error {
+func (s *rtSide) Evict(_ context.Context, node string, w broker.Workload) error {
 	s.mu.Lock()
 	if s.evictCalls == nil {
 		s.evictCalls = map[string]int{}
@@ -524,7 +568,7 @@ func (s *rtSide) Evict(_ context.Context, node string, w Workload) error {
 	s.evictCalls[w.Key]++
 	if s.evictCalls[w.Key] <= s.evictInProgress {
 		s.mu.Unlock()
-		return fmt.Errorf("workload %s is shutting down: %w", w.Key, ErrInProgress)
+		return fmt.Errorf("workload %s is shutting down: %w", w.Key, broker.ErrInProgress)
 	}
 	s.evicted = append(s.evicted, w.Key)
 	n := s.nodes[node]
@@ -534,4 +578,27 @@ func (s *rtSide) Evict(_ context.Context, node string, w Workload) error {
 	}
 	s.finish(w.Key)
 	return nil
+}
+
+// t0 is the fake clock's start.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// comparePoolStates and compareNodes order fakes' listings as the
+// planner's snapshot does.
+func comparePoolStates(a, b *broker.PoolState) int {
+	return cmp.Or(
+		cmp.Compare(a.Pool.Name, b.Pool.Name),
+		cmp.Compare(a.Pool.Version, b.Pool.Version),
+		cmp.Compare(a.Desired, b.Desired),
+	)
+}
+
+func compareNodes(a, b *broker.Node) int {
+	return cmp.Or(
+		cmp.Compare(a.Name, b.Name),
+		cmp.Compare(a.Pool, b.Pool),
+		cmp.Compare(a.InstanceID, b.InstanceID),
+		cmp.Compare(a.Owner, b.Owner),
+		cmp.Compare(a.Phase, b.Phase),
+	)
 }

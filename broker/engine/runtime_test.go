@@ -1,4 +1,4 @@
-package broker
+package engine
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 const rtPool = "gpu-training-group"
@@ -25,23 +27,23 @@ type rtWorld struct {
 	yarn   *rtSide
 }
 
-func rtPolicy() Policy {
-	p := DefaultPolicy()
+func rtPolicy() broker.Policy {
+	p := broker.DefaultPolicy()
 	p.ClusterMaxGPUs = 50
-	p.ScaleDownUnneeded = Duration(5 * time.Minute)
-	p.DrainTimeout = Duration(time.Minute)
+	p.ScaleDownUnneeded = broker.Duration(5 * time.Minute)
+	p.DrainTimeout = broker.Duration(time.Minute)
 	return p
 }
 
 func newRTWorld(t *testing.T, maxNodes int) *rtWorld {
-	pool := PoolState{Pool: Pool{Name: rtPool, Provider: "aws", Group: rtPool, GPUModel: "A100", GPUsPerNode: 4,
-		MinNodes: 0, MaxNodes: maxNodes, Sides: PoolShared,
+	pool := broker.PoolState{Pool: broker.Pool{Name: rtPool, Provider: "aws", Group: rtPool, GPUModel: "A100", GPUsPerNode: 4,
+		MinNodes: 0, MaxNodes: maxNodes, Sides: broker.PoolShared,
 		Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"},
-		Taints: []Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}}}
-	training := Tenant{Name: "training", MaxGPUs: 50, Weight: 1, Namespaces: []string{"default"}, YARNQueues: []string{"root.training"}}
+		Taints: []broker.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}}}
+	training := broker.Tenant{Name: "training", MaxGPUs: 50, Weight: 1, Namespaces: []string{"default"}, YARNQueues: []string{"root.training"}}
 	return &rtWorld{t: t, clock: &rtClock{now: t0},
-		ledger: newRTLedger(rtPolicy(), []PoolState{pool}, training),
-		cloud:  newRTCloud(pool), k8s: newRTSide(SourceK8s), yarn: newRTSide(SourceYARN)}
+		ledger: newRTLedger(rtPolicy(), []broker.PoolState{pool}, training),
+		cloud:  newRTCloud(pool), k8s: newRTSide(broker.SourceK8s), yarn: newRTSide(broker.SourceYARN)}
 }
 
 func (w *rtWorld) runtime() *Runtime {
@@ -81,11 +83,11 @@ func (w *rtWorld) boot(side *rtSide) {
 	}
 }
 
-func trainingPod(key string, gpus int, priority int64) Demand {
-	return Demand{Source: SourceK8s, Key: key, Name: "default/" + key, Tenant: "training", Queue: "default",
+func trainingPod(key string, gpus int, priority int64) broker.Demand {
+	return broker.Demand{Source: broker.SourceK8s, Key: key, Name: "default/" + key, Tenant: "training", Queue: "default",
 		Priority: priority, GPUsPerUnit: gpus, Units: 1, Preemptible: true,
-		Constraints: Constraints{NodeSelector: map[string]string{"infra-type": "gpu"},
-			Tolerations: []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists"}}}}
+		Constraints: broker.Constraints{NodeSelector: map[string]string{"infra-type": "gpu"},
+			Tolerations: []broker.Toleration{{Key: "nvidia.com/gpu", Operator: "Exists"}}}}
 }
 
 // TestRuntimeReferenceScenario plays DESIGN.md's story: the Job waits, one
@@ -98,7 +100,7 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 	w.k8s.submit(trainingPod("elastic-gpu-training", 2, 1000000))
 
 	rep := w.tick(r)
-	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != ActScaleUp || rep.Journaled[0].Target != 1 {
+	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != broker.ActScaleUp || rep.Journaled[0].Target != 1 {
 		t.Fatalf("first tick journaled %+v, want one scale-up to 1", rep.Journaled)
 	}
 	if fmt.Sprint(w.cloud.setCalls) != "[1]" {
@@ -113,7 +115,7 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 		t.Fatalf("SetDesired calls while booting %v, want only [1]", w.cloud.setCalls)
 	}
 	// The op stays open, linked to its demand, until the node is gpu-ready.
-	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 1 || ups[0].State.Terminal() || ups[0].Step != stepAwaitReady {
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 1 || ups[0].State.Terminal() || ups[0].Step != broker.StepAwaitReady {
 		t.Fatalf("scale-up op: %+v", ups)
 	}
 	// The node joins; the scheduler places the pod; the demand closes.
@@ -129,8 +131,8 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 		w.clock.Add(2 * time.Minute)
 		w.tick(r)
 	}
-	downs := w.ledger.opsOf(ActScaleDown)
-	if len(downs) != 1 || downs[0].State != OpDone {
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State != broker.OpDone {
 		t.Fatalf("scale-down ops: %+v", downs)
 	}
 	if fmt.Sprint(w.cloud.terminated) != "[i-0001]" {
@@ -160,7 +162,7 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 	// A busy node whose drain will take a while (blocked by a PDB), and an
 	// idle one to be reclaimed.
 	w.k8s.join("busy", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.cloud.pools[rtPool].Instances = []Instance{{ID: "i-busy", Hostname: "busy", Phase: PhaseActive}}
+	w.cloud.pools[rtPool].Instances = []broker.Instance{{ID: "i-busy", Hostname: "busy", Phase: broker.PhaseActive}}
 	w.cloud.pools[rtPool].Desired = 1
 	w.k8s.submit(trainingPod("web", 1, 0))
 	r1 := w.runtime()
@@ -168,12 +170,12 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 	w.k8s.finish("web")
 	// Only a CPU pod is left: GPU use decides, so the node is reclaimable,
 	// but a PodDisruptionBudget holds the drain.
-	w.k8s.nodes["busy"].Work = []Workload{{Source: SourceK8s, Key: "cpu-only", Name: "default/cpu-only", GPUs: 0, CheckpointAge: -1, Class: WorkService}}
+	w.k8s.nodes["busy"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "cpu-only", Name: "default/cpu-only", GPUs: 0, CheckpointAge: -1, Class: broker.WorkService}}
 	w.k8s.drainBlocked = true
 	w.clock.Add(6 * time.Minute)
 	w.tick(r1) // underused since the first tick: journals the scale-down, the drain starts
-	downs := w.ledger.opsOf(ActScaleDown)
-	if len(downs) != 1 || downs[0].State.Terminal() || downs[0].Step != stepRelease {
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State.Terminal() || downs[0].Step != broker.StepRelease {
 		t.Fatalf("want one scale-down in its drain, got %+v", downs)
 	}
 
@@ -183,11 +185,11 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 	w.cloud.failSet = errors.New("connection reset")
 	// YARN demand: Kubernetes demand would cancel the pending scale-down
 	// and take its node back instead of buying one.
-	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0002/1", Tenant: "training", Queue: "root.training",
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0002/1", Tenant: "training", Queue: "root.training",
 		Priority: 1000000, GPUsPerUnit: 4, Units: 1})
 	w.clock.Add(5 * time.Second)
 	w.tick(r1)
-	ups := w.ledger.opsOf(ActScaleUp)
+	ups := w.ledger.opsOf(broker.ActScaleUp)
 	if len(ups) != 1 || ups[0].State.Terminal() {
 		t.Fatalf("want one open scale-up, got %+v", ups)
 	}
@@ -202,10 +204,10 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 	if fmt.Sprint(w.cloud.setCalls) != fmt.Sprint([]int{ups[0].Target}) {
 		t.Fatalf("SetDesired calls after restart %v, want exactly one to %d", w.cloud.setCalls, ups[0].Target)
 	}
-	if got := w.ledger.opsOf(ActScaleUp); len(got) != 1 || (got[0].State != OpDone && got[0].Step != stepAwaitReady) {
+	if got := w.ledger.opsOf(broker.ActScaleUp); len(got) != 1 || (got[0].State != broker.OpDone && got[0].Step != broker.StepAwaitReady) {
 		t.Fatalf("scale-up after restart: %+v", got)
 	}
-	if got := w.ledger.opsOf(ActScaleDown); len(got) != 1 || got[0].State != OpDone || fmt.Sprint(w.cloud.terminated) != "[i-busy]" {
+	if got := w.ledger.opsOf(broker.ActScaleDown); len(got) != 1 || got[0].State != broker.OpDone || fmt.Sprint(w.cloud.terminated) != "[i-busy]" {
 		t.Fatalf("scale-down after restart: %+v, terminated %v", got, w.cloud.terminated)
 	}
 }
@@ -213,19 +215,19 @@ func TestRuntimeCrashResumesFromJournal(t *testing.T) {
 func TestRuntimeStaleSideBlocksDestruction(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.k8s.join("idle", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.cloud.pools[rtPool].Instances = []Instance{{ID: "i-idle", Hostname: "idle", Phase: PhaseActive}}
+	w.cloud.pools[rtPool].Instances = []broker.Instance{{ID: "i-idle", Hostname: "idle", Phase: broker.PhaseActive}}
 	w.cloud.pools[rtPool].Desired = 1
 	r := w.runtime()
 	w.tick(r)
-	w.k8s.err = fmt.Errorf("list pods: %w", ErrStale)
+	w.k8s.err = fmt.Errorf("list pods: %w", broker.ErrStale)
 	for i := 0; i < 4; i++ {
 		w.clock.Add(3 * time.Minute)
 		w.tick(r)
 	}
-	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 0 {
+	if downs := w.ledger.opsOf(broker.ActScaleDown); len(downs) != 0 {
 		t.Fatalf("scaled down a node of a stale side: %+v", downs)
 	}
-	if st := r.Status(); st.Stale[SourceK8s] == "" {
+	if st := r.Status(); st.Stale[broker.SourceK8s] == "" {
 		t.Fatalf("status must report the stale side: %+v", st)
 	}
 	// Fresh again: the idle node is reclaimed.
@@ -234,7 +236,7 @@ func TestRuntimeStaleSideBlocksDestruction(t *testing.T) {
 	w.tick(r)
 	w.clock.Add(6 * time.Minute)
 	w.tick(r)
-	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 1 {
+	if downs := w.ledger.opsOf(broker.ActScaleDown); len(downs) != 1 {
 		t.Fatalf("after recovery: %+v", downs)
 	}
 }
@@ -242,14 +244,14 @@ func TestRuntimeStaleSideBlocksDestruction(t *testing.T) {
 func transferWorld(t *testing.T) (*rtWorld, *Runtime, *TickReport) {
 	w := newRTWorld(t, 1)
 	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "ds", GPUs: 0, System: true}}
-	w.cloud.pools[rtPool].Instances = []Instance{{ID: "i-n1", Hostname: "n1", Phase: PhaseActive}}
+	w.k8s.nodes["n1"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "ds", GPUs: 0, System: true}}
+	w.cloud.pools[rtPool].Instances = []broker.Instance{{ID: "i-n1", Hostname: "n1", Phase: broker.PhaseActive}}
 	w.cloud.pools[rtPool].Desired = 1
 	r := w.runtime()
 	w.tick(r)
 	// A YARN gang needs the whole node; the pool is at max, and the
 	// Kubernetes node runs only a DaemonSet pod.
-	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
 		GPUsPerUnit: 2, Units: 2, Gang: true})
 	w.clock.Add(time.Second)
 	rep := w.tick(r)
@@ -258,13 +260,13 @@ func transferWorld(t *testing.T) (*rtWorld, *Runtime, *TickReport) {
 
 func TestRuntimeTransfer(t *testing.T) {
 	w, _, rep := transferWorld(t)
-	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != ActTransfer {
+	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != broker.ActTransfer {
 		t.Fatalf("want a transfer journaled, got %+v (waits %+v)", rep.Journaled, rep.Plan.Waits)
 	}
 	if fmt.Sprint(w.yarn.admitted) != "[n1]" || !w.k8s.released["n1"] {
 		t.Fatalf("YARN admitted %v (k8s released %v), want n1 released by Kubernetes then admitted by YARN", w.yarn.admitted, w.k8s.released)
 	}
-	if ops := w.ledger.opsOf(ActTransfer); ops[0].State != OpDone {
+	if ops := w.ledger.opsOf(broker.ActTransfer); ops[0].State != broker.OpDone {
 		t.Fatalf("transfer op: %+v", ops[0])
 	}
 }
@@ -272,29 +274,54 @@ func TestRuntimeTransfer(t *testing.T) {
 func TestRuntimeTransferTimeoutGivesNodeBack(t *testing.T) {
 	w := newRTWorld(t, 1)
 	w.k8s.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.cloud.pools[rtPool].Instances = []Instance{{ID: "i-n1", Hostname: "n1", Phase: PhaseActive}}
+	w.cloud.pools[rtPool].Instances = []broker.Instance{{ID: "i-n1", Hostname: "n1", Phase: broker.PhaseActive}}
 	w.cloud.pools[rtPool].Desired = 1
 	r := w.runtime()
 	w.tick(r)
 	// Journal the transfer by hand, then a pod lands on the node before
 	// the cordon and a PodDisruptionBudget keeps it there.
-	if _, err := w.ledger.InsertOp(context.Background(), Op{Kind: ActTransfer, Pool: rtPool, Node: "n1", To: OwnerYARN,
-		Reason: "test", State: OpPending, Step: stepRelease, Data: []byte(`{"from":"k8s"}`)}); err != nil {
+	if _, err := w.ledger.InsertOp(context.Background(), broker.Op{Kind: broker.ActTransfer, Pool: rtPool, Node: "n1", To: broker.OwnerYARN,
+		Reason: "test", State: broker.OpPending, Step: broker.StepRelease, Data: []byte(`{"from":"k8s"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	w.k8s.nodes["n1"].Work = []Workload{{Source: SourceK8s, Key: "late", GPUs: 1}}
+	w.k8s.nodes["n1"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "late", GPUs: 1}}
 	w.k8s.nodes["n1"].GPUsAllocated = 1
 	w.k8s.drainBlocked = true
 	for i := 0; i < 40; i++ {
 		w.clock.Add(5 * time.Second)
 		w.tick(r)
 	}
-	ops := w.ledger.opsOf(ActTransfer)
-	if ops[0].State != OpFailed || !strings.Contains(ops[0].LastError, "given back") {
+	ops := w.ledger.opsOf(broker.ActTransfer)
+	if ops[0].State != broker.OpFailed || !strings.Contains(ops[0].LastError, "given back") {
 		t.Fatalf("transfer op: state %s, error %q; want failed and given back", ops[0].State, ops[0].LastError)
 	}
 	if fmt.Sprint(w.k8s.admitted) != "[n1]" || w.k8s.released["n1"] || len(w.yarn.admitted) != 0 {
 		t.Fatalf("k8s admitted %v, yarn admitted %v: the node must go back to Kubernetes only", w.k8s.admitted, w.yarn.admitted)
+	}
+}
+
+// TestRuntimeFirstSeenIsTheLedgers: a replica that started before the
+// demand existed and takes over after another applied it sees the ledger's
+// first-seen time, not the time it first saw the demand itself (the
+// runtime keeps no copy of first-seen times).
+func TestRuntimeFirstSeenIsTheLedgers(t *testing.T) {
+	w := newRTWorld(t, 0) // no room: the demand keeps waiting
+	standby := w.runtime()
+	w.tick(standby) // nothing pending yet
+	w.k8s.submit(trainingPod("p", 2, 0))
+	leader := w.runtime()
+	w.tick(leader) // applies the demand at t0
+	w.clock.Add(time.Minute)
+	rep := w.tick(standby)
+	if len(rep.Snapshot.Demand) != 1 || !rep.Snapshot.Demand[0].FirstSeen.Equal(t0) {
+		t.Fatalf("first seen on the replica that took over: %+v, want %s", rep.Snapshot.Demand, t0)
+	}
+	plan, err := standby.DryRun(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Waits) != 1 {
+		t.Fatalf("dry run waits: %+v", plan.Waits)
 	}
 }
 

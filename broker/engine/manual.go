@@ -1,9 +1,11 @@
-package broker
+package engine
 
 import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // Manual operations from the API. Each is journaled like a planned action
@@ -15,39 +17,39 @@ import (
 // anything: a release whose drain is left to the operator. It is a
 // transfer to no side that skips the drain.
 func (r *Runtime) Cordon(ctx context.Context, node string) error {
-	return r.manual(ctx, node, OwnerNone, true, "manual cordon of "+node+" through the API")
+	return r.manual(ctx, node, broker.OwnerNone, true, "manual cordon of "+node+" through the API")
 }
 
 // Drain cordons node and evicts its work; the node then belongs to no side
 // until it is transferred or terminated.
 func (r *Runtime) Drain(ctx context.Context, node string) error {
-	return r.manual(ctx, node, OwnerNone, false, "manual drain of "+node+" through the API")
+	return r.manual(ctx, node, broker.OwnerNone, false, "manual drain of "+node+" through the API")
 }
 
 // Transfer drains node from its side and hands it to the other.
-func (r *Runtime) Transfer(ctx context.Context, node string, to Owner) error {
+func (r *Runtime) Transfer(ctx context.Context, node string, to broker.Owner) error {
 	if _, ok := to.Side(); !ok {
-		return Invalid("to", "must be %q or %q, got %q", OwnerYARN, OwnerK8s, to)
+		return broker.Invalid("to", "must be %q or %q, got %q", broker.OwnerYARN, broker.OwnerK8s, to)
 	}
 	return r.manual(ctx, node, to, false, fmt.Sprintf("manual transfer of %s to %s through the API", node, to))
 }
 
-func (r *Runtime) manual(ctx context.Context, node string, to Owner, cordonOnly bool, reason string) error {
+func (r *Runtime) manual(ctx context.Context, node string, to broker.Owner, cordonOnly bool, reason string) error {
 	if node == "" {
-		return Invalid("node", "must name a node")
+		return broker.Invalid("node", "must name a node")
 	}
 	from := r.ownerOf(node)
-	if from == OwnerNone && !r.knows(node) {
-		return fmt.Errorf("node %q is not observed on either side: %w", node, ErrNotFound)
+	if from == broker.OwnerNone && !r.knows(node) {
+		return fmt.Errorf("node %q is not observed on either side: %w", node, broker.ErrNotFound)
 	}
-	if to != OwnerNone && from == to {
-		return fmt.Errorf("node %q already belongs to %s: %w", node, to, ErrConflict)
+	if to != broker.OwnerNone && from == to {
+		return fmt.Errorf("node %q already belongs to %s: %w", node, to, broker.ErrConflict)
 	}
 	// A node must not be cordoned for a side that can never admit it, nor
 	// taken from one that cannot release it.
-	for _, o := range []Owner{from, to} {
+	for _, o := range []broker.Owner{from, to} {
 		if src, ok := o.Side(); ok && r.actions[src] == nil {
-			return Invalid("node", "no actions are configured for %s, which node %q would move from or to", src, node)
+			return broker.Invalid("node", "no actions are configured for %s, which node %q would move from or to", src, node)
 		}
 	}
 	op, err := ManualOp(node, from, to, cordonOnly, time.Time{}, reason)
@@ -71,12 +73,12 @@ func (r *Runtime) manual(ctx context.Context, node string, to Owner, cordonOnly 
 // executor carries it out and the planner sees it, instead of undoing a
 // change made behind its back. It fails only on a deadline JSON cannot
 // hold (past the year 9999).
-func ManualOp(node string, from, to Owner, cordonOnly bool, deadline time.Time, reason string) (Op, error) {
-	raw, err := encodeOpData(opData{From: from, CordonOnly: cordonOnly, Deadline: deadline})
+func ManualOp(node string, from, to broker.Owner, cordonOnly bool, deadline time.Time, reason string) (broker.Op, error) {
+	raw, err := broker.EncodeOpData(broker.OpData{From: from, CordonOnly: cordonOnly, Deadline: deadline})
 	if err != nil {
-		return Op{}, fmt.Errorf("manual op on node %q: %w", node, err)
+		return broker.Op{}, fmt.Errorf("manual op on node %q: %w", node, err)
 	}
-	return Op{Kind: ActTransfer, Node: node, To: to, Reason: reason, State: OpPending, Step: stepRelease, Data: raw}, nil
+	return broker.Op{Kind: broker.ActTransfer, Node: node, To: to, Reason: reason, State: broker.OpPending, Step: broker.StepRelease, Data: raw}, nil
 }
 
 // knows reports whether any side observed node in its last good observation.

@@ -1,4 +1,4 @@
-package broker
+package engine
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // attritionSide is a YARN side whose Release honours the deadline as the
@@ -19,7 +21,7 @@ type attritionSide struct {
 	deadlines []time.Time
 }
 
-func (s *attritionSide) Release(ctx context.Context, node string, deadline time.Time) (ReleaseStatus, error) {
+func (s *attritionSide) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
 	s.mu.Lock()
 	s.deadlines = append(s.deadlines, deadline)
 	s.mu.Unlock()
@@ -27,7 +29,7 @@ func (s *attritionSide) Release(ctx context.Context, node string, deadline time.
 		return s.rtSide.Release(ctx, node, deadline)
 	}
 	if err := s.rtSide.Cordon(ctx, node); err != nil {
-		return ReleaseStatus{}, err
+		return broker.ReleaseStatus{}, err
 	}
 	s.rtSide.mu.Lock()
 	defer s.rtSide.mu.Unlock()
@@ -39,7 +41,7 @@ func (s *attritionSide) Release(ctx context.Context, node string, deadline time.
 			}
 		}
 	}
-	return ReleaseStatus{Drained: len(left) == 0, Remaining: left}, nil
+	return broker.ReleaseStatus{Drained: len(left) == 0, Remaining: left}, nil
 }
 
 func (s *attritionSide) allZero() (int, bool) {
@@ -66,12 +68,12 @@ func (w *rtWorld) runtimeWith(yarn SideObserver, yarnActs SideActions) *Runtime 
 }
 
 // yarnHost adds a YARN NodeManager of the pool with one running container.
-func (w *rtWorld) yarnHost(name string, c Workload) {
+func (w *rtWorld) yarnHost(name string, c broker.Workload) {
 	w.yarn.join(name, rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, Instance{ID: "i-" + name, Hostname: name, Phase: PhaseActive})
+	w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, broker.Instance{ID: "i-" + name, Hostname: name, Phase: broker.PhaseActive})
 	w.cloud.pools[rtPool].Desired++
 	n := w.yarn.nodes[name]
-	n.Work = []Workload{c}
+	n.Work = []broker.Workload{c}
 	n.GPUsAllocated = c.GPUs
 }
 
@@ -84,14 +86,14 @@ func TestRuntimeAttritionHasNoTimeoutAndIsCancelledForDemand(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.ledger.policy.YARNDrainByAttrition = true
 	ys := &attritionSide{rtSide: w.yarn}
-	w.yarnHost("y1", Workload{Source: SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
-		GPUs: 1, Preemptible: true, Class: WorkBatch, StartedAt: t0.Add(-time.Hour), CheckpointAge: -1})
+	w.yarnHost("y1", broker.Workload{Source: broker.SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
+		GPUs: 1, Preemptible: true, Class: broker.WorkBatch, StartedAt: t0.Add(-time.Hour), CheckpointAge: -1})
 	r := w.runtimeWith(ys, ys)
 	w.tick(r)
 	w.clock.Add(6 * time.Minute)
 	w.tick(r)
-	downs := w.ledger.opsOf(ActScaleDown)
-	if len(downs) != 1 || downs[0].State.Terminal() || downs[0].Step != stepRelease {
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State.Terminal() || downs[0].Step != broker.StepRelease {
 		t.Fatalf("want one attrition scale-down in its release, got %+v", downs)
 	}
 	if n, zero := ys.allZero(); n == 0 || !zero {
@@ -102,23 +104,23 @@ func TestRuntimeAttritionHasNoTimeoutAndIsCancelledForDemand(t *testing.T) {
 		w.clock.Add(5 * time.Minute)
 		w.tick(r)
 	}
-	downs = w.ledger.opsOf(ActScaleDown)
+	downs = w.ledger.opsOf(broker.ActScaleDown)
 	if len(downs) != 1 || downs[0].State.Terminal() || len(w.cloud.terminated) != 0 || len(w.yarn.nodes["y1"].Work) != 1 {
 		t.Fatalf("attrition must wait for the work: ops %+v, terminated %v, work %+v", downs, w.cloud.terminated, w.yarn.nodes["y1"].Work)
 	}
 	// YARN demand that fits y1 arrives: the attrition is cancelled.
-	w.yarn.submit(Demand{Source: SourceYARN, Key: "application_2/1", Name: "application_2", Tenant: "training",
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_2/1", Name: "application_2", Tenant: "training",
 		Queue: "root.training", GPUsPerUnit: 2, Units: 1})
 	w.clock.Add(5 * time.Second)
 	w.tick(r)
-	downs = w.ledger.opsOf(ActScaleDown)
-	if len(downs) != 1 || downs[0].State != OpCancelled || !strings.Contains(downs[0].LastError, "attrition cancelled") {
+	downs = w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State != broker.OpCancelled || !strings.Contains(downs[0].LastError, "attrition cancelled") {
 		t.Fatalf("want the attrition cancelled, got %+v", downs)
 	}
 	if len(w.yarn.admitted) != 1 || w.yarn.admitted[0] != "y1" {
 		t.Fatalf("recommissioned %v, want [y1]", w.yarn.admitted)
 	}
-	if ups := w.ledger.opsOf(ActScaleUp); len(ups) != 0 {
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 0 {
 		t.Fatalf("bought a node although y1 came back: %+v", ups)
 	}
 	w.clock.Add(5 * time.Second)
@@ -134,13 +136,13 @@ func TestRuntimeAttritionHasNoTimeoutAndIsCancelledForDemand(t *testing.T) {
 // Kubernetes, and its decision records the GPU-hours lost.
 func TestRuntimePreemptsAcrossSidesAndHandsNodeOver(t *testing.T) {
 	w := newRTWorld(t, 1)
-	w.yarnHost("y1", Workload{Source: SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
-		GPUs: 4, Preemptible: true, Class: WorkBatch, StartedAt: t0.Add(-2 * time.Hour), CheckpointAge: -1})
+	w.yarnHost("y1", broker.Workload{Source: broker.SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
+		GPUs: 4, Preemptible: true, Class: broker.WorkBatch, StartedAt: t0.Add(-2 * time.Hour), CheckpointAge: -1})
 	r := w.runtime()
 	w.k8s.submit(trainingPod("elastic-gpu-training", 2, 1000000))
 	w.tick(r)
-	ops := w.ledger.opsOf(ActPreempt)
-	if len(ops) != 1 || ops[0].Node != "y1" || ops[0].To != OwnerK8s || ops[0].State != OpDone {
+	ops := w.ledger.opsOf(broker.ActPreempt)
+	if len(ops) != 1 || ops[0].Node != "y1" || ops[0].To != broker.OwnerK8s || ops[0].State != broker.OpDone {
 		t.Fatalf("want one finished preemption handing y1 to k8s, got %+v", ops)
 	}
 	if len(w.yarn.evicted) != 1 || w.yarn.evicted[0] != "container_1" {
@@ -151,10 +153,10 @@ func TestRuntimePreemptsAcrossSidesAndHandsNodeOver(t *testing.T) {
 	}
 	var found bool
 	for _, d := range w.ledger.decisions {
-		if d.Kind != string(ActPreempt) {
+		if d.Kind != string(broker.ActPreempt) {
 			continue
 		}
-		var a Action
+		var a broker.Action
 		if err := json.Unmarshal(d.Detail, &a); err != nil {
 			t.Fatal(err)
 		}
@@ -168,14 +170,14 @@ func TestRuntimePreemptsAcrossSidesAndHandsNodeOver(t *testing.T) {
 // TestRuntimeRecordsWhyANodeIsKept: a note is recorded once, not every tick.
 func TestRuntimeRecordsWhyANodeIsKept(t *testing.T) {
 	w := newRTWorld(t, 5)
-	w.yarnHost("y1", Workload{Source: SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
+	w.yarnHost("y1", broker.Workload{Source: broker.SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
 		GPUs: 1, Preemptible: true, StartedAt: t0.Add(-time.Hour), CheckpointAge: -1})
 	r := w.runtime()
 	for range 4 {
 		w.tick(r)
 		w.clock.Add(3 * time.Minute)
 	}
-	var kept []Decision
+	var kept []broker.Decision
 	for _, d := range w.ledger.decisions {
 		if d.Kind == "kept" {
 			kept = append(kept, d)
@@ -184,7 +186,7 @@ func TestRuntimeRecordsWhyANodeIsKept(t *testing.T) {
 	if len(kept) != 1 || kept[0].Node != "y1" || !strings.Contains(kept[0].Reason, "idle reclaim never stops YARN work") {
 		t.Fatalf("kept decisions %+v, want one for y1", kept)
 	}
-	if downs := w.ledger.opsOf(ActScaleDown); len(downs) != 0 {
+	if downs := w.ledger.opsOf(broker.ActScaleDown); len(downs) != 0 {
 		t.Fatalf("a YARN node running a GPU container was scaled down: %+v", downs)
 	}
 }
@@ -198,11 +200,11 @@ func TestRuntimeCordonAndWaitEvictsNothingUntilBatchWorkEnds(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.ledger.policy.CordonAndWait = true
 	w.k8s.join("k1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
-	w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, Instance{ID: "i-k1", Hostname: "k1", Phase: PhaseActive})
+	w.cloud.pools[rtPool].Instances = append(w.cloud.pools[rtPool].Instances, broker.Instance{ID: "i-k1", Hostname: "k1", Phase: broker.PhaseActive})
 	w.cloud.pools[rtPool].Desired = 1
 	n := w.k8s.nodes["k1"]
-	n.Work = []Workload{{Source: SourceK8s, Key: "train-0", Name: "ml/train-0", Tenant: "training", GPUs: 1,
-		Preemptible: true, Class: WorkBatch, App: "Job/ml/train", StartedAt: t0.Add(-3 * time.Hour), CheckpointAge: -1}}
+	n.Work = []broker.Workload{{Source: broker.SourceK8s, Key: "train-0", Name: "ml/train-0", Tenant: "training", GPUs: 1,
+		Preemptible: true, Class: broker.WorkBatch, App: "Job/ml/train", StartedAt: t0.Add(-3 * time.Hour), CheckpointAge: -1}}
 	n.GPUsAllocated = 1
 	r := w.runtime()
 	w.tick(r)
@@ -212,7 +214,7 @@ func TestRuntimeCordonAndWaitEvictsNothingUntilBatchWorkEnds(t *testing.T) {
 		w.clock.Add(5 * time.Minute)
 		w.tick(r)
 	}
-	downs := w.ledger.opsOf(ActScaleDown)
+	downs := w.ledger.opsOf(broker.ActScaleDown)
 	if len(downs) != 1 || downs[0].State.Terminal() || !w.k8s.released["k1"] {
 		t.Fatalf("want k1 cordoned by an open cordon-and-wait op, got ops %+v, released %v", downs, w.k8s.released)
 	}
@@ -224,7 +226,7 @@ func TestRuntimeCordonAndWaitEvictsNothingUntilBatchWorkEnds(t *testing.T) {
 		w.clock.Add(5 * time.Second)
 		w.tick(r)
 	}
-	if downs = w.ledger.opsOf(ActScaleDown); len(downs) != 1 || downs[0].State != OpDone || len(w.cloud.terminated) != 1 {
+	if downs = w.ledger.opsOf(broker.ActScaleDown); len(downs) != 1 || downs[0].State != broker.OpDone || len(w.cloud.terminated) != 1 {
 		t.Fatalf("after the batch pod ended: ops %+v, terminated %v; want the node reclaimed", downs, w.cloud.terminated)
 	}
 }

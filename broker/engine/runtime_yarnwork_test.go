@@ -1,8 +1,10 @@
-package broker
+package engine
 
 import (
 	"testing"
 	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
 )
 
 // TestRuntimeFillsYARNCheckpointAge: YARN containers naming their app's
@@ -12,10 +14,10 @@ func TestRuntimeFillsYARNCheckpointAge(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.yarn.join("nm1", rtPool, 4, nil, nil)
 	w.yarn.nodes["nm1"].GPUsAllocated = 3
-	w.yarn.nodes["nm1"].Work = []Workload{
-		{Source: SourceYARN, Key: "container_1_0001_01_000002", App: "application_1_0001", GPUs: 2, Class: WorkBatch,
+	w.yarn.nodes["nm1"].Work = []broker.Workload{
+		{Source: broker.SourceYARN, Key: "container_1_0001_01_000002", App: "application_1_0001", GPUs: 2, Class: broker.WorkBatch,
 			CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ck/train"},
-		{Source: SourceYARN, Key: "container_1_0002_01_000002", App: "application_1_0002", GPUs: 1, Class: WorkBatch, CheckpointAge: -1},
+		{Source: broker.SourceYARN, Key: "container_1_0002_01_000002", App: "application_1_0002", GPUs: 1, Class: broker.WorkBatch, CheckpointAge: -1},
 	}
 	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.yarn, w.k8s},
 		Pools: w.cloud, Ledger: w.ledger, Now: w.clock.Now, Checkpoints: rtCheckpoints{"hdfs://nn:8020/ck/train": 4 * time.Minute}})

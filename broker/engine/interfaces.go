@@ -1,0 +1,95 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// SideObserver observes one side. Observe must fail (wrapping ErrStale
+// where it can) rather than return a partial observation: missing demand
+// would be closed in the ledger as if it had been served.
+type SideObserver interface {
+	Source() broker.Source
+	Observe(ctx context.Context, tenants broker.TenantIndex) (broker.SideObservation, error)
+}
+
+// AdmitChecker is implemented by SideActions whose Admit takes effect only
+// later, such as YARN, where a NodeManager must restart and re-register
+// after a recommission. The executor keeps a hand-over open until Admitted
+// reports true (the side lists the node schedulable with its GPUs), and
+// past the op's deadline gives the node back and fails the op.
+type AdmitChecker interface {
+	// Admitted reports whether node is schedulable on this side with its
+	// GPUs, and if not, what the side reports instead.
+	Admitted(ctx context.Context, node string) (ok bool, why string, err error)
+}
+
+// Forgetter is implemented by SideActions that keep state about a node
+// after it left them (YARN keeps a released host in its exclude file).
+// After the node's machine is terminated the executor calls Forget instead
+// of Admit, so nothing meant for a live node (the NodeManager restart
+// hook) runs against a machine that is going away.
+type Forgetter interface {
+	// Forget drops what the side keeps about node, a terminated machine.
+	Forget(ctx context.Context, node string) error
+}
+
+// SideActions changes node ownership on one side. Every method is
+// idempotent: the executor calls it again after a crash or an error.
+type SideActions interface {
+	Source() broker.Source
+	// Release stops new work from landing on node (cordon and owner taint;
+	// graceful decommission) and moves running work off it, waiting at most
+	// until deadline for it to finish. Calling it again reports progress.
+	Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error)
+	// Cordon stops new work from landing on node without evicting any.
+	Cordon(ctx context.Context, node string) error
+	// Admit makes node schedulable for this side (uncordon; recommission).
+	Admit(ctx context.Context, node string) error
+	// Evict preempts one workload running on node. An error wrapping
+	// ErrInProgress means the eviction is under way: call it again later.
+	Evict(ctx context.Context, node string, w broker.Workload) error
+}
+
+// Ledger is the durable state the tick loop reads and writes (the store).
+type Ledger interface {
+	TenantIndex(ctx context.Context) (broker.TenantIndex, error)
+	Policy(ctx context.Context) (broker.Policy, error)
+	// PoolSettings returns the configured pools and any recorded backoff.
+	PoolSettings(ctx context.Context) ([]broker.PoolState, error)
+	SetPoolBackoff(ctx context.Context, pool string, until time.Time, reason string) error
+	// DemandFirstSeen returns when each live demand (by ID) was first
+	// seen: the time of the first observation that held it, kept until it
+	// leaves. The ledger is the only owner of these times.
+	DemandFirstSeen(ctx context.Context) (map[string]time.Time, error)
+	// ApplyDemand persists one side's observation and closes the side's
+	// demand it no longer holds, with the reason obs.Closed names, else
+	// obs.Departed gives, else "vanished". It refuses an unknown reason
+	// and an observation older than the applied one (ErrConflict), and
+	// changes nothing then. ledgertest.Run is the contract.
+	ApplyDemand(ctx context.Context, obs broker.SideObservation) error
+	// StoredNodes returns what the broker remembers of nodes: protection,
+	// underused-since, phase-since.
+	StoredNodes(ctx context.Context) ([]broker.Node, error)
+	SaveNodes(ctx context.Context, nodes []broker.Node, now time.Time) error
+	OpenOps(ctx context.Context) ([]broker.Op, error)
+	// InsertOp journals an op; ErrConflict when one is already open for
+	// the node or pool.
+	InsertOp(ctx context.Context, op broker.Op) (broker.Op, error)
+	AdvanceOp(ctx context.Context, op broker.Op) (broker.Op, error)
+	RecordDecisions(ctx context.Context, ds []broker.Decision) error
+	SetWaitReasons(ctx context.Context, waits []broker.Wait) error
+	RecordSamples(ctx context.Context, ss []broker.CapacitySample) error
+	// LatestReports returns the newest node agent report per node.
+	LatestReports(ctx context.Context) (map[string]broker.NodeReport, error)
+}
+
+// Checkpoints tells how much work a preemption or drain would lose: the
+// time since the newest checkpoint below dir, and false when it cannot be
+// known (missing directory, unreachable storage) — never an error that
+// blocks a tick. The HDFS reader in package yarn implements it.
+type Checkpoints interface {
+	WorkAtRisk(ctx context.Context, dir string) (time.Duration, bool)
+}

@@ -1,0 +1,103 @@
+package broker
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Op steps, in order per kind:
+//
+//	scale-up:           set-desired → await-instances → await-ready → done
+//	scale-down/replace: release → (surge, for a replace) → terminate (→ forget, for a YARN node) → done
+//	transfer:           release → admit (→ await-admitted) → done
+//	preempt:            evict → done
+//
+// Every op ends: each step retries a bounded number of times with backoff
+// (the executor in broker/engine), and every op has a deadline
+// (OpData.Expires) after which it ends failed with its reason. An op that took a node from its side and
+// cannot finish gives it back first (give-back); a cancelled scale-down
+// does the same and ends cancelled.
+const (
+	StepSetDesired     = "set-desired"
+	StepAwaitInstances = "await-instances"
+	StepAwaitReady     = "await-ready"
+	StepRelease        = "release"
+	StepSurge          = "surge"
+	StepTerminate      = "terminate"
+	StepAdmit          = "admit"
+	StepAwaitAdmitted  = "await-admitted"
+	StepGiveBack       = "give-back"
+	StepEvict          = "evict"
+	StepForget         = "forget"
+)
+
+// OpData is the step state kept in the journal, so a resumed step knows
+// what the first attempt decided.
+type OpData struct {
+	// From is the side that owned the node when the op started (OwnerNone
+	// when none did); a node it already cordoned reports no owner afterwards.
+	From Owner `json:"from,omitempty"`
+	// Sides lists every side that held the node when a removal started
+	// (From first); each is released before the terminate. Released lists
+	// those done.
+	Sides    []Owner `json:"sides,omitempty"`
+	Released []Owner `json:"released,omitempty"`
+	// InstanceID is the node's cloud instance from the provider's instance
+	// map, fixed when the op starts.
+	InstanceID string `json:"instance_id,omitempty"`
+	// CordonOnly releases the node without draining it (manual cordon).
+	CordonOnly bool `json:"cordon_only,omitempty"`
+	// Prepared is set once From, Sides and InstanceID are persisted.
+	Prepared bool `json:"prepared,omitempty"`
+	// Deadline bounds the drain (Policy.DrainTimeout from the first release).
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Expires is the op's own deadline, set when it is journaled: past it
+	// the op ends failed with its reason, whatever step it is in.
+	Expires time.Time `json:"expires,omitzero"`
+	// Down is set when a replace started on a node its side reports down:
+	// its work is already lost, so the node is cordoned, not drained.
+	Down bool `json:"down,omitempty"`
+	// SurgeTo is the desired capacity a replace raised the pool to before
+	// terminating with a decrement; zero when it did not.
+	SurgeTo int `json:"surge_to,omitempty"`
+	// SetTo is the desired capacity a scale-up actually set (its target
+	// plus removals that had not reached the cloud yet).
+	SetTo int `json:"set_to,omitempty"`
+	// Admitted is set once the receiving side was told to admit the node.
+	Admitted bool `json:"admitted,omitempty"`
+	// Cancel marks a scale-down cancelled for pending demand: it gives the
+	// node back and ends cancelled.
+	Cancel bool `json:"cancel,omitempty"`
+	// SetAt is when the desired capacity was set.
+	SetAt     time.Time  `json:"set_at,omitzero"`
+	Victims   []Workload `json:"victims,omitempty"`
+	Remaining []string   `json:"remaining,omitempty"`
+	BlockedBy string     `json:"blocked_by,omitempty"`
+	// Attrition releases the node without evicting anything (attrition.go);
+	// CancelReason is why a pending attrition was cancelled.
+	Attrition    bool   `json:"attrition,omitempty"`
+	CancelReason string `json:"cancel_reason,omitempty"`
+}
+
+// EncodeOpData encodes an op's step data for the journal. json.Marshal fails
+// only on values JSON cannot hold (a deadline past the year 9999, a NaN or
+// infinite float in a victim); callers then journal or advance nothing, so
+// a step's state is never silently replaced by an empty one.
+func EncodeOpData(d OpData) (json.RawMessage, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("encode op data: %w", err)
+	}
+	return b, nil
+}
+
+// OpDataOf decodes an op's step data; undecodable data reads as empty (the
+// executor fails such an op on its next step).
+func OpDataOf(op *Op) OpData {
+	var d OpData
+	if len(op.Data) > 0 {
+		_ = json.Unmarshal(op.Data, &d)
+	}
+	return d
+}
