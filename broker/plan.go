@@ -142,9 +142,12 @@ type wpool struct {
 	stale string
 	// inflightNodes counts the pool's machines on their way (not overdue).
 	inflightNodes int
-	serves        []string
-	gpusFor       int // GPUs of demand the added nodes serve
-	downs         int // scale-downs this plan takes
+	// unlaunched counts desired nodes of a pool in backoff that have no
+	// machine: not on their way, yet still ordered until handed back.
+	unlaunched int
+	serves     []string
+	gpusFor    int // GPUs of demand the added nodes serve
+	downs      int // scale-downs this plan takes
 }
 
 // slot is an in-flight node's capacity: free GPUs, and the side it already
@@ -370,6 +373,7 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			upto := wp.size
 			if wp.backoff != "" {
 				upto = min(upto, ready[i]+wp.inflightNodes)
+				wp.unlaunched = wp.size - upto
 			}
 			for k := ready[i]; k < upto; k++ {
 				sl := slot{free: pool.GPUsPerNode}
@@ -513,6 +517,19 @@ func (pl *planner) servedByOp(d *wdemand) bool {
 			d.reason = WaitInFlight
 			d.detail = fmt.Sprintf("in-flight %s op %d on node %s serves it (step %q)", op.Kind, op.ID, op.Node, op.Step)
 			return true
+		}
+		// IMPORTANT: a scale-up whose pool backs off with desired nodes
+		// that never launched still holds that order at the provider,
+		// which retries it. Until the op has handed it back and ended (the
+		// executor does so on its next step), buying elsewhere for its
+		// demand would buy twice (found by test/chaos, seed 3).
+		if op.Kind == ActScaleUp {
+			if pi, ok := pl.poolIdx[op.Pool]; ok && pl.pools[pi].unlaunched > 0 {
+				d.reason = WaitInFlight
+				d.detail = fmt.Sprintf("scale-up op %d of pool %s is handing back the %d nodes that did not launch (%s); the demand is planned again once it has",
+					op.ID, op.Pool, pl.pools[pi].unlaunched, pl.pools[pi].backoff)
+				return true
+			}
 		}
 	}
 	return false

@@ -32,3 +32,36 @@ func TestPlanBackoffDesiredIsNotOnItsWay(t *testing.T) {
 		},
 	})
 }
+
+// TestPlanBackoffScaleUpHandsBackBeforeBuyingElsewhere: a scale-up of a
+// pool that then backs off still holds its order for the machines that
+// did not launch, and the provider retries it. Its demand waits for the op
+// to hand that order back instead of buying in another pool at once: both
+// orders would be filled (found by test/chaos, seed 3).
+func TestPlanBackoffScaleUpHandsBackBeforeBuyingElsewhere(t *testing.T) {
+	up := Op{ID: 14, Kind: ActScaleUp, Pool: gtg, Target: 1, Step: StepAwaitReady, State: OpRunning, Serves: []string{"k8s/p1"}}
+	other := gpuPool("gpu-b", 0)
+	runPlanCases(t, []planCase{
+		{
+			name: "the scale-up's pool backs off with its node not launched: the pod waits for the hand-back",
+			snap: snap([]PoolState{gpuPool(gtg, 1, backoffFor(5*time.Minute)), other}, nil, []Demand{pod("p1")},
+				inflight(up)),
+			policy: refPolicy(),
+			waits:  []Wait{wait("k8s/p1", WaitInFlight)},
+		},
+		{
+			name:    "once the op has ended, the pod buys in the pool that does not back off",
+			snap:    snap([]PoolState{gpuPool(gtg, 0, backoffFor(5*time.Minute)), other}, nil, []Demand{pod("p1")}),
+			policy:  refPolicy(),
+			actions: []Action{{Kind: ActScaleUp, Pool: "gpu-b", Target: 1, Serves: []string{"k8s/p1"}}},
+		},
+		{
+			name: "its machine exists (booting): it is capacity on its way, as before",
+			snap: snap([]PoolState{gpuPool(gtg, 1, backoffFor(5*time.Minute)), other},
+				[]Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseBooting, time.Minute))}, []Demand{pod("p1")},
+				inflight(up)),
+			policy: refPolicy(),
+			waits:  []Wait{wait("k8s/p1", WaitInFlight)},
+		},
+	})
+}

@@ -501,6 +501,9 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 			want = op.Target
 		}
 		if have := ps.InService(); have < want {
+			if ps.Stale == "" && ps.BackoffUntil.After(s.now) {
+				return r.handBack(ctx, s, ps, want-have)
+			}
 			return s.waitFor(2*time.Second, fmt.Sprintf("waiting for pool %s to launch its instances (%d of %d)", op.Pool, have, want))
 		}
 		if n := r.poolInFlight(ps); n > 0 {
@@ -645,6 +648,31 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []broker.Poo
 	}
 	s.data.SetAt, s.data.SetTo = s.now, target
 	return s.moveTo(broker.StepAwaitInstances)
+}
+
+// handBack ends a scale-up whose pool backs off (the provider could not
+// launch: insufficient capacity, a launch that failed) before all its
+// machines exist. IMPORTANT: the provider keeps retrying a desired capacity
+// it could not reach, while the planner no longer counts it as on its way
+// and plans the demand elsewhere: the order that did not launch is handed
+// back first, or the retry would later buy a second machine for the same
+// demand. The desired capacity is lowered by the missing machines, never
+// below the machines that exist (a lower value would terminate one) nor the
+// pool's min; raising it again is refused during the backoff.
+func (r *Runtime) handBack(ctx context.Context, s *stepCtx, ps broker.PoolState, missing int) (broker.Op, bool) {
+	op := s.op
+	to := max(ps.Desired-missing, ps.InService(), ps.Pool.MinNodes)
+	if to < ps.Desired {
+		if err := r.cfg.Pools.SetDesired(ctx, op.Pool, to); err != nil {
+			return s.retry(fmt.Errorf("hand back the %d nodes of pool %s that did not launch: %w", missing, op.Pool, err))
+		}
+	}
+	why := ps.BackoffReason
+	if why == "" {
+		why = "the provider asked to back off"
+	}
+	return s.fail(fmt.Sprintf("pool %s backs off until %s (%s) with %d of its nodes not launched; desired capacity handed back from %d to %d",
+		op.Pool, ps.BackoffUntil.UTC().Format(time.RFC3339), why, missing, ps.Desired, to))
 }
 
 // release takes the node away from every side that holds it (From first).

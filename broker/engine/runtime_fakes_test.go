@@ -268,9 +268,14 @@ type rtCloud struct {
 	// the adapter does when one group's describe fails.
 	failAll error
 	stale   map[string]string
-	// launchLater makes SetDesired only raise the desired capacity, as a
+	// launchLater makes SetDesired only set the desired capacity, as a
 	// real group does; launch then starts the missing instances.
 	launchLater bool
+	// backoffUntil marks pools whose launches failed, as the adapter does
+	// after insufficient capacity: Pools reports it, and SetDesired
+	// refuses to raise their desired capacity until then.
+	backoffUntil map[string]time.Time
+	now          func() time.Time
 }
 
 // launch starts the instances a launchLater pool's desired capacity asks for.
@@ -307,6 +312,9 @@ func (c *rtCloud) Pools(context.Context) ([]broker.PoolState, error) {
 		}
 		cp := *p
 		cp.Instances = slices.Clone(p.Instances)
+		if until, ok := c.backoffUntil[p.Pool.Name]; ok {
+			cp.BackoffUntil, cp.BackoffReason = until, "InsufficientInstanceCapacity"
+		}
 		out = append(out, cp)
 	}
 	slices.SortFunc(out, func(a, b broker.PoolState) int { return comparePoolStates(&a, &b) })
@@ -323,9 +331,14 @@ func (c *rtCloud) SetDesired(_ context.Context, pool string, target int) error {
 	if !ok {
 		return broker.ErrNotFound
 	}
+	if until, ok := c.backoffUntil[pool]; ok && target > p.Desired && c.now().Before(until) {
+		return &broker.BackoffError{Pool: pool, Reason: "InsufficientInstanceCapacity", Until: until}
+	}
 	c.setCalls = append(c.setCalls, target)
 	if c.launchLater {
-		p.Desired = max(p.Desired, target)
+		// Lowered, a group keeps (then terminates) instances above it;
+		// the fake only lets it drop to the instances that exist.
+		p.Desired = max(target, p.InService())
 		return nil
 	}
 	for p.Desired < target {

@@ -638,3 +638,47 @@ func TestRuntimeMissingGroupIsStale(t *testing.T) {
 		t.Fatalf("pool %+v: want stale with its last-known desired capacity and instance", ps)
 	}
 }
+
+// TestRuntimeScaleUpHandsBackWhatDidNotLaunch: the group cannot launch the
+// node a scale-up asked for (insufficient capacity) and backs off. The
+// scale-up hands the unlaunched order back and ends failed, saying why, so
+// the provider's retries cannot buy a second machine for a demand that is
+// planned again elsewhere (test/chaos, seed 3: two open scale-ups serving
+// one demand, and three machines for two pods).
+func TestRuntimeScaleUpHandsBackWhatDidNotLaunch(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.cloud.launchLater = true
+	w.cloud.now = w.clock.Now
+	w.k8s.submit(trainingPod("p", 2, 0))
+	r := w.runtime()
+	w.ticks(r, 2, 2*time.Second)
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 1 || ups[0].State.Terminal() || len(w.cloud.setCalls) != 1 {
+		t.Fatalf("scale-ups %+v, SetDesired %v: want one open scale-up waiting for its launch", ups, w.cloud.setCalls)
+	}
+	w.cloud.backoffUntil = map[string]time.Time{rtPool: w.clock.Now().Add(5 * time.Minute)}
+	w.ticks(r, 2, 2*time.Second)
+	ups := w.ledger.opsOf(broker.ActScaleUp)
+	if len(ups) != 1 || ups[0].State != broker.OpFailed || !strings.Contains(ups[0].LastError, "handed back from 1 to 0") {
+		t.Fatalf("scale-ups %+v: want the one scale-up failed, its unlaunched node handed back", ups)
+	}
+	if got := w.cloud.setCalls; len(got) != 2 || got[1] != 0 {
+		t.Fatalf("SetDesired %v: want the raise to 1, then the hand-back to 0", got)
+	}
+	// The backoff ends, the group's launch would have come now: nothing
+	// is left ordered, and the pod's next scale-up is its only one.
+	w.clock.Add(5 * time.Minute)
+	w.cloud.launch(rtPool)
+	if ps, _ := w.cloud.Pools(context.Background()); ps[0].InService() != 0 {
+		t.Fatalf("pool %+v: a machine launched for the order handed back", ps[0])
+	}
+	w.ticks(r, 1, 2*time.Second)
+	open := 0
+	for _, op := range w.ledger.opsOf(broker.ActScaleUp) {
+		if !op.State.Terminal() {
+			open++
+		}
+	}
+	if open != 1 {
+		t.Fatalf("scale-ups %+v: want exactly one open after the backoff", w.ledger.opsOf(broker.ActScaleUp))
+	}
+}
