@@ -67,15 +67,18 @@ var (
 		"How long the oldest pending demand of a tenant with a wait reason has waited, in seconds.",
 		[]string{"tenant", "wait_reason"}, nil)
 	descNodeUnhealthy = prometheus.NewDesc("gpubroker_node_unhealthy",
-		"1 while a node's agent reports it unhealthy (XID or ECC failures; the reason is in GET /api/v1/nodes/{name}), else 0.",
+		"1 while a node's agent reports it unhealthy (XID or ECC failures: health_reason) or its side reports it down (kubelet NotReady, NodeManager LOST or UNHEALTHY: down, down_since); GET /api/v1/nodes/{name} says which. Else 0.",
 		[]string{"node", "pool"}, nil)
+	descNodeClaimConflict = prometheus.NewDesc("gpubroker_node_claim_conflict",
+		"1 while both YARN and Kubernetes list the node as schedulable (the last tick's observation; the broker cordons one side), else 0; leader only.",
+		[]string{"node"}, nil)
 	descNodes = prometheus.NewDesc("gpubroker_nodes",
 		"Nodes that are not gone, by pool, owner side and lifecycle phase.", []string{"pool", "owner", "phase"}, nil)
 )
 
 var stateDescs = []*prometheus.Desc{descLeader, descLastTick, descSourceStale, descPoolStale, descClaimConflicts,
 	descSideGPUs, descSideNodes, descPoolGPUs, descPoolNodes, descPoolMaxNodes, descPoolMinNodes, descPoolBackoff,
-	descDemandGPUs, descDemandUnits, descDemandWait, descNodeUnhealthy, descNodes}
+	descDemandGPUs, descDemandUnits, descDemandWait, descNodeUnhealthy, descNodeClaimConflict, descNodes}
 
 // Describe implements prometheus.Collector.
 func (m *stateMetrics) Describe(ch chan<- *prometheus.Desc) {
@@ -144,6 +147,7 @@ func (m *stateMetrics) refresh(ctx context.Context, s *server) error {
 				out = append(out, gauge(descPoolStale, flag(stale), p.Name))
 			}
 			out = append(out, prometheus.MustNewConstMetric(descClaimConflicts, prometheus.CounterValue, float64(st.ClaimConflicts)))
+			out = append(out, claimConflictSeries(nodes, st.ClaimConflictNodes)...)
 		}
 	}
 
@@ -207,7 +211,7 @@ func (m *stateMetrics) refresh(ctx context.Context, s *server) error {
 	type pop struct{ pool, owner, phase string }
 	phases := map[pop]int{}
 	for _, n := range nodes {
-		out = append(out, gauge(descNodeUnhealthy, flag(!n.Healthy), n.Name, n.Pool))
+		out = append(out, gauge(descNodeUnhealthy, flag(!n.Healthy || n.Down != ""), n.Name, n.Pool))
 		phases[pop{n.Pool, string(n.Owner), string(n.Phase)}]++
 	}
 	for k, c := range phases {
@@ -218,4 +222,26 @@ func (m *stateMetrics) refresh(ctx context.Context, s *server) error {
 	m.last = out
 	m.mu.Unlock()
 	return nil
+}
+
+// claimConflictSeries is gpubroker_node_claim_conflict: 1 for each node the
+// last tick saw claimed by both sides, 0 for every other stored node, so a
+// node's series stays put between conflicts.
+func claimConflictSeries(nodes []broker.Node, claimed []string) []prometheus.Metric {
+	both := map[string]bool{}
+	for _, n := range claimed {
+		both[n] = true
+	}
+	var out []prometheus.Metric
+	for _, n := range nodes {
+		out = append(out, gauge(descNodeClaimConflict, flag(both[n.Name]), n.Name))
+		delete(both, n.Name)
+	}
+	for _, n := range claimed {
+		if both[n] { // claimed but not (yet) in the node table
+			out = append(out, gauge(descNodeClaimConflict, 1, n))
+			delete(both, n)
+		}
+	}
+	return out
 }

@@ -156,6 +156,9 @@ type RuntimeStatus struct {
 	StalePools map[string]string `json:"stale_pools,omitempty"`
 	// ClaimConflicts counts ticks' detections of a node both sides claim.
 	ClaimConflicts int64 `json:"claim_conflicts"`
+	// ClaimConflictNodes names the nodes both sides claimed in the last
+	// observation (gpubroker_node_claim_conflict); empty when none did.
+	ClaimConflictNodes []string `json:"claim_conflict_nodes,omitempty"`
 	// OpsFailed and OpsCancelled count ops this runtime ended so.
 	OpsFailed    int64 `json:"ops_failed"`
 	OpsCancelled int64 `json:"ops_cancelled"`
@@ -169,6 +172,9 @@ func (r *Runtime) Status() RuntimeStatus {
 		ClaimConflicts: r.claimConflicts, OpsFailed: r.opsFailed, OpsCancelled: r.opsCancelled}
 	for k, v := range r.stale {
 		st.Stale[k] = v
+	}
+	for _, c := range r.conflicts {
+		st.ClaimConflictNodes = append(st.ClaimConflictNodes, c.Node)
 	}
 	for name, p := range r.stalePools {
 		if st.StalePools == nil {

@@ -457,12 +457,15 @@ func TestRuntimeBothSidesClaimANode(t *testing.T) {
 	if len(w.decisionsOf("conflict")) != 1 || r.Status().ClaimConflicts != 1 {
 		t.Fatalf("decisions %+v, status %+v: the conflict must be recorded and counted", w.decisionsOf("conflict"), r.Status())
 	}
+	if st := r.Status(); len(st.ClaimConflictNodes) != 1 || st.ClaimConflictNodes[0] != "n1" {
+		t.Fatalf("status names %v, want n1 while both sides claim it", st.ClaimConflictNodes)
+	}
 	if !w.k8s.released["n1"] || w.yarn.released["n1"] {
 		t.Fatalf("k8s released %v, yarn released %v: cordon Kubernetes only", w.k8s.released, w.yarn.released)
 	}
 	w.ticks(r, 1, 5*time.Second)
-	if r.Status().ClaimConflicts != 1 {
-		t.Fatal("the conflict must be resolved after the cordon")
+	if st := r.Status(); st.ClaimConflicts != 1 || len(st.ClaimConflictNodes) != 0 {
+		t.Fatalf("status %+v: the conflict must be resolved after the cordon and no node named", st)
 	}
 }
 

@@ -37,7 +37,8 @@ func (leaderRuntime) DryRun(context.Context) (broker.Plan, error) { return broke
 func (leaderRuntime) Status() engine.RuntimeStatus {
 	return engine.RuntimeStatus{Leader: true, LastTick: time.Now(),
 		Stale:      map[broker.Source]string{broker.SourceYARN: "RM unreachable"},
-		StalePools: map[string]string{"gpu": "group not returned"}, ClaimConflicts: 1}
+		StalePools: map[string]string{"gpu": "group not returned"}, ClaimConflicts: 1,
+		ClaimConflictNodes: []string{"n1"}}
 }
 func (leaderRuntime) Cordon(context.Context, string) error                 { return nil }
 func (leaderRuntime) Drain(context.Context, string) error                  { return nil }
