@@ -179,7 +179,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.json", serveOpenAPI)
 		r.Group(func(r chi.Router) {
-			r.Use(s.authenticate, s.audit)
+			r.Use(s.authenticate, s.audit, s.scopeGuard)
 			r.With(allow(readers...)).Get("/tenants", s.listTenants)
 			r.With(allow(admins...)).Post("/tenants", s.createTenant)
 			r.With(allow(readers...)).Get("/tenants/{name}", s.getTenant)

@@ -82,7 +82,11 @@ func (s *server) capacity(w http.ResponseWriter, r *http.Request) {
 		st := s.rt.Status()
 		out.Runtime = &st
 	}
-	writeJSON(w, http.StatusOK, out)
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, filterCapacity(sc, out))
 }
 
 func (s *server) capacitySummary(ctx context.Context) (capacitySummary, error) {
@@ -248,5 +252,9 @@ func (s *server) capacitySeries(w http.ResponseWriter, r *http.Request) {
 		thin[len(thin)-1] = pts[len(pts)-1]
 		pts = thin
 	}
-	writeJSON(w, http.StatusOK, series{From: from, To: to, Points: items(pts), Step: step.Seconds(), Demand: items(demand)})
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, series{From: from, To: to, Points: items(pts), Step: step.Seconds(), Demand: items(filterDemandPoints(sc, demand))})
 }

@@ -31,7 +31,15 @@ func (s *server) listDemand(w http.ResponseWriter, r *http.Request) {
 	p := queryParams(r, "state", "source", "tenant", "min_wait", "min_priority", "reason", "limit", "after")
 	state := p.oneOf("state", "pending", "closed")
 	src := p.oneOf("source", string(broker.SourceYARN), string(broker.SourceK8s))
-	tenant := p.str("tenant")
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	tenant, err := sc.tenantParam(p.str("tenant"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	minWait := p.duration("min_wait")
 	limit := p.limit()
 	reason := p.str("reason")
@@ -52,9 +60,9 @@ func (s *server) listDemand(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		out := list[closedDemand]{Items: make([]closedDemand, len(rows))}
-		for i, c := range rows {
-			out.Items[i] = closedDemand{ClosedDemand: c, WaitedSeconds: c.Waited.Seconds()}
+		out := list[closedDemand]{Items: []closedDemand{}}
+		for _, c := range filterClosed(sc, rows) {
+			out.Items = append(out.Items, closedDemand{ClosedDemand: c, WaitedSeconds: c.Waited.Seconds()})
 		}
 		if len(rows) == limit {
 			out.Next = strconv.FormatInt(rows[len(rows)-1].ID, 10)
@@ -76,9 +84,9 @@ func (s *server) listDemand(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := list[pendingDemand]{Items: make([]pendingDemand, len(page.Rows)), Next: page.Next}
-	for i, d := range page.Rows {
-		out.Items[i] = pendingDemand{DemandRow: d, WaitSeconds: seconds(d.Wait(now))}
+	out := list[pendingDemand]{Items: []pendingDemand{}, Next: page.Next}
+	for _, d := range filterDemandRows(sc, page.Rows) {
+		out.Items = append(out.Items, pendingDemand{DemandRow: d, WaitSeconds: seconds(d.Wait(now))})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

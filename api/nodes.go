@@ -52,6 +52,11 @@ func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Items = append(out.Items, viewNode(n))
 	}
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	out.Items = filterNodes(sc, out.Items)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -68,7 +73,11 @@ func (s *server) getNode(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out := nodeDetail{nodeView: viewNode(n)}
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	out := nodeDetail{nodeView: viewNode(filterNode(sc, n))}
 	rep, err := s.st.LatestReport(r.Context(), name)
 	switch {
 	case err == nil:

@@ -44,6 +44,14 @@ func (s *server) listOps(w http.ResponseWriter, r *http.Request) {
 	if len(ops) == f.Limit {
 		out.Next = strconv.FormatInt(ops[len(ops)-1].ID, 10)
 	}
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	if out.Items, err = sc.filterOps(r.Context(), out.Items); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -20,7 +20,11 @@ func (s *server) listPools(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list[store.PoolRecord]{Items: items(ps)})
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, list[store.PoolRecord]{Items: items(filterPools(sc, ps))})
 }
 
 func (s *server) getPool(w http.ResponseWriter, r *http.Request) {

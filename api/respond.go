@@ -71,6 +71,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var pe *preconditionError
 	var mb *http.MaxBytesError
 	var um *unsupportedMediaType
+	var fe *forbiddenError
 	switch {
 	case errors.As(err, &ve):
 		writeErr(w, http.StatusBadRequest, "invalid", ve.Field, ve.Problem)
@@ -86,6 +87,8 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			fmt.Sprintf("must be at most %d bytes", mb.Limit))
 	case errors.As(err, &um):
 		writeErr(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type", um.Error())
+	case errors.As(err, &fe):
+		writeErr(w, http.StatusForbidden, "forbidden", fe.field, fe.msg)
 	case errors.Is(err, broker.ErrNotFound):
 		writeErr(w, http.StatusNotFound, "not_found", "", err.Error())
 	case errors.Is(err, broker.ErrConflict):

@@ -50,6 +50,9 @@ type Store interface {
 	// FindDemand and DemandDecisions answer /demand/{id}/why.
 	FindDemand(ctx context.Context, l store.DemandLookup) ([]store.FoundDemand, error)
 	DemandDecisions(ctx context.Context, id string, since time.Time) ([]broker.Decision, error)
+	// DemandTenants resolves demand ids to tenants, to scope what a
+	// tenant-admin reads (scope.go).
+	DemandTenants(ctx context.Context, ids []string) (map[string]string, error)
 
 	// The audit trail of writes.
 	RecordAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)

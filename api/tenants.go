@@ -37,10 +37,22 @@ func (s *server) listTenants(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, list[broker.Tenant]{Items: items(ts)})
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, list[broker.Tenant]{Items: items(filterTenants(sc, ts))})
 }
 
 func (s *server) getTenant(w http.ResponseWriter, r *http.Request) {
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
+	if err := sc.mayRead(chi.URLParam(r, "name")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	t, err := s.st.GetTenant(r.Context(), chi.URLParam(r, "name"))
 	if err != nil {
 		s.fail(w, r, err)

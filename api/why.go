@@ -86,6 +86,10 @@ func (s *server) why(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok, _ := principal(r)
+	sc, ok := s.scoped(w, r)
+	if !ok {
+		return
+	}
 	now := s.cfg.Now()
 	out := whyAnswer{Query: id, Demands: []whyDemand{}}
 	hidden := 0
@@ -100,6 +104,11 @@ func (s *server) why(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
+		if ds, err = sc.filterDecisions(r.Context(), ds); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		f.WaitDetail = sc.redact(f.WaitDetail)
 		wd := whyDemand{FoundDemand: f, ID: did, Decisions: items(ds)}
 		if f.State == "closed" {
 			wd.WaitedSeconds = seconds(f.Waited)

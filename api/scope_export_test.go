@@ -1,0 +1,5 @@
+package api
+
+// ReadScopesForTest is readScopes: every read route and what a
+// tenant-admin sees there.
+var ReadScopesForTest = readScopes
