@@ -4,9 +4,28 @@
 //
 // Everything under /api/v1 except the OpenAPI document needs a bearer token
 // (created with "gpubroker token create"). Roles: admin may do everything;
-// tenant-admin reads everything and edits only its own tenant (queues,
-// namespaces and quotas, not its base priority or admins); viewer reads;
-// agent only posts node reports. A missing or unknown token is 401 with
+// tenant-admin reads its own tenant and the shared capacity and edits only
+// its own tenant (queues, namespaces and quotas, not its base priority or
+// admins); viewer reads everything; agent only posts node reports.
+//
+// What a tenant-admin reads (scope.go; readScopes decides every read route
+// and a read route without a decision is refused to it): its own tenant's
+// rows — its tenant, its demand pending and closed, the decisions, ops and
+// plan actions that serve its demand, its workloads on nodes, its demand
+// groups in /capacity and /capacity/series, its audit entries — and the
+// aggregate capacity every tenant shares: sides, pools, nodes with their
+// GPU counts and health, capacity samples (GPUs pending of all tenants
+// summed). Aggregates are shown because a tenant's waits ("pool at max",
+// "in flight") are only understandable against the cluster's capacity, and
+// node and pool names are infrastructure, not tenant data. Other tenants'
+// names, namespaces, queues and demand ids never appear: where its own row
+// mentions them (a quota wait, a preemption's victims) they read "another
+// tenant" and "another tenant's demand". Naming another tenant in a
+// tenant= parameter or a path is 403. Filtering happens after any cache
+// (the scope filters copy, never modify, what they are given). /metrics is
+// public and names every tenant: expose it to the monitoring system only.
+//
+// A missing or unknown token is 401 with
 // WWW-Authenticate: Bearer; a known token with the wrong role or tenant is
 // 403. Tokens are never logged: requests are logged with the token's id and
 // name.
