@@ -184,6 +184,8 @@ type TickReport struct {
 	Conflicts []ClaimConflict
 	// Advanced counts executor steps taken.
 	Advanced int
+	// Phases is how long each phase took.
+	Phases TickPhases
 }
 
 // Run ticks every Period, and BatchWindow after a signal on trigger (the
@@ -228,19 +230,22 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	r.tick++
 	rep := &TickReport{Tick: r.tick}
 	r.mu.Unlock()
+	start := time.Now()
 
 	if err := r.loadOnce(ctx); err != nil {
 		return rep, err
 	}
-	snap, policy, err := r.observe(ctx, true)
+	snap, policy, err := r.observeTimed(ctx, true, &rep.Phases)
 	if err != nil {
 		return rep, err
 	}
 	rep.Snapshot = snap
 	extra := r.resolveClaims(ctx, snap, rep)
+	t := time.Now()
 	plan := MakePlan(snap, policy)
 	rep.Plan = plan
 	r.rememberCapacity(snap, plan)
+	rep.Phases.Plan, t = time.Since(t), time.Now()
 
 	accepted, rejected, err := r.validate(ctx, plan)
 	if err != nil {
@@ -248,11 +253,15 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	}
 	rep.Rejected = rejected
 	rep.Journaled = append(rep.Journaled, r.journal(ctx, snap.Now, policy, accepted)...)
+	rep.Phases.Validate, t = time.Since(t), time.Now()
 	if err := r.record(ctx, snap, plan, rejected, extra); err != nil {
 		r.log.Warn("record decisions", "err", err)
 	}
+	rep.Phases.Record, t = time.Since(t), time.Now()
 	n, err := r.advance(ctx, policy)
 	rep.Advanced = n
+	rep.Phases.Act, rep.Phases.Total = time.Since(t), time.Since(start)
+	r.log.Debug("tick phases", rep.Phases.logAttrs()...)
 	if err != nil {
 		return rep, err
 	}
@@ -291,10 +300,11 @@ func (r *Runtime) loadOnce(ctx context.Context) error {
 	return nil
 }
 
-// observe takes a snapshot. With persist, fresh sides' demand and the
-// merged nodes are written to the ledger.
-func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy, error) {
+// observeTimed takes a snapshot, timing its phases into ph. With persist,
+// fresh sides' demand and the merged nodes are written to the ledger.
+func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases) (*Snapshot, Policy, error) {
 	l := r.cfg.Ledger
+	t0 := time.Now()
 	policy, err := l.Policy(ctx)
 	if err != nil {
 		return nil, Policy{}, fmt.Errorf("read policy: %w", err)
@@ -308,6 +318,7 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	type result struct {
 		obs SideObservation
 		err error
+		d   time.Duration
 	}
 	results := make([]result, len(r.cfg.Observers))
 	var pools []PoolState
@@ -319,11 +330,12 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 			defer wg.Done()
 			octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
 			defer cancel()
+			t := time.Now()
 			obs, err := o.Observe(octx, idx)
 			if err == nil && obs.Source != o.Source() {
 				err = fmt.Errorf("observer for %s returned an observation of %q", o.Source(), obs.Source)
 			}
-			results[i] = result{obs, err}
+			results[i] = result{obs, err, time.Since(t)}
 		}()
 	}
 	wg.Add(1)
@@ -331,9 +343,15 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 		defer wg.Done()
 		octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
 		defer cancel()
+		t := time.Now()
 		pools, poolErr = r.cfg.Pools.Pools(octx)
+		ph.Cloud = time.Since(t)
 	}()
 	wg.Wait()
+	ph.ObserveAll, ph.Observe = time.Since(t0), map[Source]time.Duration{}
+	for i, o := range r.cfg.Observers {
+		ph.Observe[o.Source()] = results[i].d
+	}
 	if ctx.Err() != nil {
 		return nil, Policy{}, ctx.Err()
 	}
@@ -375,6 +393,7 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 	}
 	r.mu.Unlock()
 
+	t1 := time.Now()
 	if persist {
 		for _, src := range Sources {
 			obs, ok := sides[src]
@@ -387,6 +406,8 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 		}
 	}
 
+	ph.Persist = time.Since(t1)
+	t1 = time.Now()
 	settings, err := l.PoolSettings(ctx)
 	if err != nil {
 		return nil, Policy{}, fmt.Errorf("read pools: %w", err)
@@ -439,11 +460,13 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy,
 			}
 		}
 	}
+	ph.Merge, t1 = time.Since(t1), time.Now()
 	if persist {
 		if err := l.SaveNodes(ctx, nodes, now); err != nil {
 			return nil, Policy{}, fmt.Errorf("persist nodes: %w", err)
 		}
 	}
+	ph.Persist += time.Since(t1)
 
 	snap := &Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops,
 		NoActions: r.noActions()}
