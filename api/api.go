@@ -67,6 +67,9 @@ type Config struct {
 	SeriesWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// ReadModel, when set, serves /capacity, /demand and /nodes from
+	// memory with ETags (see ReadModel); nil: every read asks the store.
+	ReadModel *ReadModel
 }
 
 func (c *Config) setDefaults() error {
@@ -172,7 +175,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.json", serveOpenAPI)
 		r.Group(func(r chi.Router) {
-			r.Use(s.authenticate)
+			r.Use(s.authenticate, s.invalidateOnWrite)
 			r.With(allow(readers...)).Get("/tenants", s.listTenants)
 			r.With(allow(admins...)).Post("/tenants", s.createTenant)
 			r.With(allow(readers...)).Get("/tenants/{name}", s.getTenant)
@@ -186,9 +189,9 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(readers...)).Get("/policy", s.getPolicy)
 			r.With(allow(admins...)).Patch("/policy", s.patchPolicy)
 
-			r.With(allow(readers...)).Get("/demand", s.listDemand)
+			r.With(allow(readers...), s.cached).Get("/demand", s.listDemand)
 
-			r.With(allow(readers...)).Get("/nodes", s.listNodes)
+			r.With(allow(readers...), s.cached).Get("/nodes", s.listNodes)
 			r.With(allow(readers...)).Get("/nodes/{name}", s.getNode)
 			r.With(allow(admins...)).Post("/nodes/{name}/cordon", s.cordon)
 			r.With(allow(admins...)).Post("/nodes/{name}/drain", s.drain)
@@ -200,7 +203,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(readers...)).Get("/ops", s.listOps)
 			r.With(allow(readers...)).Post("/plan", s.plan)
 
-			r.With(allow(readers...)).Get("/capacity", s.capacity)
+			r.With(allow(readers...), s.cached).Get("/capacity", s.capacity)
 			r.With(allow(readers...)).Get("/capacity/series", s.capacitySeries)
 			r.With(allow(readers...)).Get("/whoami", s.whoami)
 		})

@@ -38,6 +38,9 @@ type RuntimeConfig struct {
 	// Checkpoints, when set, fills in the checkpoint age of running work
 	// that names a checkpoint directory, for victim choice.
 	Checkpoints Checkpoints
+	// AfterTick, when set, is called by Run after each tick, failed or
+	// not (the API's read model starts a new generation).
+	AfterTick func(ctx context.Context, rep *TickReport, err error)
 }
 
 func (c *RuntimeConfig) setDefaults() error {
@@ -209,8 +212,12 @@ func (r *Runtime) Run(ctx context.Context, trigger <-chan struct{}) error {
 		case <-timer.C:
 		}
 		start := time.Now()
-		if _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+		rep, err := r.Tick(ctx)
+		if err != nil && ctx.Err() == nil {
 			r.log.Error("tick failed", "err", err)
+		}
+		if r.cfg.AfterTick != nil {
+			r.cfg.AfterTick(ctx, rep, err)
 		}
 		r.log.Debug("tick done", "duration_ms", time.Since(start).Milliseconds())
 		if !timer.Stop() {

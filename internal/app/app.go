@@ -139,6 +139,8 @@ type Main struct {
 	trigger     <-chan struct{}
 	checkpoints broker.Checkpoints
 	cancel      context.CancelFunc
+	// afterTick is the runtimes' AfterTick (Run sets it: the read model).
+	afterTick func(ctx context.Context, rep *broker.TickReport, err error)
 }
 
 // Open assembles the broker. The Kubernetes informers run until Close (or
@@ -344,7 +346,7 @@ func (m *Main) NewRuntime() (*broker.Runtime, error) {
 	}
 	return broker.NewRuntime(broker.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
-		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints})
+		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints, AfterTick: m.afterTick})
 }
 
 // Store is the assembled store.
