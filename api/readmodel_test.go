@@ -1,8 +1,13 @@
 package api_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -138,5 +143,64 @@ func TestReadModelWriteShowsAtOnce(t *testing.T) {
 	want(t, bad, 400, "bad owner")
 	if bad.header.Get("ETag") != "" {
 		t.Fatalf("an error answer carries an ETag: %v", bad.header)
+	}
+}
+
+// TestReadModelGzip: a client that accepts gzip gets the same answer
+// compressed, under an ETag of its own, and 304 for that ETag.
+func TestReadModelGzip(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	var nodes []broker.Node
+	for i := range 20 {
+		nodes = append(nodes, gpuNode(fmt.Sprintf("node-%02d", i)))
+	}
+	if err := e.st.UpsertNodes(context.Background(), nodes, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	r := replica(t, e)
+	get := func(enc, inm string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", r.srv.URL+"/api/v1/nodes", nil)
+		req.Header.Set("Authorization", "Bearer "+e.tokens["viewer"])
+		req.Header.Set("Accept-Encoding", enc) // set: the transport leaves the body as sent
+		if inm != "" {
+			req.Header.Set("If-None-Match", inm)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, b
+	}
+	plain, body := get("identity", "")
+	zres, zbody := get("br;q=1, gzip;q=0.5", "")
+	if plain.Header.Get("Content-Encoding") != "" || zres.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("Content-Encoding: plain %q, gzip %q (%d bytes)", plain.Header.Get("Content-Encoding"), zres.Header.Get("Content-Encoding"), len(body))
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(zbody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(unzipped, body) || len(body) < 1024 {
+		t.Fatalf("gzipped answer differs from the plain one (%d bytes, %d unzipped)", len(body), len(unzipped))
+	}
+	if zres.Header.Get("ETag") == plain.Header.Get("ETag") {
+		t.Fatalf("both representations carry ETag %s", plain.Header.Get("ETag"))
+	}
+	if res, _ := get("gzip", zres.Header.Get("ETag")); res.StatusCode != 304 {
+		t.Fatalf("gzip ETag revalidated: %s, want 304", res.Status)
+	}
+	if res, _ := get("gzip;q=0", zres.Header.Get("ETag")); res.StatusCode != 200 || res.Header.Get("Content-Encoding") != "" {
+		t.Fatalf("gzip;q=0 with the gzip ETag: %s, Content-Encoding %q; want 200 plain", res.Status, res.Header.Get("Content-Encoding"))
 	}
 }
