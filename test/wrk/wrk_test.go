@@ -27,7 +27,7 @@ var (
 	demandN  = flag.Int("wrk.demand", 5000, "pending demand rows to seed (-wrk.full: 50000)")
 	nodesN   = flag.Int("wrk.nodes", 500, "nodes to seed (-wrk.full: 5000)")
 	clients  = flag.Int("wrk.clients", 50, "concurrent connections (-wrk.full: 200)")
-	duration = flag.Duration("wrk.duration", 2*time.Second, "how long wrk drives each route (-wrk.full: 10s)")
+	duration = flag.Duration("wrk.duration", time.Second, "how long wrk drives each route (-wrk.full: 10s)")
 )
 
 var pg *pgtest.Server
