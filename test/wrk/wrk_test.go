@@ -27,6 +27,7 @@ var (
 	demandN  = flag.Int("wrk.demand", 5000, "pending demand rows to seed (-wrk.full: 50000)")
 	nodesN   = flag.Int("wrk.nodes", 500, "nodes to seed (-wrk.full: 5000)")
 	clients  = flag.Int("wrk.clients", 50, "concurrent connections (-wrk.full: 200)")
+	binary   = flag.String("wrk.bin", "", "drive this gpubroker binary instead of building the tree's (e.g. an older build, for a before figure)")
 	duration = flag.Duration("wrk.duration", time.Second, "how long wrk drives each route (-wrk.full: 10s)")
 )
 
@@ -72,11 +73,14 @@ func TestReadAPIUnderWrk(t *testing.T) {
 	wrk := strings.TrimSpace(string(out))
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "gpubroker")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gpubroker")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gpubroker: %v\n%s", err, out)
+	bin := *binary
+	if bin == "" {
+		bin = filepath.Join(dir, "gpubroker")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/gpubroker")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build gpubroker: %v\n%s", err, out)
+		}
 	}
 	dbURL := pg.NewDatabase(t, store.Migrate)
 	t0 := time.Now()
@@ -116,9 +120,12 @@ func TestReadAPIUnderWrk(t *testing.T) {
 			// Taken just before the run: the answer changes when a tick
 			// does (at, wait_seconds), and a tick runs every 5s.
 			etag, size := answer(t, base+route, viewer, enc)
+			if etag == "" && *binary == "" {
+				t.Fatalf("GET %s: no ETag", route)
+			}
 			args := []string{"-t", "2", "-c", strconv.Itoa(*clients), "-d", duration.String(), "--latency", "--timeout", "30s",
 				"-H", auth, "-H", "Accept-Encoding: " + enc}
-			if mode == "gzip, If-None-Match" {
+			if mode == "gzip, If-None-Match" && etag != "" {
 				args = append(args, "-H", "If-None-Match: "+etag)
 			}
 			name := route + " (" + mode + ")"
@@ -192,8 +199,9 @@ func seed(t *testing.T, url string) string {
 	return secret
 }
 
-// answer fetches route once in encoding: it must be 200 with an ETag. It
-// returns the ETag and the size on the wire.
+// answer fetches route once in encoding: it must be 200. It returns the
+// ETag (empty from a binary without the read model) and the size on the
+// wire.
 func answer(t *testing.T, url, token, encoding string) (etag string, size int) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
@@ -206,7 +214,7 @@ func answer(t *testing.T, url, token, encoding string) (etag string, size int) {
 	defer res.Body.Close()
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(res.Body)
-	if res.StatusCode != http.StatusOK || res.Header.Get("ETag") == "" {
+	if res.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s, ETag %q: %s", url, res.Status, res.Header.Get("ETag"), b.String())
 	}
 	return res.Header.Get("ETag"), b.Len()
