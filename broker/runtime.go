@@ -268,7 +268,7 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	n, err := r.advance(ctx, policy)
 	rep.Advanced = n
 	rep.Phases.Act, rep.Phases.Total = time.Since(t), time.Since(start)
-	r.log.Debug("tick phases", rep.Phases.logAttrs()...)
+	r.log.Debug("tick phases", rep.Phases.LogAttrs()...)
 	if err != nil {
 		return rep, err
 	}
@@ -305,6 +305,11 @@ func (r *Runtime) loadOnce(ctx context.Context) error {
 	r.firstSeen, r.loaded = fs, true
 	r.mu.Unlock()
 	return nil
+}
+
+// observe takes a snapshot (see observeTimed) without keeping its timings.
+func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy, error) {
+	return r.observeTimed(ctx, persist, &TickPhases{})
 }
 
 // observeTimed takes a snapshot, timing its phases into ph. With persist,

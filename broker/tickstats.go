@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"log/slog"
 	"time"
 )
@@ -24,8 +23,8 @@ type TickPhases struct {
 	Total      time.Duration
 }
 
-// logAttrs are the phases as slog attributes in milliseconds.
-func (p TickPhases) logAttrs() []any {
+// LogAttrs are the phases as slog attributes in milliseconds.
+func (p TickPhases) LogAttrs() []any {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	out := []any{slog.Float64("total_ms", ms(p.Total))}
 	for _, src := range Sources {
@@ -37,9 +36,4 @@ func (p TickPhases) logAttrs() []any {
 		slog.Float64("persist_ms", ms(p.Persist)), slog.Float64("merge_ms", ms(p.Merge)),
 		slog.Float64("plan_ms", ms(p.Plan)), slog.Float64("validate_ms", ms(p.Validate)),
 		slog.Float64("record_ms", ms(p.Record)), slog.Float64("act_ms", ms(p.Act)))
-}
-
-// observe takes a snapshot (see observeTimed) without keeping its timings.
-func (r *Runtime) observe(ctx context.Context, persist bool) (*Snapshot, Policy, error) {
-	return r.observeTimed(ctx, persist, &TickPhases{})
 }
