@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -31,7 +32,10 @@ import (
 
 var pg *pgtest.Server
 
-var tickProfile = flag.String("tick.cpuprofile", "", "write a CPU profile of the steady ticks alone (not the world's setup) to this file")
+var (
+	tickProfile = flag.String("tick.cpuprofile", "", "write a CPU profile of the steady ticks alone (not the world's setup) to this file")
+	tickHeap    = flag.String("tick.memprofile", "", "write a heap profile after the steady ticks to this file (in-use space tells the broker's share of the RSS from the simulators')")
+)
 
 func TestMain(m *testing.M) { pgtest.Main(m, &pg) }
 
@@ -193,6 +197,17 @@ func benchTicks(b *testing.B, nodes, demands int) {
 		phases = append(phases, rep.Phases)
 	}
 	cpu := (cpuTime(b) - cpu0) / time.Duration(len(phases))
+	if *tickHeap != "" {
+		f, err := os.Create(*tickHeap)
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
 	total := median(phases, func(p broker.TickPhases) time.Duration { return p.Total })
 	b.ReportMetric(ms(total), "p50-ms/tick")
 	b.ReportMetric(ms(percentile(phases, 90, func(p broker.TickPhases) time.Duration { return p.Total })), "p90-ms/tick")
