@@ -90,6 +90,8 @@ type Runtime struct {
 	waitSeen  map[string]WaitReason
 	keptSeen  map[string]string // node → why reclaim keeps it, recorded when it changes
 	loaded    bool
+	// waitsWritten are the waits the ledger holds from this runtime.
+	waitsWritten map[string]Wait
 	// lastNodes are the latest merged nodes, for the executor.
 	lastNodes []Node
 	// lastPools is the latest fresh provider state per pool: a pool the
