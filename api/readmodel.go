@@ -264,14 +264,14 @@ func etagMatch(header, etag string) bool {
 // invalidateOnWrite starts a new generation of the read model after every
 // successful write through this API (a pool bound, a node's protection,
 // a manual operation), so this replica's next read shows it, and tells
-// the other replicas.
+// the other replicas. Agents' reports and dry-run plans do not.
 func (s *server) invalidateOnWrite(next http.Handler) http.Handler {
 	m := s.cfg.ReadModel
 	if m == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		if !changesReads(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -284,6 +284,16 @@ func (s *server) invalidateOnWrite(next http.Handler) http.Handler {
 			}
 		}
 	})
+}
+
+// changesReads reports whether r may change what the cached routes
+// answer: writes do, except a dry-run plan and an agent's report (every
+// node sends one at an interval; the next tick merges it into the nodes).
+func changesReads(r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return false
+	}
+	return !(r.Method == http.MethodPost && (strings.HasSuffix(r.URL.Path, "/report") || r.URL.Path == "/api/v1/plan"))
 }
 
 // statusWriter remembers the status a handler wrote.

@@ -139,6 +139,11 @@ func TestReadModelWriteShowsAtOnce(t *testing.T) {
 	if !strings.Contains(after.raw, `"protected":true`) {
 		t.Fatalf("the write does not show on the replica that took it: %s", after.raw)
 	}
+	// An agent's report (every node sends one at an interval) does not
+	// start a generation: the tick merges reports into the nodes.
+	want(t, r.call("POST", "/api/v1/nodes/node-a/report", "agent", map[string]any{"node": "node-a",
+		"at": time.Now().UTC().Format(time.RFC3339), "agent_version": "1", "driver_version": "550", "gpus": []any{}}), 202, "report")
+	want(t, r.call("GET", "/api/v1/nodes", "viewer", nil, "If-None-Match: "+after.header.Get("ETag")), 304, "read after a report")
 	bad := r.call("GET", "/api/v1/nodes?owner=nobody", "viewer", nil)
 	want(t, bad, 400, "bad owner")
 	if bad.header.Get("ETag") != "" {
