@@ -5,7 +5,8 @@
 #   make lint    the checks alone, without the tests
 #   make build   the gpubroker binary in bin/
 #   make fuzz    fuzz every target for FUZZTIME (10s) each
-#   make bench   benchmarks (they print figures; they never fail on time)
+#   make bench   benchmarks and harnesses at production size (they print
+#                figures; they never fail on time)
 #   make replay  replay the openb GPU trace against gpubroker and two baselines
 
 GO      ?= go
@@ -66,8 +67,15 @@ CI_FUZZTIME ?= 3s
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) test/fuzz.sh
 
+# The tick at 5,000 nodes × 50,000 demands runs 10 ticks after building
+# its world once (minutes); the read API harness drives gpubroker serve
+# with wrk at 200 clients; the headline latency runs on 1,000 KWOK nodes
+# and 10,000 running pods.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/test/bench$$')
+	$(GO) test -run '^$$' -bench . -benchtime 10x -timeout 60m ./test/bench
+	$(GO) test -count=1 -run '^TestReadAPIUnderWrk$$' -v -timeout 20m ./test/wrk -wrk.full
+	$(GO) test -count=1 -run '^TestHeadlineLatency$$' -v -timeout 30m ./test/e2e -latency.nodes 1000 -latency.pods 10000
 
 # Replay the openb trace (../shared/data/openb, or $(GPUBROKER_OPENB)) at
 # several loads under gpubroker, a per-side autoscaler and a static split;

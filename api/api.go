@@ -62,6 +62,9 @@ type Config struct {
 	SeriesWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// ReadModel, when set, serves /capacity, /demand and /nodes from
+	// memory with ETags (see ReadModel); nil: every read asks the store.
+	ReadModel *ReadModel
 }
 
 // DefaultAuthCacheTTL is how long a checked token is trusted by default:
@@ -179,7 +182,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.json", serveOpenAPI)
 		r.Group(func(r chi.Router) {
-			r.Use(s.authenticate, s.audit, s.scopeGuard)
+			r.Use(s.authenticate, s.audit, s.scopeGuard, s.invalidateOnWrite)
 			r.With(allow(readers...)).Get("/tenants", s.listTenants)
 			r.With(allow(admins...)).Post("/tenants", s.createTenant)
 			r.With(allow(readers...)).Get("/tenants/{name}", s.getTenant)
@@ -193,10 +196,10 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(readers...)).Get("/policy", s.getPolicy)
 			r.With(allow(admins...)).Patch("/policy", s.patchPolicy)
 
-			r.With(allow(readers...)).Get("/demand", s.listDemand)
+			r.With(allow(readers...), s.cached).Get("/demand", s.listDemand)
 			r.With(allow(readers...)).Get("/demand/{id}/why", s.why)
 
-			r.With(allow(readers...)).Get("/nodes", s.listNodes)
+			r.With(allow(readers...), s.cached).Get("/nodes", s.listNodes)
 			r.With(allow(readers...)).Get("/nodes/{name}", s.getNode)
 			r.With(allow(admins...)).Post("/nodes/{name}/cordon", s.cordon)
 			r.With(allow(admins...)).Post("/nodes/{name}/drain", s.drain)
@@ -208,7 +211,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 			r.With(allow(readers...)).Get("/ops", s.listOps)
 			r.With(allow(readers...)).Post("/plan", s.plan)
 
-			r.With(allow(readers...)).Get("/capacity", s.capacity)
+			r.With(allow(readers...), s.cached).Get("/capacity", s.capacity)
 			r.With(allow(readers...)).Get("/capacity/series", s.capacitySeries)
 			r.With(allow(readers...)).Get("/whoami", s.whoami)
 

@@ -54,6 +54,10 @@ type Store interface {
 	// tenant-admin reads (scope.go).
 	DemandTenants(ctx context.Context, ids []string) (map[string]string, error)
 
+	// NotifyChanged tells the other replicas' read models that the
+	// answers changed (LISTEN/NOTIFY).
+	NotifyChanged(ctx context.Context, payload string) error
+
 	// The audit trail of writes.
 	RecordAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error)
 	ListAudit(ctx context.Context, f store.AuditFilter) ([]store.AuditEntry, error)

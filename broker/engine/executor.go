@@ -294,10 +294,39 @@ func (r *Runtime) record(ctx context.Context, snap *broker.Snapshot, plan broker
 	if err := r.cfg.Ledger.RecordDecisions(ctx, ds); err != nil {
 		return err
 	}
-	if err := r.cfg.Ledger.SetWaitReasons(ctx, plan.Waits); err != nil {
+	if err := r.cfg.Ledger.SetWaitReasons(ctx, r.changedWaits(plan.Waits)); err != nil {
 		return err
 	}
+	r.wroteWaits(plan.Waits)
 	return r.cfg.Ledger.RecordSamples(ctx, broker.CapacitySamples(snap))
+}
+
+// changedWaits are the waits that differ from what this runtime last
+// wrote, so a steady ledger of 50,000 waiting demands is not sent again
+// every tick. A demand missing from a tick's waits is forgotten
+// (wroteWaits): one that left the ledger and came back, a fresh row without
+// a reason, is written again; a new runtime (a new term) writes them all.
+func (r *Runtime) changedWaits(ws []broker.Wait) []broker.Wait {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []broker.Wait
+	for _, w := range ws {
+		if prev, ok := r.waitsWritten[w.Demand]; !ok || prev != w {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// wroteWaits remembers the waits the ledger now holds.
+func (r *Runtime) wroteWaits(ws []broker.Wait) {
+	m := make(map[string]broker.Wait, len(ws))
+	for _, w := range ws {
+		m[w.Demand] = w
+	}
+	r.mu.Lock()
+	r.waitsWritten = m
+	r.mu.Unlock()
 }
 
 func first(s []string) string {

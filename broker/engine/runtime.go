@@ -40,6 +40,9 @@ type RuntimeConfig struct {
 	// Checkpoints, when set, fills in the checkpoint age of running work
 	// that names a checkpoint directory, for victim choice.
 	Checkpoints Checkpoints
+	// AfterTick, when set, is called by Run after each tick, failed or
+	// not (the API's read model starts a new generation).
+	AfterTick func(ctx context.Context, rep *TickReport, err error)
 }
 
 func (c *RuntimeConfig) setDefaults() error {
@@ -87,6 +90,8 @@ type Runtime struct {
 	stale    map[broker.Source]string
 	waitSeen map[string]broker.WaitReason
 	keptSeen map[string]string // node → why reclaim keeps it, recorded when it changes
+	// waitsWritten are the waits the ledger holds from this runtime.
+	waitsWritten map[string]broker.Wait
 	// lastNodes are the latest merged nodes, for the executor.
 	lastNodes []broker.Node
 	// lastPools is the latest fresh provider state per pool: a pool the
@@ -198,6 +203,8 @@ type TickReport struct {
 	Conflicts []broker.ClaimConflict
 	// Advanced counts executor steps taken.
 	Advanced int
+	// Phases is how long each phase took.
+	Phases TickPhases
 }
 
 // Run ticks every Period, and BatchWindow after a signal on trigger (the
@@ -221,8 +228,12 @@ func (r *Runtime) Run(ctx context.Context, trigger <-chan struct{}) error {
 		case <-timer.C:
 		}
 		start := time.Now()
-		if _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {
+		rep, err := r.Tick(ctx)
+		if err != nil && ctx.Err() == nil {
 			r.log.Error("tick failed", "err", err)
+		}
+		if r.cfg.AfterTick != nil {
+			r.cfg.AfterTick(ctx, rep, err)
 		}
 		r.log.Debug("tick done", "duration_ms", time.Since(start).Milliseconds())
 		if !timer.Stop() {
@@ -242,16 +253,19 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	r.tick++
 	rep := &TickReport{Tick: r.tick}
 	r.mu.Unlock()
+	start := time.Now()
 
-	snap, policy, err := r.observe(ctx, true)
+	snap, policy, err := r.observeTimed(ctx, true, &rep.Phases)
 	if err != nil {
 		return rep, err
 	}
 	rep.Snapshot = snap
 	extra := r.resolveClaims(ctx, snap, rep)
+	t := time.Now()
 	plan := broker.MakePlan(snap, policy)
 	rep.Plan = plan
 	r.rememberCapacity(snap, plan)
+	rep.Phases.Plan, t = time.Since(t), time.Now()
 
 	accepted, rejected, err := r.validate(ctx, plan)
 	if err != nil {
@@ -259,11 +273,15 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	}
 	rep.Rejected = rejected
 	rep.Journaled = append(rep.Journaled, r.journal(ctx, snap.Now, policy, accepted)...)
+	rep.Phases.Validate, t = time.Since(t), time.Now()
 	if err := r.record(ctx, snap, plan, rejected, extra); err != nil {
 		r.log.Warn("record decisions", "err", err)
 	}
+	rep.Phases.Record, t = time.Since(t), time.Now()
 	n, err := r.advance(ctx, policy)
 	rep.Advanced = n
+	rep.Phases.Act, rep.Phases.Total = time.Since(t), time.Since(start)
+	r.log.Debug("tick phases", rep.Phases.LogAttrs()...)
 	if err != nil {
 		return rep, err
 	}
@@ -282,10 +300,16 @@ func (r *Runtime) DryRun(ctx context.Context) (broker.Plan, error) {
 	return broker.MakePlan(snap, policy), nil
 }
 
-// observe takes a snapshot. With persist, fresh sides' demand and the
-// merged nodes are written to the ledger.
+// observe takes a snapshot (see observeTimed) without keeping its timings.
 func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, broker.Policy, error) {
+	return r.observeTimed(ctx, persist, &TickPhases{})
+}
+
+// observeTimed takes a snapshot, timing its phases into ph. With persist,
+// fresh sides' demand and the merged nodes are written to the ledger.
+func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases) (*broker.Snapshot, broker.Policy, error) {
 	l := r.cfg.Ledger
+	t0 := time.Now()
 	policy, err := l.Policy(ctx)
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read policy: %w", err)
@@ -299,6 +323,7 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 	type result struct {
 		obs broker.SideObservation
 		err error
+		d   time.Duration
 	}
 	results := make([]result, len(r.cfg.Observers))
 	var pools []broker.PoolState
@@ -310,11 +335,12 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 			defer wg.Done()
 			octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
 			defer cancel()
+			t := time.Now()
 			obs, err := o.Observe(octx, idx)
 			if err == nil && obs.Source != o.Source() {
 				err = fmt.Errorf("observer for %s returned an observation of %q", o.Source(), obs.Source)
 			}
-			results[i] = result{obs, err}
+			results[i] = result{obs, err, time.Since(t)}
 		}()
 	}
 	wg.Add(1)
@@ -322,9 +348,15 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 		defer wg.Done()
 		octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
 		defer cancel()
+		t := time.Now()
 		pools, poolErr = r.cfg.Pools.Pools(octx)
+		ph.Cloud = time.Since(t)
 	}()
 	wg.Wait()
+	ph.ObserveAll, ph.Observe = time.Since(t0), map[broker.Source]time.Duration{}
+	for i, o := range r.cfg.Observers {
+		ph.Observe[o.Source()] = results[i].d
+	}
 	if ctx.Err() != nil {
 		return nil, broker.Policy{}, ctx.Err()
 	}
@@ -366,6 +398,7 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 	}
 	r.mu.Unlock()
 
+	t1 := time.Now()
 	if persist {
 		for _, src := range broker.Sources {
 			obs, ok := sides[src]
@@ -387,6 +420,8 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 		return nil, broker.Policy{}, fmt.Errorf("read first-seen times: %w", err)
 	}
 
+	ph.Persist = time.Since(t1)
+	t1 = time.Now()
 	settings, err := l.PoolSettings(ctx)
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read pools: %w", err)
@@ -439,11 +474,13 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 			}
 		}
 	}
+	ph.Merge, t1 = time.Since(t1), time.Now()
 	if persist {
 		if err := l.SaveNodes(ctx, nodes, now); err != nil {
 			return nil, broker.Policy{}, fmt.Errorf("persist nodes: %w", err)
 		}
 	}
+	ph.Persist += time.Since(t1)
 
 	snap := &broker.Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops,
 		NoActions: r.noActions()}

@@ -69,8 +69,13 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	profile := fs.String("profile", "multigpu50", "workload mix fitted to the openb trace: default or multigpu50")
 	runFor := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	nodes := fs.Int("nodes", 0, "run at size: a pool of up to `N` nodes that starts with N booting and keeps at least N/2 (0: the 10-node reference scenario)")
+	load := fs.Float64("load", 1, "workload arrival rate multiplier (with --nodes, e.g. 100 to keep 5,000 nodes busy)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *nodes < 0 || *load <= 0 {
+		return usagef("--nodes must be 0 or more and --load more than 0, got %d and %g", *nodes, *load)
 	}
 	var prof workload.Profile
 	switch *profile {
@@ -106,6 +111,11 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	}
 	c := demoConfig()
 	c.file.Database.URL = pg.DatabaseURL("gpubroker")
+	group := awssim.GroupSpec{Name: demoPool, Min: 0, Max: 10, InstanceType: "p4d.24xlarge",
+		Tags: map[string]string{"gpubroker.io/pool": demoPool, "gpubroker.io/gpus-per-node": "4", "gpubroker.io/gpu-model": "A100"}}
+	if *nodes > 0 {
+		atSize(c, &group, *nodes)
+	}
 
 	// Simulated YARN: the RM REST API on a loopback port.
 	ysim, err := yarnsim.New(yarnsim.Config{Queues: []yarnsim.QueueSpec{{Path: "root.training", Capacity: 60}, {Path: "root.research", Capacity: 40}}})
@@ -171,8 +181,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer aws.Close(context.WithoutCancel(ctx))
-	if err := aws.CreateGroup(awssim.GroupSpec{Name: demoPool, Min: 0, Max: 10, InstanceType: "p4d.24xlarge",
-		Tags: map[string]string{"gpubroker.io/pool": demoPool, "gpubroker.io/gpus-per-node": "4", "gpubroker.io/gpu-model": "A100"}}); err != nil {
+	if err := aws.CreateGroup(group); err != nil {
 		return err
 	}
 
@@ -204,7 +213,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 
-	go runWorkload(ctx, gen, kc, ysim, yclient, log)
+	go runWorkload(ctx, gen, *load, kc, ysim, yclient, log)
 	if err := runApp(ctx, m); err != nil {
 		return err
 	}
@@ -338,9 +347,10 @@ func (j *demoJoiner) k8sPending() int {
 	return n
 }
 
-// runWorkload submits generated tasks at their arrival times: Kubernetes
-// pods to k8ssim, YARN apps to yarnsim, each finishing after its run time.
-func runWorkload(ctx context.Context, gen *workload.Generator, kc *k8ssim.Cluster, ysim *yarnsim.Sim, yc *yarn.Client, log *slog.Logger) {
+// runWorkload submits generated tasks at their arrival times divided by
+// load: Kubernetes pods to k8ssim, YARN apps to yarnsim, each finishing
+// after its run time.
+func runWorkload(ctx context.Context, gen *workload.Generator, load float64, kc *k8ssim.Cluster, ysim *yarnsim.Sim, yc *yarn.Client, log *slog.Logger) {
 	start := time.Now()
 	apps := &yarnApps{sim: ysim, client: yc, runFor: map[string]time.Duration{}, started: map[string]time.Time{}}
 	go apps.finisher(ctx, log)
@@ -350,7 +360,7 @@ func runWorkload(ctx context.Context, gen *workload.Generator, kc *k8ssim.Cluste
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Until(start.Add(t.Arrival))):
+		case <-time.After(time.Until(start.Add(time.Duration(float64(t.Arrival) / load)))):
 		}
 		// Two tenants, by name: a deterministic split like the side's.
 		tenant, ns, queue := "training", "ml-training", "root.training"

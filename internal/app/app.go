@@ -163,6 +163,8 @@ type Main struct {
 	checkpoints engine.Checkpoints
 	krb         *yarn.Kerberos
 	cancel      context.CancelFunc
+	// afterTick is the runtimes' AfterTick (Run sets it: the read model).
+	afterTick func(ctx context.Context, rep *engine.TickReport, err error)
 }
 
 // Open assembles the broker. The Kubernetes informers run until Close (or
@@ -392,7 +394,7 @@ func (m *Main) NewRuntime() (*engine.Runtime, error) {
 	ledger = m.withDecisionSinks(ledger)
 	return engine.NewRuntime(engine.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
-		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints})
+		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints, AfterTick: m.afterTick})
 }
 
 // Store is the assembled store.

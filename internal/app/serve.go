@@ -22,6 +22,7 @@ import (
 // Run serves the API (when Config.Listen is set) and, while this replica
 // holds the leader lock, the tick loop, until ctx ends.
 func (m *Main) Run(ctx context.Context) error {
+	model := m.publishReads(ctx)
 	first, err := m.NewRuntime()
 	if err != nil {
 		return err
@@ -35,7 +36,7 @@ func (m *Main) Run(ctx context.Context) error {
 		if reg == nil {
 			reg = prometheus.NewRegistry()
 		}
-		handler, err := api.New(api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg})
+		handler, err := api.New(api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model})
 		if err != nil {
 			return err
 		}

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,14 +18,24 @@ import (
 	"github.com/gpubroker/gpubroker/store"
 )
 
+var (
+	latencyNodes = flag.Int("latency.nodes", 0, "TestHeadlineLatency at size: background KWOK nodes (the size run: 1000)")
+	latencyPods  = flag.Int("latency.pods", 0, "TestHeadlineLatency at size: running pods spread over the background nodes (the size run: 10000)")
+)
+
 // TestHeadlineLatency sends 100 one-GPU pods in bursts of 10 and measures,
 // for every pod whose demand a scale-up served, the time from the moment
 // the scheduler's Unschedulable condition reached a watch to the broker's
 // SetDesiredCapacity call. It reports p50 and p99 (the cluster autoscaler
 // takes 30 s or more; the target is p99 under 2 s) and asserts only that
-// every pod runs in the end.
+// every pod runs in the end. With -latency.nodes and -latency.pods the
+// cluster first gets that many KWOK nodes and running pods (CPU work, which
+// the broker's informers watch and the scheduler weighs with every GPU pod).
 func TestHeadlineLatency(t *testing.T) {
 	ensurePriorityClass(t, "low-priority", 0)
+	if *latencyNodes > 0 {
+		background(t, *latencyNodes, *latencyPods)
+	}
 	w := newWorld(t, worldOptions{maxNodes: 30, unneeded: 10 * time.Minute, namespace: "burst", bootDelay: 2 * time.Second})
 
 	var mu sync.Mutex
@@ -120,8 +132,18 @@ func TestHeadlineLatency(t *testing.T) {
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	t.Logf("cluster: %d background nodes, %d running pods; slowest: %s", *latencyNodes, *latencyPods, slowest(lat, 5))
 	t.Logf("headline latency, unschedulable → SetDesiredCapacity, over %d pods served by %d scale-up calls "+
 		"(%d pods placed on capacity already on its way): p50 %s, p90 %s, p99 %s, max %s",
 		len(lat), len(calls), bursts*perBurst-len(lat), pct(0.5).Round(time.Millisecond),
 		pct(0.9).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+}
+
+// slowest lists the n largest of the sorted latencies, largest first.
+func slowest(sorted []time.Duration, n int) string {
+	var out []string
+	for i := len(sorted) - 1; i >= 0 && len(out) < n; i-- {
+		out = append(out, sorted[i].Round(time.Millisecond).String())
+	}
+	return strings.Join(out, " ")
 }

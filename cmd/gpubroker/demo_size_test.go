@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/gpubroker/gpubroker/cloud/awssim"
+)
+
+// TestDemoAtSize: --nodes N makes a pool of up to N nodes, all booting at
+// the start and at least N/2 kept, with the cluster maximum and quotas
+// grown to match.
+func TestDemoAtSize(t *testing.T) {
+	c := demoConfig()
+	g := awssim.GroupSpec{Max: 10}
+	atSize(c, &g, 5000)
+	p := c.pools[0]
+	if p.MinNodes != 2500 || p.MaxNodes != 5000 || g.Min != 2500 || g.Max != 5000 || g.Desired != 5000 {
+		t.Fatalf("pool %d..%d, group %d..%d desired %d; want 2500..5000 and desired 5000", p.MinNodes, p.MaxNodes, g.Min, g.Max, g.Desired)
+	}
+	if c.policy.ClusterMaxGPUs != 20000 {
+		t.Fatalf("cluster max %d GPUs, want 20000", c.policy.ClusterMaxGPUs)
+	}
+	for _, tn := range c.tenants {
+		if tn.MaxGPUs != 20000 || tn.GuaranteedGPUs > tn.MaxGPUs || tn.GuaranteedGPUs < 2000 {
+			t.Fatalf("tenant %s: guaranteed %d, max %d", tn.Name, tn.GuaranteedGPUs, tn.MaxGPUs)
+		}
+	}
+}
+
+// TestDemoSizeFlags: a negative --nodes or a --load that is not positive
+// is refused naming the flag, before anything starts.
+func TestDemoSizeFlags(t *testing.T) {
+	for _, args := range [][]string{{"--nodes", "-1"}, {"--load", "0"}} {
+		var errOut strings.Builder
+		e := env{stdout: io.Discard, stderr: &errOut, getenv: func(string) string { return "" }}
+		if code := run(context.Background(), e, append([]string{"demo"}, args...)); code != 2 {
+			t.Fatalf("demo %v: exit %d, want 2; stderr %s", args, code, errOut.String())
+		}
+		if !strings.Contains(errOut.String(), args[0]) {
+			t.Fatalf("demo %v: the message does not name %s: %s", args, args[0], errOut.String())
+		}
+	}
+}
