@@ -6,12 +6,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +16,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/pgtest"
+	"github.com/gpubroker/gpubroker/test/servetest"
 )
 
 var (
@@ -75,46 +73,15 @@ tenants:
 // admin token and runs schemathesis with --checks all against
 // /api/v1/openapi.json. Any failure fails the test; the summary is printed.
 func TestSchemathesis(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := servetest.Root()
 	t0 := time.Now()
-	install := exec.Command(filepath.Join(root, "test", "schemathesis", "install.sh"))
-	install.Stderr = os.Stderr
-	out, err := install.Output()
-	if err != nil {
-		t.Fatalf("install schemathesis: %v", err)
-	}
-	st := strings.TrimSpace(string(out))
+	st := servetest.Install(t, "schemathesis")
 	t.Logf("schemathesis ready in %s", time.Since(t0).Round(time.Millisecond))
 
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "gpubroker")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gpubroker")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build gpubroker: %v\n%s", err, out)
-	}
+	bin := servetest.Build(t)
 	dbURL := pg.NewDatabase(t, store.Migrate)
-	cfg := filepath.Join(dir, "gpubroker.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	env := append(os.Environ(), "GPUBROKER_DATABASE_URL="+dbURL,
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
-	srv := exec.Command(bin, "serve", "--config", cfg, "--listen", addr, "--log-level", "error")
-	srv.Env = env
-	var srvLog bytes.Buffer
-	srv.Stdout, srv.Stderr = &srvLog, &srvLog
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
-	})
-	base := "http://" + addr
-	waitUp(t, base+"/healthz", &srvLog)
+	srv := servetest.Start(t, bin, config, dbURL)
+	base, env := srv.URL, srv.Env
 	seed(t, dbURL) // after serve stored the configured pools
 
 	tok := exec.Command(bin, "token", "create", "--role", "admin", "--name", "schemathesis", "--database-url", dbURL)
@@ -145,7 +112,7 @@ func TestSchemathesis(t *testing.T) {
 	t1 := time.Now()
 	run := exec.CommandContext(ctx, st, args...)
 	run.Env = append(os.Environ(), "SCHEMATHESIS_TELEMETRY=false", "NO_COLOR=1")
-	run.Dir = dir // schemathesis keeps a .schemathesis cache in its working directory
+	run.Dir = t.TempDir() // schemathesis keeps a .schemathesis cache in its working directory
 	var report bytes.Buffer
 	run.Stdout, run.Stderr = &report, &report
 	err = run.Run()
@@ -154,7 +121,7 @@ func TestSchemathesis(t *testing.T) {
 	summary := summaryLine(text)
 	t.Logf("schemathesis run took %s; summary: %s", elapsed, summary)
 	if err != nil {
-		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, text, tail(srvLog.String(), 4000))
+		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, text, tail(srv.Log.String(), 4000))
 	}
 	if testing.Verbose() {
 		t.Log(text)
@@ -190,29 +157,6 @@ func seed(t *testing.T, url string) {
 		GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-1", Utilisation: 0.5, MemoryUsed: 1, MemoryTotal: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitUp(t *testing.T, url string, log *bytes.Buffer) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(url); err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("gpubroker serve did not answer %s; log:\n%s", url, log.String())
 }
 
 func lastLine(s string) string {

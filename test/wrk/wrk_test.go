@@ -5,13 +5,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +17,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/pgtest"
+	"github.com/gpubroker/gpubroker/test/servetest"
 )
 
 var (
@@ -62,50 +60,17 @@ func TestReadAPIUnderWrk(t *testing.T) {
 	if *full {
 		*demandN, *nodesN, *clients, *duration = 50000, 5000, 200, 10*time.Second
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	install := exec.Command(filepath.Join(root, "test", "wrk", "install.sh"))
-	install.Stderr = os.Stderr
-	out, err := install.Output()
-	if err != nil {
-		t.Fatalf("install wrk: %v", err)
-	}
-	wrk := strings.TrimSpace(string(out))
-
-	dir := t.TempDir()
+	wrk := servetest.Install(t, "wrk")
 	bin := *binary
 	if bin == "" {
-		bin = filepath.Join(dir, "gpubroker")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/gpubroker")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build gpubroker: %v\n%s", err, out)
-		}
+		bin = servetest.Build(t)
 	}
 	dbURL := pg.NewDatabase(t, store.Migrate)
 	t0 := time.Now()
 	viewer := seed(t, dbURL)
 	t.Logf("seeded %d pending demands and %d nodes in %s", *demandN, *nodesN, time.Since(t0).Round(time.Millisecond))
-
-	cfg := filepath.Join(dir, "gpubroker.yaml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	srv := exec.Command(bin, "serve", "--config", cfg, "--listen", addr, "--log-level", "error")
-	srv.Env = append(os.Environ(), "GPUBROKER_DATABASE_URL="+dbURL,
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true")
-	var srvLog bytes.Buffer
-	srv.Stdout, srv.Stderr = &srvLog, &srvLog
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
-	})
-	base := "http://" + addr
-	waitUp(t, base+"/healthz", &srvLog)
+	srv := servetest.Start(t, bin, config, dbURL)
+	base := srv.URL
 
 	auth := "Authorization: Bearer " + viewer
 	routes := []string{"/api/v1/capacity", "/api/v1/demand?limit=100", "/api/v1/demand?tenant=tenant-3&min_wait=1m&limit=50", "/api/v1/nodes"}
@@ -142,7 +107,7 @@ func TestReadAPIUnderWrk(t *testing.T) {
 			t.Logf("%-72s %9s %9s %8.0f %8.1f  (answer %d bytes)", name, r.p50, r.p99, r.rps, r.mbps, size)
 		}
 	}
-	t.Logf("gpubroker serve peak RSS %d MiB", vmHWM(t, srv.Process.Pid)>>20)
+	t.Logf("gpubroker serve peak RSS %d MiB", vmHWM(t, srv.Cmd.Process.Pid)>>20)
 }
 
 // seed writes 10 tenants, nodes, pending demand with wait reasons, and
@@ -289,27 +254,4 @@ func vmHWM(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmHWM")
 	return 0
-}
-
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitUp(t *testing.T, url string, log *bytes.Buffer) {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(url); err == nil {
-			r.Body.Close()
-			if r.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("gpubroker serve did not answer %s; log:\n%s", url, log.String())
 }
