@@ -425,7 +425,7 @@ func (s *stepCtx) fail(why string) (broker.Op, bool) {
 // back first; others fail with why.
 func (s *stepCtx) giveUp(why string) (broker.Op, bool) {
 	switch s.op.Step {
-	case broker.StepRelease, broker.StepSurge, broker.StepTerminate, broker.StepAdmit, broker.StepAwaitAdmitted:
+	case broker.StepEvict, broker.StepRelease, broker.StepSurge, broker.StepTerminate, broker.StepAdmit, broker.StepAwaitAdmitted:
 		if _, ok := s.data.From.Side(); ok && s.data.Prepared && !s.data.CordonOnly {
 			s.op.LastError = why
 			s.op.Step, s.op.Attempts, s.op.NextAttempt = broker.StepGiveBack, 0, time.Time{}
@@ -570,6 +570,21 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 		return r.giveBack(ctx, s)
 
 	case broker.StepEvict:
+		if from, ok := s.data.From.Side(); ok && from == broker.SourceK8s && op.To == broker.OwnerYARN && !s.data.Prepared && r.actions[from] != nil {
+			// IMPORTANT: a preemption taking a Kubernetes node across
+			// sides cordons it before evicting the victims, as a drain
+			// does: otherwise the scheduler binds pending pods to the
+			// space a victim frees, and the release's drain evicts them,
+			// work no preemption names. (On YARN the node stays
+			// schedulable until the release, which kills nothing that
+			// landed: see release.) Prepared: a giving up now gives the
+			// node back.
+			if err := r.actions[from].Cordon(ctx, op.Node); err != nil {
+				return s.retry(err)
+			}
+			s.data.Prepared = true
+			s.op = s.save()
+		}
 		for len(s.data.Victims) > 0 {
 			w := s.data.Victims[0]
 			act := r.actions[w.Source]
