@@ -350,7 +350,14 @@ func (pl *planner) takeOrdered(d *wdemand, g int) bool {
 		if !ok {
 			continue
 		}
-		if pl.takeSlotIn(pi, g, d.d.Source) {
+		// IMPORTANT: a machine of a shared pool boots into one side and is
+		// handed to the other once ready (a transfer of the idle node), so
+		// the node ordered for this demand still serves it after it
+		// registered with the other side; counting it for that side only
+		// would buy a second node for the demand (found by test/chaos,
+		// seed 8: the second node idled and was scaled down).
+		other := pl.p.OwnershipTransfer && pl.pools[pi].st.Pool.Sides.Serves(d.d.Source)
+		if pl.takeSlotIn(pi, g, d.d.Source) || other && pl.takeSlotIn(pi, g, "") {
 			if d.firstInflight == "" {
 				d.firstInflight = fmt.Sprintf("op %d scaling pool %s to %d", op.ID, op.Pool, op.Target)
 			}
@@ -373,10 +380,12 @@ func (pl *planner) takeSlot(d *wdemand, g int) bool {
 	return false
 }
 
+// takeSlotIn reserves g GPUs on an in-flight node of pool pi that may serve
+// src (any node when src is empty).
 func (pl *planner) takeSlotIn(pi, g int, src Source) bool {
 	wp := &pl.pools[pi]
 	for i, sl := range wp.slots {
-		if sl.free >= g && (sl.side == "" || sl.side == src) {
+		if sl.free >= g && (sl.side == "" || src == "" || sl.side == src) {
 			wp.slots[i].free -= g
 			if pl.rec {
 				pl.undo = append(pl.undo, func() { wp.slots[i].free += g })

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,5 +42,190 @@ func TestRuntimeEvictInProgressWaitsWithoutCountingAttempts(t *testing.T) {
 	}
 	if len(w.k8s.admitted) != 1 || w.k8s.admitted[0] != "y1" {
 		t.Fatalf("admitted to k8s %v, want y1 handed over", w.k8s.admitted)
+	}
+}
+
+// racingYARN is a YARN side whose scheduler places pending containers in
+// the space an evicted victim frees at once, as the RM does while the
+// node is still RUNNING between the evict step and the release.
+type racingYARN struct{ *attritionSide }
+
+func (s racingYARN) Evict(ctx context.Context, node string, w broker.Workload) error {
+	if err := s.attritionSide.Evict(ctx, node, w); err != nil {
+		return err
+	}
+	s.rtSide.mu.Lock()
+	s.rtSide.schedule()
+	s.rtSide.mu.Unlock()
+	return nil
+}
+
+// TestRuntimePreemptAcrossNeverForcesYARNWorkThatLandedAfterThePlan: a
+// preemption taking a YARN node for a pod evicts its victim; a container
+// the RM places in the freed space before the release is no victim. The
+// release asks for YARN's infinite graceful timeout (a zero deadline; a
+// finite one makes the RM kill the container at its end), so the
+// container keeps running, and at the drain deadline the node goes back to
+// YARN rather than to Kubernetes. Found by test/chaos, seed 5.
+func TestRuntimePreemptAcrossNeverForcesYARNWorkThatLandedAfterThePlan(t *testing.T) {
+	w := newRTWorld(t, 1)
+	w.yarnHost("y1", broker.Workload{Source: broker.SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
+		GPUs: 4, Preemptible: true, Class: broker.WorkBatch, StartedAt: t0.Add(-2 * time.Hour), CheckpointAge: -1})
+	ys := racingYARN{&attritionSide{rtSide: w.yarn}}
+	r := w.runtimeWith(ys, ys)
+	w.k8s.submit(trainingPod("elastic-gpu-training", 2, 1000000))
+	// The next container of YARN's queue, waiting for space; it lands on
+	// y1 as soon as the victim is gone.
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "container_2", Name: "container_2", Tenant: "training",
+		Queue: "root.training", GPUsPerUnit: 4, Units: 1})
+	w.tick(r)
+	if ops := w.ledger.opsOf(broker.ActPreempt); len(ops) != 1 {
+		t.Fatalf("want one preemption of y1, got %+v", ops)
+	}
+	for i := 0; i < 40; i++ {
+		w.clock.Add(5 * time.Second)
+		w.tick(r)
+		if ops := w.ledger.opsOf(broker.ActPreempt); ops[0].State.Terminal() {
+			break
+		}
+	}
+	op := w.ledger.opsOf(broker.ActPreempt)[0]
+	if !slices.Equal(w.yarn.evicted, []string{"container_1"}) {
+		t.Fatalf("evicted %v, want only the victim container_1", w.yarn.evicted)
+	}
+	if n, zero := ys.allZero(); n == 0 || !zero {
+		t.Fatalf("YARN release deadlines %v: want only zero deadlines (infinite graceful timeout), nothing forced", ys.deadlines)
+	}
+	work := w.yarn.nodes["y1"].Work
+	if len(work) != 1 || work[0].Key != "container_2" {
+		t.Fatalf("y1 runs %+v, want container_2 still running (never cut off)", work)
+	}
+	if op.State != broker.OpFailed || !strings.Contains(op.LastError, "given back to yarn") || slices.Contains(w.k8s.admitted, "y1") {
+		t.Fatalf("preemption %+v (k8s admitted %v): want it ended with y1 given back to yarn", op, w.k8s.admitted)
+	}
+}
+
+// appWaitYARN is a YARN side whose RM, as Hadoop's decommissioning
+// watcher does, keeps an empty node decommissioning while the
+// applications that ran there are still running: with an infinite
+// graceful timeout (a zero deadline) it never leaves; a finite one ends
+// the wait.
+type appWaitYARN struct{ *attritionSide }
+
+func (s appWaitYARN) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
+	st, err := s.attritionSide.Release(ctx, node, deadline)
+	if err == nil && deadline.IsZero() && st.Drained {
+		return broker.ReleaseStatus{}, nil
+	}
+	return st, err
+}
+
+// TestRuntimePreemptAcrossShortensYARNTimeoutOnceTheNodeIsEmpty: the
+// preemption's release starts without a timeout and, once the
+// decommissioning node runs nothing, gives the RM the finite one, so the
+// RM does not wait for the victim's application to end: the node is handed
+// over.
+func TestRuntimePreemptAcrossShortensYARNTimeoutOnceTheNodeIsEmpty(t *testing.T) {
+	w := newRTWorld(t, 1)
+	w.yarnHost("y1", broker.Workload{Source: broker.SourceYARN, Key: "container_1", Name: "container_1", Tenant: "training",
+		GPUs: 4, Preemptible: true, Class: broker.WorkBatch, StartedAt: t0.Add(-2 * time.Hour), CheckpointAge: -1})
+	ys := appWaitYARN{&attritionSide{rtSide: w.yarn}}
+	r := w.runtimeWith(ys, ys)
+	w.k8s.submit(trainingPod("elastic-gpu-training", 2, 1000000))
+	w.tick(r)
+	op := w.ledger.opsOf(broker.ActPreempt)
+	if len(op) != 1 || op[0].State != broker.OpDone || !slices.Equal(w.k8s.admitted, []string{"y1"}) {
+		t.Fatalf("preemptions %+v, k8s admitted %v: want y1 handed over", op, w.k8s.admitted)
+	}
+	if len(ys.deadlines) != 2 || !ys.deadlines[0].IsZero() || ys.deadlines[1].IsZero() {
+		t.Fatalf("YARN release deadlines %v: want the infinite timeout, then the finite one on the empty node", ys.deadlines)
+	}
+}
+
+// racingK8s is a Kubernetes side whose scheduler binds pending pods to
+// the space an evicted victim frees at once, as kube-scheduler does on a
+// node that is not cordoned.
+type racingK8s struct{ *rtSide }
+
+func (s racingK8s) Evict(ctx context.Context, node string, w broker.Workload) error {
+	if err := s.rtSide.Evict(ctx, node, w); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.schedule()
+	s.mu.Unlock()
+	return nil
+}
+
+// TestRuntimePreemptAcrossCordonsK8sNodeBeforeEvicting: a preemption
+// taking a Kubernetes node for YARN demand cordons the node before it
+// evicts the victim, so a pending pod is not bound in the freed space and
+// then evicted by the release's drain (work no preemption names); the node
+// is handed to YARN.
+func TestRuntimePreemptAcrossCordonsK8sNodeBeforeEvicting(t *testing.T) {
+	w, r := k8sPreemptWorld(t)
+	// A pod of the same low priority as the victim, waiting for space.
+	w.k8s.submit(trainingPod("next-pod", 4, 0))
+	for i := 0; i < 10; i++ {
+		w.tick(r)
+		if ops := w.ledger.opsOf(broker.ActPreempt); len(ops) == 1 && ops[0].State.Terminal() {
+			break
+		}
+		w.clock.Add(5 * time.Second)
+	}
+	ops := w.ledger.opsOf(broker.ActPreempt)
+	if len(ops) != 1 || ops[0].State != broker.OpDone || !slices.Equal(w.yarn.admitted, []string{"k1"}) {
+		t.Fatalf("preemptions %+v, yarn admitted %v: want k1 handed to yarn", ops, w.yarn.admitted)
+	}
+	if !slices.Equal(w.k8s.evicted, []string{"victim"}) {
+		t.Fatalf("evicted %v, want only the victim", w.k8s.evicted)
+	}
+	for _, d := range w.k8s.pending {
+		if d.Key == "next-pod-again" {
+			t.Fatalf("next-pod was bound to k1 after the victim left and drained by the release: pending %+v", w.k8s.pending)
+		}
+	}
+}
+
+// k8sPreemptWorld has one Kubernetes node k1 running a low-priority
+// victim and YARN demand that may preempt it across sides.
+func k8sPreemptWorld(t *testing.T) (*rtWorld, *Runtime) {
+	w := newRTWorld(t, 1)
+	w.k8s.join("k1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.cloud.pools[rtPool].Instances = []broker.Instance{{ID: "i-k1", Hostname: "k1", Phase: broker.PhaseActive}}
+	w.cloud.pools[rtPool].Desired = 1
+	w.k8s.nodes["k1"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "victim", Name: "default/victim", Tenant: "training",
+		GPUs: 4, Preemptible: true, Class: broker.WorkBatch, StartedAt: t0.Add(-time.Hour), CheckpointAge: -1}}
+	w.k8s.nodes["k1"].GPUsAllocated = 4
+	ks := racingK8s{w.k8s}
+	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, ks}, Actions: []SideActions{w.yarn, ks},
+		Pools: w.cloud, Ledger: w.ledger, Now: w.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_9/1", Name: "application_9", Tenant: "training",
+		Queue: "root.training", Priority: 1000000, GPUsPerUnit: 4, Units: 1})
+	return w, r
+}
+
+// TestRuntimePreemptAcrossGivesCordonedK8sNodeBackWhenEvictionNeverEnds:
+// the node cordoned for the eviction goes back to Kubernetes (uncordoned)
+// when the victim never stops before the op's deadline.
+func TestRuntimePreemptAcrossGivesCordonedK8sNodeBackWhenEvictionNeverEnds(t *testing.T) {
+	w, r := k8sPreemptWorld(t)
+	w.k8s.evictInProgress = 1 << 20
+	for i := 0; i < 40; i++ {
+		w.tick(r)
+		if ops := w.ledger.opsOf(broker.ActPreempt); len(ops) == 1 && ops[0].State.Terminal() {
+			break
+		}
+		w.clock.Add(time.Minute)
+	}
+	ops := w.ledger.opsOf(broker.ActPreempt)
+	if len(ops) != 1 || ops[0].State != broker.OpFailed || !strings.Contains(ops[0].LastError, "given back to k8s") {
+		t.Fatalf("preemptions %+v: want one, failed with k1 given back to k8s", ops)
+	}
+	if w.k8s.released["k1"] || !slices.Contains(w.k8s.admitted, "k1") || len(w.yarn.admitted) != 0 {
+		t.Fatalf("k1 cordoned %v, k8s admitted %v, yarn admitted %v: want k1 uncordoned on k8s", w.k8s.released["k1"], w.k8s.admitted, w.yarn.admitted)
 	}
 }

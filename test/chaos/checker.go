@@ -187,7 +187,7 @@ func (c *Checker) Check(s Sample) []Breach {
 			breach(InvWorkKilled, "%s was killed and no preemption names it", k)
 		}
 	}
-	serving := map[string]int64{}
+	serving := map[string]broker.Op{}
 	for _, op := range st.OpenOps {
 		c.count(InvOpEnds, 1)
 		if age := s.At.Sub(op.CreatedAt); !attrition(op) && age > c.lim.OpBound {
@@ -200,9 +200,9 @@ func (c *Checker) Check(s Sample) []Breach {
 		for _, d := range op.Serves {
 			c.count(InvDoubleBuy, 1)
 			if prev, ok := serving[d]; ok {
-				breach(InvDoubleBuy, "demand %s is served by open scale-ups %d and %d", d, prev, op.ID)
+				breach(InvDoubleBuy, "demand %s is served by open scale-ups %s and %s", d, describeScaleUp(prev), describeScaleUp(op))
 			}
-			serving[d] = op.ID
+			serving[d] = op
 		}
 	}
 	for id := range st.Open {
@@ -268,4 +268,11 @@ func attrition(op broker.Op) bool {
 	}
 	_ = json.Unmarshal(op.Data, &d)
 	return d.Attrition
+}
+
+// describeScaleUp names a scale-up op with what a double buy needs to be
+// understood: its pool, target, step and the demand it serves.
+func describeScaleUp(op broker.Op) string {
+	return fmt.Sprintf("%d (pool %q, target %d, step %s, created %s, serves %v; %s)", op.ID, op.Pool, op.Target, op.Step,
+		op.CreatedAt.Format("15:04:05.000"), op.Serves, op.Reason)
 }
