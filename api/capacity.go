@@ -155,6 +155,9 @@ func summarise(now time.Time, nodes []broker.Node, pools []store.PoolRecord, gro
 		}
 		pc.GPUsBusy += c.Busy
 	}
+	// pending_gpus is broker.PendingGPUs over the live ledger, summed by
+	// the store's DemandSummary (the SQL implements that rule; a store test
+	// binds them).
 	for _, g := range groups {
 		out.Demand = append(out.Demand, demandGroup{DemandGroup: g, OldestWaitSeconds: seconds(max(0, now.Sub(g.OldestSeen)))})
 		out.PendingGPUs += g.GPUs

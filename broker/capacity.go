@@ -93,10 +93,24 @@ func CapacityBySide(nodes []Node, pools []Pool, pending []Demand) [3]SideCapacit
 		s.GPUsBusy += c.Busy
 		s.GPUsIdle += c.Idle
 	}
-	for i := range pending {
-		if s := at[Owner(pending[i].Source)]; s != nil && s.Side != OwnerNone {
-			s.GPUsPending += pending[i].GPUs()
+	for src, gpus := range PendingGPUs(pending) {
+		if s := at[Owner(src)]; s != nil && s.Side != OwnerNone {
+			s.GPUsPending += gpus
 		}
+	}
+	return out
+}
+
+// PendingGPUs is the one rule for the GPUs pending demand asks for: the
+// sum over the live demand of units × GPUs per unit (Demand.GPUs), whether
+// a gang or not, by source. CapacityBySide (the executor's samples) uses
+// it; the store's DemandSummary computes the same sum in SQL over the live
+// ledger for the API's pending_gpus, and a store test on PostgreSQL
+// (TestDemandSummaryIsPendingGPUs) holds the two to the same answer.
+func PendingGPUs(demand []Demand) map[Source]int {
+	out := map[Source]int{}
+	for i := range demand {
+		out[demand[i].Source] += demand[i].GPUs()
 	}
 	return out
 }

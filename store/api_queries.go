@@ -38,7 +38,11 @@ type DemandGroup struct {
 }
 
 // DemandSummary groups the live ledger by tenant, priority and wait reason,
-// tenants by name and higher priorities first.
+// tenants by name and higher priorities first. A group's GPUs implement
+// broker.PendingGPUs in SQL (sum of gpus_per_unit × units over live rows;
+// closed demand is in demand_history, not here), so the API's pending_gpus
+// and the executor's pending samples agree; TestDemandSummaryIsPendingGPUs
+// binds the two.
 func (s *Store) DemandSummary(ctx context.Context) ([]DemandGroup, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT tenant, priority, wait_reason, count(*)::int, sum(gpus_per_unit * units)::int, min(first_seen)
