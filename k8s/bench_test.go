@@ -39,7 +39,7 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	}
 	client := fake.NewSimpleClientset(objs...)
-	o, err := NewObserver(client, Config{NamespaceIsTenant: true}, nil)
+	o, err := NewObserver(client, Config{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,12 +27,6 @@ const (
 // Config configures the Kubernetes adapter. The zero value of every field
 // means its default; see Defaults.
 type Config struct {
-	// NamespaceTenants maps a namespace to the tenant whose quota it uses.
-	NamespaceTenants map[string]string
-	// NamespaceIsTenant, when true, uses the namespace's own name as tenant
-	// for namespaces that NamespaceTenants does not map. When false, pods
-	// of unmapped namespaces are reported and not counted as demand.
-	NamespaceIsTenant bool
 	// SchedulerNames are the schedulers whose pods count as demand
 	// (default: "default-scheduler").
 	SchedulerNames []string
@@ -122,14 +116,6 @@ func (c Config) Defaults() Config {
 
 // Validate checks a defaulted Config.
 func (c Config) Validate() error {
-	for ns, tenant := range c.NamespaceTenants {
-		if !broker.ValidName(ns) {
-			return broker.Invalid("namespace_tenants", "key must be a namespace name, got %q", ns)
-		}
-		if !broker.ValidName(tenant) {
-			return broker.Invalid(fmt.Sprintf("namespace_tenants.%s", ns), "must be a tenant name (lowercase DNS label), got %q", tenant)
-		}
-	}
 	for i, s := range c.SchedulerNames {
 		if s == "" {
 			return broker.Invalid(fmt.Sprintf("scheduler_names[%d]", i), "must not be empty")
@@ -159,27 +145,4 @@ func (c *Config) isStartupTaint(key string) bool {
 		}
 	}
 	return false
-}
-
-// tenantOf returns the tenant a namespace maps to, and false if none.
-func (c *Config) tenantOf(ns string) (string, bool) {
-	if t, ok := c.NamespaceTenants[ns]; ok {
-		return t, true
-	}
-	if c.NamespaceIsTenant && broker.ValidName(ns) {
-		return ns, true
-	}
-	return "", false
-}
-
-// TenantsFromBroker builds a namespace → tenant map from broker tenants, for
-// Config.NamespaceTenants.
-func TenantsFromBroker(tenants []broker.Tenant) map[string]string {
-	m := map[string]string{}
-	for _, t := range tenants {
-		for _, ns := range t.Namespaces {
-			m[ns] = t.Name
-		}
-	}
-	return m
 }

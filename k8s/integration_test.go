@@ -70,9 +70,17 @@ func (w tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-var integrationConfig = Config{
-	NamespaceTenants: map[string]string{"ml": "research", "drain": "serving", "gated": "research"},
-	GPUNodeLabels:    map[string]string{"infra-type": "gpu"},
+var integrationConfig = Config{GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
+
+// integrationTenants maps the test's namespaces, as the broker's tenant
+// index does for the Side.
+var integrationTenants = broker.NewTenantIndex([]broker.Tenant{
+	{Name: "research", Namespaces: []string{"ml", "gated"}}, {Name: "serving", Namespaces: []string{"drain"}}})
+
+// observeTenants observes and maps tenants through integrationTenants.
+func observeTenants(ctx context.Context, o *Observer) (Observation, error) {
+	obs, err := o.Observe(ctx)
+	return MapTenants(obs, integrationTenants), err
 }
 
 func startObserver(t *testing.T, ctx context.Context, env *k8senv.Env) *Observer {
@@ -203,7 +211,7 @@ func TestReferenceScenario(t *testing.T) {
 	}
 	var obs Observation
 	waitFor(t, ctx, "the pod to be pending demand", func() (bool, error) {
-		obs, err = o.Observe(ctx)
+		obs, err = observeTenants(ctx, o)
 		return err == nil && len(obs.Demand) == 1, err
 	})
 	// A figure, not an assertion (the target is 2 s; timing on a shared
@@ -239,7 +247,7 @@ func TestReferenceScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the new node to be Ready without GPUs", func() (bool, error) {
-		obs, err = o.Observe(ctx)
+		obs, err = observeTenants(ctx, o)
 		n, ok := findNode(obs, "gpu-training-1")
 		return ok && obs.NodeDetails[n.Name].Ready, err
 	})
@@ -256,7 +264,7 @@ func TestReferenceScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the pod to be scheduled and leave the ledger", func() (bool, error) {
-		obs, err = o.Observe(ctx)
+		obs, err = observeTenants(ctx, o)
 		_, pending := findPod(obs, "ml", "elastic-gpu-training-")
 		return err == nil && len(obs.Demand) == 0 && !pending, err
 	})
@@ -292,13 +300,13 @@ func TestGatedPodIsNotDemand(t *testing.T) {
 	var obs Observation
 	var err error
 	waitFor(t, ctx, "the gated pod to be reported", func() (bool, error) {
-		obs, err = o.Observe(ctx)
+		obs, err = observeTenants(ctx, o)
 		_, ok := findPod(obs, "gated", "held")
 		return ok, err
 	})
 	// Give the scheduler time to (not) act on it: it must stay uncounted.
 	time.Sleep(time.Second)
-	obs, err = o.Observe(ctx)
+	obs, err = observeTenants(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +328,7 @@ func TestGatedPodIsNotDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the ungated pod to become demand", func() (bool, error) {
-		obs, err = o.Observe(ctx)
+		obs, err = observeTenants(ctx, o)
 		r, _ := findPod(obs, "gated", "held")
 		return r.Counted, err
 	})
@@ -389,7 +397,7 @@ func TestDrainHonoursPDB(t *testing.T) {
 	}
 	var obs Observation
 	waitFor(t, ctx, "the PDB to allow no disruption with the DaemonSet pod running", func() (bool, error) {
-		obs, err = o.Observe(ctx)
+		obs, err = observeTenants(ctx, o)
 		n, _ := findNode(obs, "drain-1")
 		i := slices.IndexFunc(obs.PDBs, func(p PDBReport) bool { return p.Name == "serve-pdb" })
 		return i >= 0 && obs.PDBs[i].CurrentHealthy == 1 && obs.PDBs[i].DisruptionsAllowed == 0 && len(n.Work) == 2, err
@@ -432,7 +440,7 @@ func TestDrainHonoursPDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the observer to see the node drained and owned by YARN", func() (bool, error) {
-		obs, err = o.Observe(ctx)
+		obs, err = observeTenants(ctx, o)
 		n, _ := findNode(obs, "drain-1")
 		return n.Phase == broker.PhaseDrained && n.Owner == broker.OwnerYARN, err
 	})

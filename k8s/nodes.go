@@ -215,12 +215,10 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 			continue
 		}
 		prio := podPriority(pod, c.classes)
-		tenant, _ := c.tenantOf(pod.Namespace)
 		w := broker.Workload{
 			Source:        broker.SourceK8s,
 			Key:           string(pod.UID),
 			Name:          pod.Namespace + "/" + pod.Name,
-			Tenant:        tenant,
 			Priority:      prio,
 			GPUs:          c.request(pod).WholeGPUs(),
 			Preemptible:   c.preemptible(pod, prio),

@@ -42,7 +42,9 @@ type PDBReport struct {
 type Observation struct {
 	// At is when the observation was taken.
 	At time.Time `json:"at"`
-	// Demand is one broker.Demand per counted pod, sorted by Name.
+	// Demand is one broker.Demand per counted pod, sorted by Name. The
+	// observer leaves Tenant empty: MapTenants maps namespaces to tenants
+	// through the broker's tenant index, the one tenant mapping.
 	Demand []broker.Demand `json:"demand"`
 	// Pods reports every pending GPU pod, counted or not, sorted by
 	// namespace and name.
@@ -257,12 +259,8 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		}
 		r := o.cls.classify(pod, req)
 		if r.Counted {
-			d := o.cls.demand(pod, r, obs.At)
-			if err := d.Validate(); err != nil {
-				r.Counted, r.Reason, r.Detail = false, ReasonInvalid, err.Error()
-			} else {
-				obs.Demand = append(obs.Demand, d)
-			}
+			// Without a tenant yet: MapTenants maps and validates it.
+			obs.Demand = append(obs.Demand, o.cls.demand(pod, r, obs.At))
 		}
 		obs.Pods = append(obs.Pods, r)
 	}

@@ -23,7 +23,7 @@ func TestObserverFake(t *testing.T) {
 		gpuPod("ml", "pending", 2),
 		gpuPod("other", "unmapped", 1),
 	)
-	o, err := NewObserver(client, Config{NamespaceTenants: map[string]string{"ml": "research"}}, nil)
+	o, err := NewObserver(client, Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +39,12 @@ func TestObserverFake(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no wake-up for the initial unschedulable pod")
 	}
+	idx := broker.NewTenantIndex([]broker.Tenant{{Name: "research", Namespaces: []string{"ml"}}})
 	obs, err := o.Observe(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	obs = MapTenants(obs, idx)
 	if len(obs.Demand) != 1 || obs.Demand[0].Name != "ml/pending" || obs.Demand[0].GPUs() != 2 || obs.Demand[0].Tenant != "research" {
 		t.Fatalf("demand = %+v, want ml/pending with 2 GPUs", obs.Demand)
 	}
@@ -74,6 +76,7 @@ func TestObserverFake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		obs = MapTenants(obs, idx)
 		if len(obs.Demand) == 2 && len(obs.Pods) == 4 {
 			break
 		}
@@ -91,8 +94,8 @@ func TestObserverFake(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	var ve *broker.ValidationError
-	if _, err := NewObserver(fake.NewClientset(), Config{NamespaceTenants: map[string]string{"ml": "Not_A_Tenant"}}, nil); !errors.As(err, &ve) {
-		t.Errorf("bad tenant name: err = %v, want a validation error", err)
+	if _, err := NewObserver(fake.NewClientset(), Config{ResyncPeriod: -time.Second}, nil); !errors.As(err, &ve) || ve.Field != "resync_period" {
+		t.Errorf("negative resync period: err = %v, want a validation error", err)
 	}
 	if _, err := NewActuator(nil, Config{}, nil); !errors.As(err, &ve) {
 		t.Errorf("nil client: err = %v, want a validation error", err)

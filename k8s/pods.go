@@ -39,7 +39,9 @@ type PodReport struct {
 	// GPUs is the effective request in whole GPUs; Request has the detail.
 	GPUs    int        `json:"gpus"`
 	Request GPURequest `json:"request"`
-	Tenant  string     `json:"tenant,omitempty"`
+	// Tenant is the tenant of the pod's namespace, set by MapTenants; the
+	// observer leaves it empty.
+	Tenant string `json:"tenant,omitempty"`
 	// Counted is true when the pod is pending demand.
 	Counted bool `json:"counted"`
 	// Reason is one of the Reason* constants; Detail explains it.
@@ -94,28 +96,11 @@ type classifier struct {
 	classes priorityLookup
 	// reqs, when set, memoises PodGPURequest per pod resource version.
 	reqs *requestCache
-	// tenants memoises cfg.tenantOf per namespace (the config never changes).
-	tenants sync.Map // namespace -> tenantResult
 	// readySeen holds the UIDs of nodes seen Ready (see wasReady).
 	readySeen sync.Map // types.UID -> struct{}
 	// now is the observation clock, for checkpoint ages (classifyWork);
 	// nil leaves annotated checkpoint ages unknown.
 	now func() time.Time
-}
-
-type tenantResult struct {
-	tenant string
-	ok     bool
-}
-
-func (c *classifier) tenantOf(ns string) (string, bool) {
-	if v, ok := c.tenants.Load(ns); ok {
-		r := v.(tenantResult)
-		return r.tenant, r.ok
-	}
-	t, ok := c.cfg.tenantOf(ns)
-	c.tenants.Store(ns, tenantResult{t, ok})
-	return t, ok
 }
 
 func (c *classifier) request(pod *corev1.Pod) GPURequest {
@@ -194,8 +179,6 @@ func (c *classifier) classify(pod *corev1.Pod, req GPURequest) PodReport {
 		Constraints:   podConstraints(pod, c.cfg.GPUModelLabel),
 		Created:       pod.CreationTimestamp.Time,
 	}
-	tenant, hasTenant := c.tenantOf(pod.Namespace)
-	r.Tenant = tenant
 	cond, unschedulable := unschedulableCondition(pod)
 	if unschedulable {
 		r.UnschedulableSince = cond.LastTransitionTime.Time
@@ -217,8 +200,6 @@ func (c *classifier) classify(pod *corev1.Pod, req GPURequest) PodReport {
 		r.Reason, r.Detail = ReasonNominated, "preemption frees room on node "+pod.Status.NominatedNodeName
 	case !unschedulable:
 		r.Reason, r.Detail = ReasonNotYetDecided, "the scheduler has not marked it unschedulable"
-	case !hasTenant:
-		r.Reason, r.Detail = ReasonNoTenant, fmt.Sprintf("namespace %q maps to no tenant", pod.Namespace)
 	default:
 		r.Counted, r.Reason = true, ReasonUnschedulable
 		if cond != nil {
@@ -235,13 +216,13 @@ func schedulerName(pod *corev1.Pod) string {
 	return pod.Spec.SchedulerName
 }
 
-// demand converts a counted report into broker demand seen at now.
+// demand converts a counted report into broker demand seen at now, without
+// a tenant (MapTenants gives it one).
 func (c *classifier) demand(pod *corev1.Pod, r PodReport, now time.Time) broker.Demand {
 	return broker.Demand{
 		Source:      broker.SourceK8s,
 		Key:         r.UID,
 		Name:        r.Namespace + "/" + r.Name,
-		Tenant:      r.Tenant,
 		Queue:       r.Namespace,
 		Priority:    r.Priority,
 		GPUsPerUnit: r.GPUs,

@@ -21,7 +21,7 @@ func testClassifier(cfg Config) *classifier {
 }
 
 func TestClassify(t *testing.T) {
-	c := testClassifier(Config{NamespaceTenants: map[string]string{"ml": "research"}})
+	c := testClassifier(Config{})
 	now := metav1.Now()
 	tests := []struct {
 		name        string
@@ -36,7 +36,7 @@ func TestClassify(t *testing.T) {
 		}), false, ReasonGated},
 		{"nominated", gpuPod("ml", "a", 2, func(p *corev1.Pod) { p.Status.NominatedNodeName = "n1" }), false, ReasonNominated},
 		{"other scheduler", gpuPod("ml", "a", 2, func(p *corev1.Pod) { p.Spec.SchedulerName = "volcano" }), false, ReasonOtherScheduler},
-		{"no tenant", gpuPod("unmapped", "a", 2), false, ReasonNoTenant},
+		{"any namespace counts (tenants are MapTenants's)", gpuPod("unmapped", "a", 2), true, ReasonUnschedulable},
 		{"not yet unschedulable", gpuPod("ml", "a", 2, func(p *corev1.Pod) { p.Status.Conditions = nil }), false, ReasonNotYetDecided},
 		{"scheduler error is not unschedulable", gpuPod("ml", "a", 2, func(p *corev1.Pod) { p.Status.Conditions[0].Reason = "SchedulerError" }), false, ReasonNotYetDecided},
 		{"terminating", gpuPod("ml", "a", 2, func(p *corev1.Pod) { p.DeletionTimestamp = &now }), false, ReasonTerminating},
@@ -64,14 +64,50 @@ func TestPendingGPUPodFilters(t *testing.T) {
 	}
 }
 
-func TestNamespaceIsTenant(t *testing.T) {
-	c := testClassifier(Config{NamespaceIsTenant: true, NamespaceTenants: map[string]string{"ml": "research"}})
-	for ns, want := range map[string]string{"ml": "research", "team-a": "team-a"} {
-		p := gpuPod(ns, "a", 1)
+// TestMapTenants: tenants come only from the broker's tenant index. A pod
+// of a mapped namespace is demand of its tenant; one of a namespace no
+// tenant claims (even one named like a tenant) is not demand and waits as
+// unmapped; running pods are charged to their namespace's tenant or none;
+// the observation given is not modified.
+func TestMapTenants(t *testing.T) {
+	c := testClassifier(Config{GPUNodeLabels: map[string]string{"infra-type": "gpu"}})
+	at := time.Unix(1000, 0)
+	var o Observation
+	for _, p := range []*corev1.Pod{gpuPod("ml", "a", 1), gpuPod("team-a", "b", 2), gpuPod("research", "c", 1)} {
 		req, _ := pendingGPUPod(p)
-		if r := c.classify(p, req); !r.Counted || r.Tenant != want {
-			t.Errorf("namespace %s: counted %v tenant %q, want tenant %q", ns, r.Counted, r.Tenant, want)
+		r := c.classify(p, req)
+		if !r.Counted || r.Tenant != "" {
+			t.Fatalf("observer's report of %s/%s = %+v, want counted and no tenant", p.Namespace, p.Name, r)
 		}
+		o.Pods = append(o.Pods, r)
+		o.Demand = append(o.Demand, c.demand(p, r, at))
+	}
+	n, _ := c.buildNode(gpuNode("n1", 4, "H100"), []*corev1.Pod{
+		gpuPod("ml", "run", 1, onNode("n1", corev1.PodRunning)), gpuPod("team-a", "run", 1, onNode("n1", corev1.PodRunning))})
+	o.Nodes = []broker.Node{n}
+	idx := broker.NewTenantIndex([]broker.Tenant{{Name: "research", Namespaces: []string{"ml"}}})
+
+	got := MapTenants(o, idx)
+	if len(got.Demand) != 1 || got.Demand[0].Name != "ml/a" || got.Demand[0].Tenant != "research" {
+		t.Errorf("demand = %+v, want ml/a of research only", got.Demand)
+	}
+	for _, p := range got.Pods {
+		want := ReasonNoTenant
+		if p.Namespace == "ml" {
+			want = ReasonUnschedulable
+		}
+		if p.Reason != want || p.Counted != (want == ReasonUnschedulable) {
+			t.Errorf("pod %s/%s = counted %v reason %q, want reason %q", p.Namespace, p.Name, p.Counted, p.Reason, want)
+		}
+		if p.Namespace == "ml" && p.Tenant != "research" || p.Namespace != "ml" && p.Tenant != "" {
+			t.Errorf("pod %s/%s tenant %q", p.Namespace, p.Name, p.Tenant)
+		}
+	}
+	if w := got.Nodes[0].Work; len(w) != 2 || w[0].Tenant != "research" || w[1].Tenant != "" {
+		t.Errorf("work = %+v, want ml/run charged to research, team-a/run to none", w)
+	}
+	if o.Demand[0].Tenant != "" || !o.Pods[1].Counted || o.Nodes[0].Work[0].Tenant != "" {
+		t.Error("MapTenants modified the observation it was given")
 	}
 }
 
@@ -92,12 +128,13 @@ func referencePod() *corev1.Pod {
 }
 
 func TestDemandFromReferencePod(t *testing.T) {
-	c := testClassifier(Config{NamespaceTenants: map[string]string{"ml": "research"}})
+	c := testClassifier(Config{})
 	p := referencePod()
 	req, _ := pendingGPUPod(p)
 	r := c.classify(p, req)
 	now := time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC)
-	got := c.demand(p, r, now)
+	got := MapTenants(Observation{Demand: []broker.Demand{c.demand(p, r, now)}},
+		broker.NewTenantIndex([]broker.Tenant{{Name: "research", Namespaces: []string{"ml"}}})).Demand[0]
 	want := broker.Demand{
 		Source: broker.SourceK8s, Key: "uid-ml-elastic-gpu-training-x7k2p", Name: "ml/elastic-gpu-training-x7k2p",
 		Tenant: "research", Queue: "ml", Priority: 1000000, GPUsPerUnit: 2, Units: 1,
@@ -144,7 +181,7 @@ func TestPreemptible(t *testing.T) {
 }
 
 func TestBuildNode(t *testing.T) {
-	c := testClassifier(Config{NamespaceTenants: map[string]string{"ml": "research"}, GPUNodeLabels: map[string]string{"infra-type": "gpu"}})
+	c := testClassifier(Config{GPUNodeLabels: map[string]string{"infra-type": "gpu"}})
 	ds := true
 	daemon := gpuPod("kube-system", "dcgm", 0, onNode("n1", corev1.PodRunning), func(p *corev1.Pod) {
 		p.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "dcgm", Controller: &ds}}
@@ -156,8 +193,8 @@ func TestBuildNode(t *testing.T) {
 	if n.Phase != broker.PhaseActive || n.GPUsTotal != 4 || n.GPUsAllocated != 2 || n.GPUModel != "H100" || n.Owner != broker.OwnerK8s {
 		t.Errorf("active node = phase %s total %d allocated %d model %q owner %s", n.Phase, n.GPUsTotal, n.GPUsAllocated, n.GPUModel, n.Owner)
 	}
-	if len(n.Work) != 2 || !n.Work[0].System || n.Work[1].System || n.Work[1].Tenant != "research" {
-		t.Errorf("work = %+v, want the DaemonSet pod (system) and the training pod", n.Work)
+	if len(n.Work) != 2 || !n.Work[0].System || n.Work[1].System || n.Work[1].Tenant != "" {
+		t.Errorf("work = %+v, want the DaemonSet pod (system) and the training pod, no tenant (MapTenants charges it)", n.Work)
 	}
 	if !d.Ready || !d.GPUsAdvertised {
 		t.Errorf("detail = %+v", d)

@@ -158,7 +158,7 @@ func TestStartupTaintFromConfigIsInFlight(t *testing.T) {
 // becomes Demand.NoPreempt and the PodScheduled message the scheduler's
 // reason.
 func TestDemandCarriesNoPreemptAndSchedulerReason(t *testing.T) {
-	c := testClassifier(Config{NamespaceIsTenant: true})
+	c := testClassifier(Config{})
 	never := corev1.PreemptNever
 	for _, tc := range []struct {
 		pod  *corev1.Pod
@@ -204,7 +204,7 @@ func TestRunningPodsChargedToNamespaceTenant(t *testing.T) {
 		gpuPod("ml-team", "train", 4, onNode("n1", corev1.PodRunning)),
 		gpuPod("scratch", "notebook", 1, onNode("n1", corev1.PodRunning)),
 		gpuPod("ml-team", "pending", 2))
-	s := newTestSide(t, ctx, client, Config{NamespaceIsTenant: true})
+	s := newTestSide(t, ctx, client, Config{})
 	idx := broker.TenantIndex{Namespaces: map[string]string{"ml-team": "research"}}
 	obs, err := s.Observe(ctx, idx)
 	if err != nil {
@@ -229,7 +229,7 @@ func TestSideSaysWhyDemandLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	client := fake.NewClientset(gpuNode("n1", 8, "H100"), gpuPod("ml-team", "train", 4, onNode("n1", corev1.PodRunning)))
-	s := newTestSide(t, ctx, client, Config{NamespaceIsTenant: true})
+	s := newTestSide(t, ctx, client, Config{})
 	obs, err := s.Observe(ctx, broker.TenantIndex{Namespaces: map[string]string{"ml-team": "research"}})
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +275,7 @@ func TestEvictSparesPodRecreatedUnderSameName(t *testing.T) {
 	victim := gpuPod("ml", "train", 4, onNode("n1", corev1.PodRunning))
 	client := fake.NewClientset(gpuNode("n1", 8, "H100"), victim)
 	evictions, mu := evictionRecorder(client)
-	s := newTestSide(t, ctx, client, Config{NamespaceIsTenant: true})
+	s := newTestSide(t, ctx, client, Config{})
 	w := broker.Workload{Key: string(victim.UID), Name: "ml/train"}
 
 	// Recreated under the same name (a Job's replacement): not the victim.
@@ -330,7 +330,7 @@ func TestObserveStaleWhenProbesFail(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	o, err := NewObserver(client, Config{NamespaceIsTenant: true, StaleAfter: 150 * time.Millisecond}, nil)
+	o, err := NewObserver(client, Config{StaleAfter: 150 * time.Millisecond}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,10 +32,9 @@ var (
 	_ engine.SideActions  = (*Side)(nil)
 )
 
-// NewSide wires an observer and an actuator on the same client. The
-// observer should be built with NamespaceIsTenant so that every pending
-// GPU pod is reported; Side maps namespaces to tenants from the broker's
-// tenant index on every observation, so tenant edits apply at once.
+// NewSide wires an observer and an actuator on the same client. Side maps
+// namespaces to tenants through the broker's tenant index on every
+// observation (MapTenants), so tenant edits apply at once.
 func NewSide(client kubernetes.Interface, obs *Observer, act *Actuator, drainStep time.Duration) *Side {
 	if drainStep <= 0 {
 		drainStep = 5 * time.Second
@@ -52,17 +51,8 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	if err != nil {
 		return broker.SideObservation{}, err
 	}
-	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: chargeTenants(o.Nodes, idx)}
-	for _, d := range o.Demand {
-		tenant, ok := idx.NamespaceTenant(d.Queue)
-		if !ok {
-			out.Ignored = append(out.Ignored, broker.Wait{Demand: d.ID(), Reason: broker.WaitUnmapped,
-				Detail: fmt.Sprintf("namespace %s maps to no tenant; add it to a tenant's namespaces", d.Queue)})
-			continue
-		}
-		d.Tenant = tenant.Name
-		out.Demand = append(out.Demand, d)
-	}
+	o = MapTenants(o, idx)
+	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: o.Nodes, Demand: o.Demand}
 	for _, p := range o.Pods {
 		if !p.Counted {
 			out.Ignored = append(out.Ignored, broker.Wait{Demand: "k8s/" + p.UID, Reason: broker.WaitReason(p.Reason), Detail: p.Detail})
@@ -85,25 +75,57 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	return out, nil
 }
 
-// chargeTenants charges running pods to the tenant their namespace maps to
-// in idx, the mapping pending demand uses, so a tenant's quota counts what
-// it runs; a pod of an unmapped namespace is charged to no tenant. The
-// observer's nodes are not modified.
-func chargeTenants(nodes []broker.Node, idx broker.TenantIndex) []broker.Node {
-	out := make([]broker.Node, len(nodes))
-	for i, n := range nodes {
+// MapTenants maps the observation's namespaces to tenants through idx
+// (broker.NewTenantIndex), the one tenant mapping, which the observer
+// does not apply. Pending pods and their demand get their namespace's
+// tenant; a counted pod of a namespace no tenant claims is not demand and
+// waits as broker.WaitUnmapped (ReasonNoTenant); demand that then fails
+// broker validation waits as ReasonInvalid. Running pods are charged to
+// their namespace's tenant, or to none, so a tenant's quota counts what it
+// runs. o's slices are not modified.
+func MapTenants(o Observation, idx broker.TenantIndex) Observation {
+	tenantOf := func(ns string) string {
+		t, _ := idx.NamespaceTenant(ns)
+		return t.Name
+	}
+	failed := map[string]PodReport{} // pod UID -> why its demand is not demand
+	demand := make([]broker.Demand, 0, len(o.Demand))
+	for _, d := range o.Demand {
+		d.Tenant = tenantOf(d.Queue)
+		if d.Tenant == "" {
+			failed[d.Key] = PodReport{Reason: ReasonNoTenant,
+				Detail: fmt.Sprintf("namespace %s maps to no tenant; add it to a tenant's namespaces", d.Queue)}
+			continue
+		}
+		if err := d.Validate(); err != nil {
+			failed[d.Key] = PodReport{Reason: ReasonInvalid, Detail: err.Error()}
+			continue
+		}
+		demand = append(demand, d)
+	}
+	pods := make([]PodReport, len(o.Pods))
+	for i, p := range o.Pods {
+		p.Tenant = tenantOf(p.Namespace)
+		if f, ok := failed[p.UID]; ok && p.Counted {
+			p.Counted, p.Reason, p.Detail = false, f.Reason, f.Detail
+		}
+		pods[i] = p
+	}
+	nodes := make([]broker.Node, len(o.Nodes))
+	for i, n := range o.Nodes {
 		if len(n.Work) > 0 {
 			work := make([]broker.Workload, len(n.Work))
 			for j, w := range n.Work {
 				ns, _, _ := strings.Cut(w.Name, "/")
-				w.Tenant = idx.Namespaces[ns]
+				w.Tenant = tenantOf(ns)
 				work[j] = w
 			}
 			n.Work = work
 		}
-		out[i] = n
+		nodes[i] = n
 	}
-	return out
+	o.Demand, o.Pods, o.Nodes = demand, pods, nodes
+	return o
 }
 
 // Release cordons node with the owner taint and drains it for at most one

@@ -79,7 +79,7 @@ func TestObserveStaleWhenRBACRevoked(t *testing.T) {
 		_, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil, nil
 	})
-	o, err := NewObserver(client, Config{NamespaceIsTenant: true, StaleAfter: 2 * time.Second}, testLogger(t))
+	o, err := NewObserver(client, Config{StaleAfter: 2 * time.Second}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestObserveStaleWhenAPIServerUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := NewObserver(client, Config{NamespaceIsTenant: true, StaleAfter: 2 * time.Second}, testLogger(t))
+	o, err := NewObserver(client, Config{StaleAfter: 2 * time.Second}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/k8s"
 )
 
@@ -57,7 +59,6 @@ func runInspectK8s(ctx context.Context, e env, args []string) error {
 		tenants = append(tenants, s)
 		return nil
 	})
-	nsIsTenant := fs.Bool("namespace-tenants", true, "treat an unmapped namespace as a tenant of its own name (false: report it as having no tenant)")
 	modelLabel := fs.String("gpu-model-label", "", "node label holding the GPU model (default "+k8s.DefaultGPUModelLabel+")")
 	asJSON := fs.Bool("json", false, "print JSON: {\"pods\": [...], \"nodes\": [...]}")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
@@ -67,7 +68,10 @@ func runInspectK8s(ctx context.Context, e env, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("takes no arguments, got %q", fs.Args())
 	}
-	cfg := k8s.Config{NamespaceTenants: map[string]string{}, NamespaceIsTenant: *nsIsTenant, GPUModelLabel: *modelLabel}
+	cfg := k8s.Config{GPUModelLabel: *modelLabel}
+	// Tenants map namespaces through broker.NewTenantIndex, as in serve:
+	// the configuration's tenants, and one tenant per --tenant mapping.
+	var known []broker.Tenant
 	if *configPath != "" {
 		c, err := loadConfig(*configPath)
 		if err != nil {
@@ -80,15 +84,19 @@ func runInspectK8s(ctx context.Context, e env, args []string) error {
 			cfg.GPUModelLabel = c.file.Kubernetes.GPUModelLabel
 		}
 		cfg.SchedulerNames = c.file.Kubernetes.SchedulerNames
-		cfg.NamespaceTenants = k8s.TenantsFromBroker(c.tenants)
+		known = slices.Clone(c.tenants)
 	}
 	for _, m := range tenants {
 		ns, tenant, ok := strings.Cut(m, "=")
 		if !ok || ns == "" || tenant == "" {
 			return usagef("--tenant %q: want NAMESPACE=TENANT", m)
 		}
-		cfg.NamespaceTenants[ns] = tenant
+		if !broker.ValidName(ns) || !broker.ValidName(tenant) {
+			return usagef("--tenant %q: namespace and tenant must be lowercase DNS labels", m)
+		}
+		known = mapNamespace(known, ns, tenant)
 	}
+	idx := broker.NewTenantIndex(known)
 
 	var rc *rest.Config
 	var err error
@@ -118,10 +126,29 @@ func runInspectK8s(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("inspect k8s: %w", err)
 	}
+	obs = k8s.MapTenants(obs, idx)
 	if *asJSON {
 		return printK8sJSON(e, obs)
 	}
 	return printK8sTable(e, obs)
+}
+
+// mapNamespace gives namespace ns to tenant (a new record if no tenant has
+// that name), taking it from any other tenant, so a --tenant flag wins over
+// the configuration.
+func mapNamespace(tenants []broker.Tenant, ns, tenant string) []broker.Tenant {
+	found := false
+	for i := range tenants {
+		t := &tenants[i]
+		t.Namespaces = slices.DeleteFunc(slices.Clone(t.Namespaces), func(n string) bool { return n == ns })
+		if t.Name == tenant {
+			t.Namespaces, found = append(t.Namespaces, ns), true
+		}
+	}
+	if !found {
+		tenants = append(tenants, broker.Tenant{Name: tenant, Namespaces: []string{ns}})
+	}
+	return tenants
 }
 
 func k8sNodesJSON(obs k8s.Observation) []k8sNodeJSON {

@@ -96,7 +96,7 @@ func TestInspectK8s(t *testing.T) {
 		t.Errorf("nodes = %+v", got.Nodes)
 	}
 
-	code, out, errOut = runCLI(t, nil, "inspect", "k8s", "--kubeconfig", env.Kubeconfig, "--namespace-tenants=false")
+	code, out, errOut = runCLI(t, nil, "inspect", "k8s", "--kubeconfig", env.Kubeconfig)
 	if code != 0 {
 		t.Fatalf("table: exit %d: %s", code, errOut)
 	}

@@ -54,7 +54,7 @@ func openApp(ctx context.Context, cfg app.Config) (*app.Main, error) {
 // kubeConfig is the adapter configuration from the file's kubernetes
 // section; startup taints listed there are added to the built-in ones.
 func kubeConfig(kc kubernetesConfig) k8s.Config {
-	cfg := k8s.Config{NamespaceIsTenant: true, GPUModelLabel: kc.GPUModelLabel, SchedulerNames: kc.SchedulerNames,
+	cfg := k8s.Config{GPUModelLabel: kc.GPUModelLabel, SchedulerNames: kc.SchedulerNames,
 		GPUNodeLabels: kc.GPUNodeLabels, StaleAfter: kc.StaleAfter.D()}
 	if len(kc.StartupTaints) > 0 {
 		cfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), kc.StartupTaints...)

@@ -39,7 +39,7 @@ func TestSimulatorDrivesTheAdapter(t *testing.T) {
 	if err := c.EnsurePriorityClass(ctx, "high-priority-training", 1000000); err != nil {
 		t.Fatal(err)
 	}
-	obs, err := k8s.NewObserver(c.Client(), k8s.Config{NamespaceTenants: map[string]string{"default": "training"}}, nil)
+	obs, err := k8s.NewObserver(c.Client(), k8s.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

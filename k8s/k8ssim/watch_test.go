@@ -155,7 +155,7 @@ func TestInformerSyncsALargeCluster(t *testing.T) {
 	c := k8ssim.New(k8ssim.Config{})
 	runningPods(ctx, t, c, 500)
 
-	obs, err := k8s.NewObserver(c.Client(), k8s.Config{NamespaceTenants: map[string]string{"default": "training"}}, nil)
+	obs, err := k8s.NewObserver(c.Client(), k8s.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

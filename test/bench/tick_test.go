@@ -137,7 +137,7 @@ func newWorld(tb testing.TB, nodes, demands int) *world {
 	// admin port here).
 	m, err := app.Open(ctx, app.Config{Store: st, Policy: broker.DefaultPolicy(),
 		YARN:       app.YARNConfig{Client: yc},
-		Kubernetes: app.KubernetesConfig{Client: kc.Client(), Adapter: k8s.Config{NamespaceIsTenant: true}, DrainStep: time.Second},
+		Kubernetes: app.KubernetesConfig{Client: kc.Client(), Adapter: k8s.Config{}, DrainStep: time.Second},
 		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: endpoint,
 			Credentials: credentials.NewStaticCredentialsProvider("bench", "bench", ""),
 			Pools:       []cloud.PoolConfig{{Name: "gpu", GPUsPerNode: 8, GPUModel: "A100"}}},

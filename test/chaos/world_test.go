@@ -389,7 +389,7 @@ func newWorld(t *testing.T, ctx context.Context, pg *pgServer, seed uint64) *wor
 		}
 	}
 	go w.kc.Run(ctx, 200*time.Millisecond)
-	w.kcfg = k8s.Config{NamespaceIsTenant: true, GPUNodeLabels: map[string]string{"infra-type": "gpu"}, StaleAfter: 5 * time.Second}
+	w.kcfg = k8s.Config{GPUNodeLabels: map[string]string{"infra-type": "gpu"}, StaleAfter: 5 * time.Second}
 
 	// The cloud: booted machines join Kubernetes, and YARN as excluded
 	// NodeManagers, until the broker hands them over.

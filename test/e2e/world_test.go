@@ -256,7 +256,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 	minN, maxN := 0, o.maxNodes
-	kcfg := k8s.Config{NamespaceIsTenant: true, GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
+	kcfg := k8s.Config{GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
 	if len(o.extra.startupTaints) > 0 {
 		kcfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), o.extra.startupTaints...)
 	}
