@@ -229,3 +229,55 @@ func TestRuntimePreemptAcrossGivesCordonedK8sNodeBackWhenEvictionNeverEnds(t *te
 		t.Fatalf("k1 cordoned %v, k8s admitted %v, yarn admitted %v: want k1 uncordoned on k8s", w.k8s.released["k1"], w.k8s.admitted, w.yarn.admitted)
 	}
 }
+
+// TestRuntimePreemptAcrossEndsTheVictimAppsRetry: the container the RM
+// places in the space a victim freed belongs to the victim's own
+// application (it asks again for what it lost). That is the preempted
+// work, not work that landed: the release shortens YARN's timeout and the
+// node is handed over, rather than the preemption waiting for its deadline
+// and starting again on every retry (seen on the real control plane with
+// yarnsim: TestPreemptionByPodRecordsWorkLost).
+func TestRuntimePreemptAcrossEndsTheVictimAppsRetry(t *testing.T) {
+	const app = "application_1700000000000_0001"
+	w := newRTWorld(t, 1)
+	w.yarnHost("y1", broker.Workload{Source: broker.SourceYARN, Key: "container_1700000000000_0001_01_000002",
+		Name: "container_1700000000000_0001_01_000002", App: app, Tenant: "training",
+		GPUs: 4, Preemptible: true, Class: broker.WorkBatch, StartedAt: t0.Add(-2 * time.Hour), CheckpointAge: -1})
+	ys := racingYARN{&attritionSide{rtSide: w.yarn}}
+	r := w.runtimeWith(ys, ys)
+	w.k8s.submit(trainingPod("elastic-gpu-training", 2, 1000000))
+	// The victim's application asks again; its next container lands on y1
+	// as soon as the victim is gone.
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "container_1700000000000_0001_01_000003",
+		Name: "container_1700000000000_0001_01_000003", Tenant: "training", Queue: "root.training", GPUsPerUnit: 4, Units: 1})
+	w.tick(r)
+	for i := 0; i < 40; i++ {
+		w.clock.Add(5 * time.Second)
+		w.tick(r)
+		if ops := w.ledger.opsOf(broker.ActPreempt); len(ops) > 0 && ops[0].State.Terminal() {
+			break
+		}
+	}
+	ops := w.ledger.opsOf(broker.ActPreempt)
+	if len(ops) != 1 || ops[0].State != broker.OpDone {
+		t.Fatalf("preemptions %+v: want one, done with the node handed over", ops)
+	}
+	if n, zero := ys.allZero(); n == 0 || zero {
+		t.Fatalf("YARN release deadlines %v: want the infinite timeout first, then the finite one for the victim app's retry", ys.deadlines)
+	}
+	if !slices.Contains(w.k8s.admitted, "y1") {
+		t.Fatalf("k8s admitted %v: want y1 handed to Kubernetes", w.k8s.admitted)
+	}
+}
+
+func TestAppOfContainer(t *testing.T) {
+	for id, want := range map[string]string{
+		"container_1700000000000_0001_01_000003":     "application_1700000000000_0001",
+		"container_e17_1700000000000_0042_02_000001": "application_1700000000000_0042",
+		"3 containers": "", "container_1_2": "", "": "",
+	} {
+		if got := appOfContainer(id); got != want {
+			t.Errorf("appOfContainer(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
