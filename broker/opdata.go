@@ -70,15 +70,10 @@ type OpData struct {
 	// node back and ends cancelled.
 	Cancel bool `json:"cancel,omitempty"`
 	// SetAt is when the desired capacity was set.
-	SetAt   time.Time  `json:"set_at,omitzero"`
-	Victims []Workload `json:"victims,omitempty"`
-	// VictimApps are the YARN applications of a preemption's victims,
-	// kept after the victims are stopped: a container of one of them that
-	// the RM placed in the space its victim freed is that application's
-	// preempted work, not work that landed.
-	VictimApps []string `json:"victim_apps,omitempty"`
-	Remaining  []string `json:"remaining,omitempty"`
-	BlockedBy  string   `json:"blocked_by,omitempty"`
+	SetAt     time.Time  `json:"set_at,omitzero"`
+	Victims   []Workload `json:"victims,omitempty"`
+	Remaining []string   `json:"remaining,omitempty"`
+	BlockedBy string     `json:"blocked_by,omitempty"`
 	// Attrition releases the node without evicting anything (attrition.go);
 	// CancelReason is why a pending attrition was cancelled.
 	Attrition    bool   `json:"attrition,omitempty"`

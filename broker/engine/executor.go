@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -615,11 +614,6 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 			s.data.Prepared = true
 			s.op = s.save()
 		}
-		for _, w := range s.data.Victims {
-			if w.Source == broker.SourceYARN && w.App != "" && !slices.Contains(s.data.VictimApps, w.App) {
-				s.data.VictimApps = append(s.data.VictimApps, w.App)
-			}
-		}
 		for len(s.data.Victims) > 0 {
 			w := s.data.Victims[0]
 			act := r.actions[w.Source]
@@ -698,35 +692,6 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []broker.Poo
 	}
 	s.data.SetAt, s.data.SetTo = s.now, target
 	return s.moveTo(broker.StepAwaitInstances)
-}
-
-// victimWorkOnly reports whether every remaining container (its id, as the
-// YARN side lists them) belongs to one of apps; none remaining is true. A
-// remaining entry that is no container id (a count) is not.
-func victimWorkOnly(remaining, apps []string) bool {
-	for _, c := range remaining {
-		if !slices.Contains(apps, appOfContainer(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// appOfContainer is the application id of a YARN container id
-// (container_[e<epoch>_]<cluster>_<app>_<attempt>_<n>), or "".
-func appOfContainer(id string) string {
-	rest, ok := strings.CutPrefix(id, "container_")
-	if !ok {
-		return ""
-	}
-	parts := strings.Split(rest, "_")
-	if len(parts) == 5 && strings.HasPrefix(parts[0], "e") {
-		parts = parts[1:]
-	}
-	if len(parts) != 4 {
-		return ""
-	}
-	return "application_" + parts[0] + "_" + parts[1]
 }
 
 // handBack ends a scale-up whose pool backs off (the provider could not
@@ -835,10 +800,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			// the same.
 			r.log.Warn("yarn release without a timeout refused; releasing with the drain deadline", "op", op.ID, "node", op.Node, "err", err)
 			st, err = act.Release(ctx, op.Node, s.data.Deadline)
-		case yarnPreempt && err == nil && !st.Drained && st.Unknown == "" && st.BlockedBy == "" && victimWorkOnly(st.Remaining, s.data.VictimApps):
-			// Nothing runs there but the victims' own applications (their
-			// retries, which the RM placed in the space their victim
-			// freed): the finite timeout cuts off only the preempted work.
+		case yarnPreempt && err == nil && !st.Drained && st.Unknown == "" && st.BlockedBy == "" && len(st.Remaining) == 0:
 			st, err = act.Release(ctx, op.Node, s.data.Deadline)
 		}
 		if err != nil {
