@@ -773,36 +773,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			s.data.Released = append(s.data.Released, o)
 			continue
 		}
-		data := s.data
-		yarnPreempt := op.Kind == broker.ActPreempt && side == broker.SourceYARN
-		if yarnPreempt {
-			// IMPORTANT: a preemption's victims are gone by now (the evict
-			// step), and the node stayed schedulable on YARN while they
-			// stopped (the RM drops container signals to a decommissioning
-			// node): a container running there now landed after the plan
-			// and is no victim. The release starts with the zero deadline,
-			// YARN's infinite graceful timeout: the RM places nothing more
-			// on the node and kills nothing; work that landed keeps the
-			// node until it ends or the op's deadline gives the node back.
-			// Only once the decommissioning node runs no container is the
-			// timeout shortened to the finite one, which then cuts nothing
-			// off and ends the RM's wait for the victims' applications
-			// (found by test/chaos, seed 5: a finite timeout set at once
-			// killed a container placed in the space the victim freed).
-			data.Deadline = time.Time{}
-		}
-		st, err := r.releaseStep(ctx, act, side, op.Node, data, policy, s.now)
-		switch {
-		case yarnPreempt && err != nil && ctx.Err() == nil:
-			// An exclude file in the plain form holds no timeouts (the RM
-			// applies its default to every host) and refuses the infinite
-			// one: release with the finite deadline, as there it means
-			// the same.
-			r.log.Warn("yarn release without a timeout refused; releasing with the drain deadline", "op", op.ID, "node", op.Node, "err", err)
-			st, err = act.Release(ctx, op.Node, s.data.Deadline)
-		case yarnPreempt && err == nil && !st.Drained && st.Unknown == "" && st.BlockedBy == "" && len(st.Remaining) == 0:
-			st, err = act.Release(ctx, op.Node, s.data.Deadline)
-		}
+		st, err := r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
 		if err != nil {
 			return s.retry(err)
 		}
