@@ -268,6 +268,9 @@ type rtCloud struct {
 	// the adapter does when one group's describe fails.
 	failAll error
 	stale   map[string]string
+	// staleWithLast reports a stale pool as the cloud adapter does: its
+	// last good state (instances, desired capacity, backoff) marked stale.
+	staleWithLast bool
 	// launchLater makes SetDesired only set the desired capacity, as a
 	// real group does; launch then starts the missing instances.
 	launchLater bool
@@ -306,7 +309,8 @@ func (c *rtCloud) Pools(context.Context) ([]broker.PoolState, error) {
 	}
 	var out []broker.PoolState
 	for _, p := range c.pools {
-		if why, ok := c.stale[p.Pool.Name]; ok {
+		why, stale := c.stale[p.Pool.Name]
+		if stale && !c.staleWithLast {
 			out = append(out, broker.PoolState{Pool: p.Pool, Stale: why})
 			continue
 		}
@@ -315,6 +319,7 @@ func (c *rtCloud) Pools(context.Context) ([]broker.PoolState, error) {
 		if until, ok := c.backoffUntil[p.Pool.Name]; ok {
 			cp.BackoffUntil, cp.BackoffReason = until, "InsufficientInstanceCapacity"
 		}
+		cp.Stale = why
 		out = append(out, cp)
 	}
 	slices.SortFunc(out, func(a, b broker.PoolState) int { return comparePoolStates(&a, &b) })

@@ -685,3 +685,48 @@ func TestRuntimeScaleUpHandsBackWhatDidNotLaunch(t *testing.T) {
 		t.Fatalf("scale-ups %+v: want exactly one open after the backoff", w.ledger.opsOf(broker.ActScaleUp))
 	}
 }
+
+// TestRuntimeHandBackKeepsLaunchedMachinesAndNeedsAFreshPool: the hand-back
+// lowers the desired capacity only by the machines that never launched —
+// never below the machines that exist (a lower desired capacity makes the
+// group terminate one) — and never on a pool the cloud cannot show now
+// (stale: whether the order launched is unknown).
+func TestRuntimeHandBackKeepsLaunchedMachinesAndNeedsAFreshPool(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.cloud.launchLater = true
+	w.cloud.now = w.clock.Now
+	w.k8s.submit(trainingPod("p1", 4, 0))
+	w.k8s.submit(trainingPod("p2", 4, 0))
+	r := w.runtime()
+	w.ticks(r, 2, 2*time.Second)
+	if got := w.cloud.setCalls; len(got) != 1 || got[0] != 2 {
+		t.Fatalf("SetDesired %v: want one scale-up to 2 nodes", got)
+	}
+	// One of the two machines launches, then the group backs off; the
+	// cloud cannot be read for a while.
+	w.cloud.mu.Lock()
+	p := w.cloud.pools[rtPool]
+	p.Instances = append(p.Instances, broker.Instance{ID: "i-1", Hostname: "node-i-1", Phase: broker.PhaseBooting})
+	w.cloud.stale = map[string]string{rtPool: "describe failed"}
+	w.cloud.staleWithLast = true
+	w.cloud.mu.Unlock()
+	w.cloud.backoffUntil = map[string]time.Time{rtPool: w.clock.Now().Add(5 * time.Minute)}
+	w.ticks(r, 2, 2*time.Second)
+	if got := w.cloud.setCalls; len(got) != 1 {
+		t.Fatalf("SetDesired %v on a stale pool: nothing may be handed back while the pool is unknown", got)
+	}
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 1 || ups[0].State.Terminal() {
+		t.Fatalf("scale-ups %+v: want the one still open while the pool is stale", ups)
+	}
+	w.cloud.mu.Lock()
+	w.cloud.stale = nil
+	w.cloud.mu.Unlock()
+	w.ticks(r, 2, 2*time.Second)
+	ups := w.ledger.opsOf(broker.ActScaleUp)
+	if len(ups) != 1 || ups[0].State != broker.OpFailed || !strings.Contains(ups[0].LastError, "handed back from 2 to 1") {
+		t.Fatalf("scale-ups %+v: want it failed, handing back only the machine that did not launch", ups)
+	}
+	if got := w.cloud.setCalls; len(got) != 2 || got[1] != 1 || len(w.cloud.terminated) != 0 {
+		t.Fatalf("SetDesired %v, terminated %v: want the hand-back to 1 (the machine that exists), none terminated", got, w.cloud.terminated)
+	}
+}
