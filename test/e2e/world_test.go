@@ -131,6 +131,9 @@ type worldOptions struct {
 	namespace  string
 	bootDelay  time.Duration
 	preemption bool
+	// logTap, when set, sees every record the broker logs, debug too
+	// (TestHeadlineLatency's per-tick timings), before the level filter.
+	logTap func(slog.Record)
 	// extra shapes the safety scenarios (safety_test.go).
 	extra safetyOptions
 }
@@ -139,7 +142,11 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: testLogLevel()}))
+	var handler slog.Handler = slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: testLogLevel()})
+	if o.logTap != nil {
+		handler = tapHandler{Handler: handler, tap: o.logTap}
+	}
+	log := slog.New(handler)
 	url := pg.NewDatabase(t, store.Migrate)
 	st, err := store.Open(ctx, store.Config{URL: url})
 	if err != nil {
@@ -358,6 +365,31 @@ func (w *world) desired() int {
 		w.t.Fatalf("group %s is gone", poolName)
 	}
 	return st.Desired
+}
+
+// tapHandler hands every record to tap and passes those its handler
+// enables on to it.
+type tapHandler struct {
+	slog.Handler
+	tap func(slog.Record)
+}
+
+func (h tapHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h tapHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.tap(r)
+	if !h.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h tapHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return tapHandler{Handler: h.Handler.WithAttrs(as), tap: h.tap}
+}
+
+func (h tapHandler) WithGroup(name string) slog.Handler {
+	return tapHandler{Handler: h.Handler.WithGroup(name), tap: h.tap}
 }
 
 type testWriter struct{ t *testing.T }

@@ -45,7 +45,11 @@ func (e *Env) AddNode(ctx context.Context, s NodeSpec) (*corev1.Node, error) {
 		"kubernetes.io/hostname": s.Name,
 		"kubernetes.io/os":       "linux",
 		"kubernetes.io/arch":     "amd64",
-		"type":                   "kwok",
+		// A kubelet sets the beta labels too; without them the node
+		// lifecycle controller adds them with a GET and a PATCH per node.
+		"beta.kubernetes.io/os":   "linux",
+		"beta.kubernetes.io/arch": "amd64",
+		"type":                    "kwok",
 	}
 	if s.Model != "" {
 		labels["nvidia.com/gpu.product"] = s.Model
