@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -251,15 +252,7 @@ func (m *ReadModel) share(ctx context.Context, key string, fn func(ctx context.C
 	}
 	m.mu.Unlock()
 	if compute {
-		sv.v, sv.err = fn(context.WithoutCancel(ctx))
-		if sv.err != nil {
-			m.mu.Lock()
-			if m.shared[key] == sv {
-				delete(m.shared, key)
-			}
-			m.mu.Unlock()
-		}
-		close(sv.ready)
+		m.compute(key, sv, func() (any, error) { return fn(context.WithoutCancel(ctx)) })
 	}
 	select {
 	case <-sv.ready:
@@ -269,9 +262,31 @@ func (m *ReadModel) share(ctx context.Context, key string, fn func(ctx context.C
 	}
 }
 
+// compute fills sv with fn's value and publishes it; on an error (or a
+// panic, which goes on up to the recoverer) it drops sv, so the next
+// request computes the value again.
+func (m *ReadModel) compute(key string, sv *sharedValue, fn func() (any, error)) {
+	sv.err = fmt.Errorf("compute %s: did not finish", key)
+	defer func() {
+		if sv.err != nil {
+			m.mu.Lock()
+			if m.shared[key] == sv {
+				delete(m.shared, key)
+			}
+			m.mu.Unlock()
+		}
+		close(sv.ready)
+	}()
+	sv.v, sv.err = fn()
+}
+
 // fill computes a with the route's handler and publishes it.
 func (m *ReadModel) fill(a *answer, next http.Handler, r *http.Request) {
-	r = r.WithContext(context.WithValue(r.Context(), genKey{}, a.gen))
+	// IMPORTANT: every request of the generation waits for this answer,
+	// so the client that happens to compute it going away must not cancel
+	// it: a canceled store read answers nothing, which was kept as an
+	// empty 200 for the whole generation.
+	r = r.WithContext(context.WithValue(context.WithoutCancel(r.Context()), genKey{}, a.gen))
 	rec := &recorder{header: http.Header{}}
 	defer func() {
 		a.status, a.header, a.body = rec.status, rec.header, rec.body.Bytes()
