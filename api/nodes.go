@@ -68,6 +68,17 @@ func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if pool != "" {
+		// Every node's pool is a stored pool (a foreign key): another
+		// name is a typo, not an empty pool.
+		if _, err := s.st.GetPool(r.Context(), pool); errors.Is(err, broker.ErrNotFound) {
+			s.fail(w, r, broker.Invalid("pool", "names no pool, got %q; GET /api/v1/pools lists them", pool))
+			return
+		} else if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	ns, err := s.nodeList(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
