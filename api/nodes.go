@@ -1,13 +1,19 @@
 package api
 
 import (
+	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/store"
 )
 
 // nodeView is a node with its free GPUs and whether it is capacity on its way.
@@ -31,33 +37,132 @@ func phaseNames() []string {
 	return out
 }
 
+// Pages of GET /nodes: 500 nodes unless limit says otherwise (kubectl's
+// default chunk size), at most store.MaxPageSize.
+const (
+	defaultNodePage = 500
+	maxNodePage     = store.MaxPageSize
+)
+
+// listNodes pages the nodes by name. Every page of a read-model generation
+// is cut from one node list (nodeList), so following next within a
+// generation reads each node once; the cursor is the last name, so a
+// page of a later generation goes on after it without repeating or
+// skipping a node that stayed.
 func (s *server) listNodes(w http.ResponseWriter, r *http.Request) {
-	p := queryParams(r, "owner", "phase", "pool")
+	p := queryParams(r, "owner", "phase", "pool", "healthy", "limit", "after")
 	owner := p.oneOf("owner", ownerNames...)
 	phase := p.oneOf("phase", phaseNames()...)
 	pool := p.str("pool")
+	healthy := p.oneOf("healthy", "true", "false")
+	limit := nodePageLimit(p)
+	after := p.str("after")
+	if after != "" && p.err == nil {
+		after, p.err = decodeNodeCursor(after)
+	}
 	if p.err != nil {
 		s.fail(w, r, p.err)
 		return
-	}
-	ns, err := s.st.ListNodes(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	out := list[nodeView]{Items: []nodeView{}}
-	for _, n := range ns {
-		if (owner != "" && string(n.Owner) != owner) || (phase != "" && string(n.Phase) != phase) || (pool != "" && n.Pool != pool) {
-			continue
-		}
-		out.Items = append(out.Items, viewNode(n))
 	}
 	sc, ok := s.scoped(w, r)
 	if !ok {
 		return
 	}
+	if pool != "" {
+		// Every node's pool is a stored pool (a foreign key): another
+		// name is a typo, not an empty pool.
+		if _, err := s.st.GetPool(r.Context(), pool); errors.Is(err, broker.ErrNotFound) {
+			s.fail(w, r, broker.Invalid("pool", "names no pool, got %q; GET /api/v1/pools lists them", pool))
+			return
+		} else if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	ns, err := s.nodeList(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// ns is sorted by name: the page starts after the cursor's name.
+	i, _ := slices.BinarySearchFunc(ns, after, func(n broker.Node, name string) int { return strings.Compare(n.Name, name) })
+	out := list[nodeView]{Items: []nodeView{}}
+	for ; i < len(ns); i++ {
+		n := ns[i]
+		if n.Name <= after || (owner != "" && string(n.Owner) != owner) || (phase != "" && string(n.Phase) != phase) ||
+			(pool != "" && n.Pool != pool) || (healthy != "" && strconv.FormatBool(nodeHealthy(n)) != healthy) {
+			continue
+		}
+		if len(out.Items) == limit {
+			out.Next = encodeNodeCursor(out.Items[limit-1].Name)
+			break
+		}
+		out.Items = append(out.Items, viewNode(n))
+	}
 	out.Items = filterNodes(sc, out.Items)
 	writeJSON(w, http.StatusOK, out)
+}
+
+// nodeHealthy is what healthy= filters on: the agent reports no XID or ECC
+// failures and the node's side does not report it down (as the
+// gpubroker_node_unhealthy metric).
+func nodeHealthy(n broker.Node) bool { return n.Healthy && n.Down == "" }
+
+// nodePageLimit reads the page size of /nodes.
+func nodePageLimit(p *params) int {
+	n, ok := p.int64("limit")
+	if !ok {
+		return defaultNodePage
+	}
+	if (n < 1 || n > maxNodePage) && p.err == nil {
+		p.err = broker.Invalid("limit", "must be between 1 and %d nodes per page (default %d), got %d; follow next for more",
+			maxNodePage, defaultNodePage, n)
+	}
+	return int(n)
+}
+
+// nodeCursorPrefix marks a /nodes cursor, so that another list's cursor
+// or a made-up string is refused rather than read as a name.
+const nodeCursorPrefix = "node:"
+
+func encodeNodeCursor(name string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(nodeCursorPrefix + name))
+}
+
+func decodeNodeCursor(c string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	name, ok := strings.CutPrefix(string(b), nodeCursorPrefix)
+	if err != nil || !ok || name == "" {
+		return "", broker.Invalid("after", "is not the next cursor of a previous /nodes page; start again without after")
+	}
+	return name, nil
+}
+
+// nodeList is every node that is not gone, sorted by name: one store read
+// per read-model generation (ReadModel.share), or per request without a
+// read model.
+func (s *server) nodeList(ctx context.Context) ([]broker.Node, error) {
+	load := func(ctx context.Context) (any, error) {
+		ns, err := s.st.ListNodes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Byte order, as the cursor compares; the store's ORDER BY may
+		// follow a collation.
+		slices.SortFunc(ns, func(a, b broker.Node) int { return strings.Compare(a.Name, b.Name) })
+		return ns, nil
+	}
+	var v any
+	var err error
+	if m := s.cfg.ReadModel; m != nil {
+		v, err = m.share(ctx, "nodes", load)
+	} else {
+		v, err = load(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v.([]broker.Node), nil
 }
 
 // nodeDetail is one node with its agent's latest report (null if none).

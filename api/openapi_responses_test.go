@@ -51,6 +51,9 @@ func TestOpenAPIResponsesMatch(t *testing.T) {
 		{"GET", "/api/v1/demand/mesos%2Fx/why", "viewer", "", nil},    // 400
 		{"GET", "/api/v1/nodes", "viewer", "", nil},
 		{"GET", "/api/v1/nodes?owner=mesos", "viewer", "", nil},
+		{"GET", "/api/v1/nodes?limit=1&healthy=true", "viewer", "", nil}, // a page with next
+		{"GET", "/api/v1/nodes?limit=0", "viewer", "", nil},
+		{"GET", "/api/v1/nodes?after=bm9kZS0x", "viewer", "", nil},
 		{"POST", "/api/v1/nodes/ip-10-0-0-1/report", "agent", `{"at":"2026-11-30T12:00:00Z","gpus":[{"index":0,"utilisation":0.5}]}`, nil},
 		{"GET", "/api/v1/nodes/ip-10-0-0-1", "viewer", "", nil},
 		{"GET", "/api/v1/nodes/ip-10-0-0-2", "viewer", "", nil},

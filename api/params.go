@@ -29,8 +29,8 @@ func queryParams(r *http.Request, allowed ...string) *params {
 			p.err = broker.Invalid(name, "must be given once")
 			return p
 		}
-		if len(vs[0]) > maxParamLength {
-			p.err = broker.Invalid(name, "must be at most %d bytes long, got %d", maxParamLength, len(vs[0]))
+		if max := maxLength(name); len(vs[0]) > max {
+			p.err = broker.Invalid(name, "must be at most %d bytes long, got %d", max, len(vs[0]))
 			return p
 		}
 		if vs[0] == "" {
@@ -119,8 +119,10 @@ func (p *params) cursorID(name string) int64 {
 
 // Limits the OpenAPI document states.
 const (
-	// maxParamLength bounds a query parameter's value.
-	maxParamLength = 253
+	// maxParamLength bounds a query parameter's value; maxCursorLength a
+	// cursor's (after), which may hold a name of maxParamLength.
+	maxParamLength  = 253
+	maxCursorLength = 1024
 	// maxGPUs bounds GPU counts (tenant quotas, policy limits); the default
 	// cluster_max_gpus is this bound.
 	maxGPUs = 1 << 20
@@ -130,6 +132,14 @@ const (
 	maxListItems  = 256
 	maxItemLength = 255
 )
+
+// maxLength bounds the value of the query parameter name.
+func maxLength(name string) int {
+	if name == "after" {
+		return maxCursorLength
+	}
+	return maxParamLength
+}
 
 // atMost is a field error when v exceeds max.
 func atMost(field string, v, max int64) error {

@@ -3,9 +3,11 @@ package api
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,6 +41,9 @@ type ReadModel struct {
 	entries map[string]*answer // by path and query, of generation entGen
 	entGen  uint64
 	bytes   int
+	// shared are values several answers of generation entGen are cut
+	// from (the node list every page of /nodes is a slice of).
+	shared map[string]*sharedValue
 }
 
 // ReadModelConfig configures a ReadModel.
@@ -66,7 +71,7 @@ func NewReadModel(cfg ReadModelConfig) *ReadModel {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	return &ReadModel{cfg: cfg, id: hex.EncodeToString(id[:]), entries: map[string]*answer{}}
+	return &ReadModel{cfg: cfg, id: hex.EncodeToString(id[:]), entries: map[string]*answer{}, shared: map[string]*sharedValue{}}
 }
 
 // Changed starts a new generation: every answer is computed again on its
@@ -89,6 +94,7 @@ func (m *ReadModel) Notified(payload string) {
 // answer is one computed answer; ready is closed when it is.
 type answer struct {
 	ready  chan struct{}
+	gen    uint64 // the generation it belongs to
 	at     time.Time
 	status int
 	header http.Header
@@ -183,24 +189,104 @@ func cacheKey(r *http.Request) string {
 // compute (compute true). Concurrent misses on one key share one
 // computation.
 func (m *ReadModel) lookup(key string) (a *answer, compute bool) {
-	gen, now := m.gen.Load(), m.cfg.Now()
+	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.entGen != gen {
-		m.entries, m.entGen, m.bytes = map[string]*answer{}, gen, 0
-	}
+	gen := m.gen.Load() // under mu: never older than entGen
+	m.advance(gen)
 	if a := m.entries[key]; a != nil && now.Sub(a.at) < m.cfg.MaxAge {
 		return a, false
 	}
-	a = &answer{ready: make(chan struct{}), at: now}
+	a = &answer{ready: make(chan struct{}), gen: gen, at: now}
 	if m.bytes < m.cfg.MaxBytes {
 		m.entries[key] = a
 	}
 	return a, true
 }
 
+// advance drops what older generations kept once gen is newer; m.mu is
+// held.
+func (m *ReadModel) advance(gen uint64) {
+	if m.entGen < gen {
+		m.entries, m.shared, m.entGen, m.bytes = map[string]*answer{}, map[string]*sharedValue{}, gen, 0
+	}
+}
+
+// genKey carries the generation of the answer a handler computes.
+type genKey struct{}
+
+// sharedValue is one value of a generation; ready is closed when it is
+// computed.
+type sharedValue struct {
+	ready chan struct{}
+	at    time.Time
+	v     any
+	err   error
+}
+
+// share returns the value of key in the generation of the answer being
+// computed on ctx (the current one outside an answer), computing it with
+// fn once per generation (and at most MaxAge old), so every answer of a
+// generation cut from it agrees: every page of /nodes is a slice of one
+// node list. fn runs without ctx's cancellation, since other requests
+// wait for it. An error is not kept.
+func (m *ReadModel) share(ctx context.Context, key string, fn func(ctx context.Context) (any, error)) (any, error) {
+	gen, ok := ctx.Value(genKey{}).(uint64)
+	if !ok {
+		gen = m.gen.Load()
+	}
+	now := m.cfg.Now()
+	m.mu.Lock()
+	m.advance(gen)
+	if m.entGen != gen {
+		// An answer of a generation already replaced: its value would
+		// be dropped at once, so compute it for this answer alone.
+		m.mu.Unlock()
+		return fn(context.WithoutCancel(ctx))
+	}
+	sv := m.shared[key]
+	compute := sv == nil || now.Sub(sv.at) >= m.cfg.MaxAge
+	if compute {
+		sv = &sharedValue{ready: make(chan struct{}), at: now}
+		m.shared[key] = sv
+	}
+	m.mu.Unlock()
+	if compute {
+		m.compute(key, sv, func() (any, error) { return fn(context.WithoutCancel(ctx)) })
+	}
+	select {
+	case <-sv.ready:
+		return sv.v, sv.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// compute fills sv with fn's value and publishes it; on an error (or a
+// panic, which goes on up to the recoverer) it drops sv, so the next
+// request computes the value again.
+func (m *ReadModel) compute(key string, sv *sharedValue, fn func() (any, error)) {
+	sv.err = fmt.Errorf("compute %s: did not finish", key)
+	defer func() {
+		if sv.err != nil {
+			m.mu.Lock()
+			if m.shared[key] == sv {
+				delete(m.shared, key)
+			}
+			m.mu.Unlock()
+		}
+		close(sv.ready)
+	}()
+	sv.v, sv.err = fn()
+}
+
 // fill computes a with the route's handler and publishes it.
 func (m *ReadModel) fill(a *answer, next http.Handler, r *http.Request) {
+	// IMPORTANT: every request of the generation waits for this answer,
+	// so the client that happens to compute it going away must not cancel
+	// it: a canceled store read answers nothing, which was kept as an
+	// empty 200 for the whole generation.
+	r = r.WithContext(context.WithValue(context.WithoutCancel(r.Context()), genKey{}, a.gen))
 	rec := &recorder{header: http.Header{}}
 	defer func() {
 		a.status, a.header, a.body = rec.status, rec.header, rec.body.Bytes()
@@ -210,7 +296,7 @@ func (m *ReadModel) fill(a *answer, next http.Handler, r *http.Request) {
 		sum := sha256.Sum256(a.body)
 		a.etag = `"` + hex.EncodeToString(sum[:12]) + `"`
 		m.mu.Lock()
-		key := r.URL.Path + "?" + r.URL.RawQuery
+		key := cacheKey(r) // as lookup's: a tenant-admin's answer is its tenant's
 		if m.entries[key] == a {
 			if a.status == http.StatusOK {
 				m.bytes += len(a.body)

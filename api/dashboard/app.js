@@ -49,6 +49,24 @@ async function api(path, opts) {
   return body;
 }
 
+// NODE_PAGE is the page size the dashboard reads /nodes in: the API's
+// largest (its default is 500).
+const NODE_PAGE = 1000;
+
+// apiAll reads every page of a paged list (path with a query), following
+// next, and returns the items. A tick between two pages may move a node
+// across them; each node still shows once, since pages go by name.
+async function apiAll(path) {
+  let items = [], next = "";
+  for (let i = 0; i < 200; i++) { // 200,000 nodes: beyond any pool's bound
+    const page = await api(path + (next ? "&after=" + encodeURIComponent(next) : ""));
+    items = items.concat(page.items);
+    next = page.next || "";
+    if (!next) break;
+  }
+  return items;
+}
+
 // me is the signed-in token (GET /whoami): its role decides which actions
 // the dashboard offers; the API decides what is allowed.
 let me = { role: "viewer", tenant: "" };
@@ -613,7 +631,7 @@ async function refresh() {
   try {
     const sc = scope(), q = sc ? "&tenant=" + encodeURIComponent(sc) : "";
     const [cap, series, nodes, demand, decisions, openOps, failedOps, tenantList, pol, preempts] = await Promise.all([
-      api("/capacity"), api("/capacity/series?window=" + SERIES_WINDOW), api("/nodes"),
+      api("/capacity"), api("/capacity/series?window=" + SERIES_WINDOW), apiAll("/nodes?limit=" + NODE_PAGE),
       api("/demand?limit=1000" + q), api("/decisions?limit=20" + q),
       api("/ops?state=open&limit=20"), api("/ops?state=failed&limit=10"),
       api("/tenants"), api("/policy"), api("/decisions?kind=preempt&limit=10" + q)]);
@@ -623,7 +641,7 @@ async function refresh() {
     renderSides(cap, pending);
     renderPools(cap);
     renderDemandGroups(pending);
-    renderNodes(nodes.items);
+    renderNodes(nodes);
     renderDemand(pending);
     renderDecisions(decisions);
     renderOps(openOps, failedOps);

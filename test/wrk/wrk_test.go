@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,6 +28,7 @@ var (
 	clients  = flag.Int("wrk.clients", 50, "concurrent connections (-wrk.full: 200)")
 	binary   = flag.String("wrk.bin", "", "drive this gpubroker binary instead of building the tree's (e.g. an older build, for a before figure)")
 	duration = flag.Duration("wrk.duration", time.Second, "how long wrk drives each route (-wrk.full: 10s)")
+	only     = flag.String("wrk.routes", "", "drive only the routes this regular expression matches (e.g. nodes)")
 )
 
 var pg *pgtest.Server
@@ -73,7 +75,17 @@ func TestReadAPIUnderWrk(t *testing.T) {
 	base := srv.URL
 
 	auth := "Authorization: Bearer " + viewer
-	routes := []string{"/api/v1/capacity", "/api/v1/demand?limit=100", "/api/v1/demand?tenant=tenant-3&min_wait=1m&limit=50", "/api/v1/nodes"}
+	// /nodes is its default page (500 nodes; the whole list from a
+	// binary before paging) and its largest.
+	routes := []string{"/api/v1/capacity", "/api/v1/demand?limit=100", "/api/v1/demand?tenant=tenant-3&min_wait=1m&limit=50",
+		"/api/v1/nodes", "/api/v1/nodes?limit=1000"}
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			t.Fatalf("-wrk.routes: %v", err)
+		}
+		routes = slices.DeleteFunc(routes, func(r string) bool { return !re.MatchString(r) })
+	}
 	t.Logf("wrk %s, %d connections, %s per route, %d demands, %d nodes", wrkVersion(wrk), *clients, *duration, *demandN, *nodesN)
 	t.Logf("%-72s %9s %9s %8s %8s", "route", "p50", "p99", "req/s", "MB/s")
 	for _, route := range routes {
@@ -104,7 +116,7 @@ func TestReadAPIUnderWrk(t *testing.T) {
 			if r.non2xx > 0 || r.socketErrs != "" {
 				t.Errorf("%s: %d non-2xx/3xx answers, socket errors %q\n%s", name, r.non2xx, r.socketErrs, res)
 			}
-			t.Logf("%-72s %9s %9s %8.0f %8.1f  (answer %d bytes)", name, r.p50, r.p99, r.rps, r.mbps, size)
+			t.Logf("%-72s %9s %9s %8.0f %8.1f  (answer %d bytes; load average %s)", name, r.p50, r.p99, r.rps, r.mbps, size, loadAverage())
 		}
 	}
 	t.Logf("gpubroker serve peak RSS %d MiB", vmHWM(t, srv.Cmd.Process.Pid)>>20)
@@ -235,6 +247,17 @@ func wrkVersion(wrk string) string {
 	out, _ := exec.Command(wrk, "--version").CombinedOutput() // exits 1
 	line, _, _ := strings.Cut(string(out), "[")
 	return strings.TrimSpace(line)
+}
+
+// loadAverage is the machine's one-minute load average: the figures of a
+// shared machine are read against it.
+func loadAverage() string {
+	raw, _ := os.ReadFile("/proc/loadavg") // Linux; empty elsewhere
+	f := strings.Fields(string(raw))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
 }
 
 // vmHWM is a process's peak resident set size in bytes.
