@@ -577,7 +577,7 @@ func (pl *planner) heldByOrder(d *wdemand, g int) (string, bool) {
 		}
 		for _, op := range d.ops {
 			if op.Kind == ActScaleUp {
-				return fmt.Sprintf("scale-up op %d of pool %s was ordered for it and is still open (step %q), but its capacity no longer fits it (the node ordered for it went to other work); it buys in another pool only once that op has ended, so it is never bought twice",
+				return fmt.Sprintf("scale-up op %d of pool %s was ordered for it and is still open (step %q), but its capacity no longer fits it (the node ordered for it went to other work, or it asks for more now); it buys in another pool only once that op has ended, so it is never bought for twice",
 					op.ID, op.Pool, op.Step), true
 			}
 		}

@@ -23,7 +23,8 @@ import (
 //  3. placement, in admission order: free GPUs of its side, capacity already
 //     ordered for it, idle nodes of the other side, other in-flight capacity,
 //     new nodes, preemption (placement.go, preempt.go); gangs get all their
-//     units or none;
+//     units or none; a node on its way serves one side, and demand an open
+//     scale-up serves buys in no other pool while it is open;
 //  4. unhealthy nodes are replaced and underused nodes reclaimed, offered to
 //     the other side first (scaledown.go).
 //
