@@ -273,6 +273,10 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 		return
 	}
 	reason, detail := pl.diagnose(d, g)
+	why, held := pl.heldByOrder(d, g)
+	if held {
+		reason, detail = WaitInFlight, why
+	}
 	if d.d.NoPreempt && pl.p.Preemption {
 		detail += "; it never preempts other work (preemptionPolicy: Never)"
 	}
@@ -284,6 +288,10 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 	pl.rollback(mark)
 	*d = saved
 	d.reason = WaitGang
+	if held {
+		// It waits for the op that serves it, whole or not.
+		d.reason = WaitInFlight
+	}
 	d.detail = fmt.Sprintf("only %d of the gang's %d units fit; %s: %s", placed, d.d.Units, reason, detail)
 }
 
@@ -357,7 +365,7 @@ func (pl *planner) takeOrdered(d *wdemand, g int) bool {
 		// would buy a second node for the demand (found by test/chaos,
 		// seed 8: the second node idled and was scaled down).
 		other := pl.p.OwnershipTransfer && pl.pools[pi].st.Pool.Sides.Serves(d.d.Source)
-		if pl.takeSlotIn(pi, g, d.d.Source) || other && pl.takeSlotIn(pi, g, "") {
+		if pl.takeSlotIn(pi, g, d.d.Source, other) {
 			if d.firstInflight == "" {
 				d.firstInflight = fmt.Sprintf("op %d scaling pool %s to %d", op.ID, op.Pool, op.Target)
 			}
@@ -367,33 +375,92 @@ func (pl *planner) takeOrdered(d *wdemand, g int) bool {
 	return false
 }
 
-// takeSlot reserves g GPUs on any in-flight node of a matching pool.
+// takeSlot reserves g GPUs on an in-flight node of a matching pool: the
+// best fit of all (pickSlot), so that where a unit waits does not depend on
+// the order of the pools, nor change when another node is ordered.
 func (pl *planner) takeSlot(d *wdemand, g int) bool {
+	bp, bs, br := -1, -1, 0
 	for _, pi := range d.cls.pools {
-		if pl.takeSlotIn(pi, g, d.d.Source) {
-			if d.firstInflight == "" {
-				d.firstInflight = fmt.Sprintf("a node ordered in pool %s", pl.pools[pi].st.Pool.Name)
-			}
-			return true
+		si, r := pl.pickSlot(pi, g, d.d.Source, false)
+		if si < 0 {
+			continue
+		}
+		if bp < 0 || r < br || r == br && pl.pools[pi].slots[si].free < pl.pools[bp].slots[bs].free {
+			bp, bs, br = pi, si, r
 		}
 	}
-	return false
+	if bp < 0 {
+		return false
+	}
+	pl.claimSlot(bp, bs, g, d.d.Source)
+	if d.firstInflight == "" {
+		d.firstInflight = fmt.Sprintf("a node ordered in pool %s", pl.pools[bp].st.Pool.Name)
+	}
+	return true
 }
 
-// takeSlotIn reserves g GPUs on an in-flight node of pool pi that may serve
-// src (any node when src is empty).
-func (pl *planner) takeSlotIn(pi, g int, src Source) bool {
+// takeSlotIn reserves g GPUs of src's demand on an in-flight node of pool
+// pi (pickSlot).
+func (pl *planner) takeSlotIn(pi, g int, src Source, across bool) bool {
+	si, _ := pl.pickSlot(pi, g, src, across)
+	if si < 0 {
+		return false
+	}
+	pl.claimSlot(pi, si, g, src)
+	return true
+}
+
+// pickSlot chooses the in-flight node of pool pi on which src's demand
+// counts g GPUs, and its rank: first (0) a node this plan already counts
+// for src, then (1) one no demand counted on yet that registered with src
+// or with no side, then, when across is set, (2) one that registered with
+// the other side (handed to src once ready); within a rank the one with
+// the fewest free GPUs that fit. It returns -1 when none fits.
+//
+// IMPORTANT: a node serves one side, so once demand of one side counts on a
+// node on its way, the GPUs it leaves there are no capacity for the other
+// side (claimSlot). Counting them for both let demand of both sides wait
+// on one node: when it came up, one side's demand had no capacity and
+// bought again while the scale-up that ordered the node still served it
+// (found by test/chaos, seed 8: the extra node idled and was scaled down).
+func (pl *planner) pickSlot(pi, g int, src Source, across bool) (int, int) {
 	wp := &pl.pools[pi]
-	for i, sl := range wp.slots {
-		if sl.free >= g && (sl.side == "" || src == "" || sl.side == src) {
-			wp.slots[i].free -= g
-			if pl.rec {
-				pl.undo = append(pl.undo, func() { wp.slots[i].free += g })
-			}
-			return true
+	best, rank := -1, 3
+	for i := range wp.slots {
+		sl := &wp.slots[i]
+		if sl.free < g {
+			continue
+		}
+		var r int
+		switch {
+		case sl.serve == src:
+			r = 0
+		case sl.serve != "":
+			continue
+		case sl.side == "" || sl.side == src:
+			r = 1
+		case across:
+			r = 2
+		default:
+			continue
+		}
+		if r < rank || r == rank && sl.free < wp.slots[best].free {
+			best, rank = i, r
 		}
 	}
-	return false
+	return best, rank
+}
+
+// claimSlot counts g GPUs of src's demand on in-flight node si of pool pi,
+// which then serves src alone.
+func (pl *planner) claimSlot(pi, si, g int, src Source) {
+	sl := &pl.pools[pi].slots[si]
+	was := sl.serve
+	sl.free -= g
+	sl.serve = src
+	if pl.rec {
+		pl.undo = append(pl.undo, func() { sl.free += g; sl.serve = was })
+	}
 }
 
 // takeTransfer reserves g GPUs on an idle node of the other side that this
@@ -462,6 +529,9 @@ func (pl *planner) nodeTarget(ni int32) target {
 // takeNew reserves g GPUs on a node this plan already adds to a matching pool.
 func (pl *planner) takeNew(d *wdemand, g int) bool {
 	for _, pi := range d.cls.pools {
+		if !pl.mayBuyIn(d, pi) {
+			continue
+		}
 		wp := &pl.pools[pi]
 		for i, f := range wp.newFree {
 			if f >= g {
@@ -475,6 +545,44 @@ func (pl *planner) takeNew(d *wdemand, g int) bool {
 		}
 	}
 	return false
+}
+
+// mayBuyIn reports whether d may buy nodes in pool pi.
+//
+// IMPORTANT: demand that an open scale-up serves buys in no other pool
+// while that op is open: the planner never buys twice for one demand. The
+// op's pool is allowed (the executor supersedes the open op with the new
+// one, which keeps serving the demand, so one op serves it). When the node
+// ordered for it is gone to other work (new machines join Kubernetes
+// schedulable, and its pods may take a node ordered for YARN demand
+// before it is handed over), the demand waits for the op to end (its
+// pool's machines gpu-ready, or its deadline) and is planned again; free
+// GPUs, idle nodes of the other side, other capacity on its way and
+// preemption still serve it meanwhile.
+func (pl *planner) mayBuyIn(d *wdemand, pi int) bool {
+	return len(d.upPools) == 0 || slices.Contains(d.upPools, pi)
+}
+
+// heldByOrder says, for demand an open scale-up serves and that found no
+// capacity, which op keeps it from buying in a pool that has room for g
+// GPUs per unit (mayBuyIn); false when no such pool would have served it.
+func (pl *planner) heldByOrder(d *wdemand, g int) (string, bool) {
+	if len(d.upPools) == 0 {
+		return "", false
+	}
+	for _, pi := range d.cls.pools {
+		wp := &pl.pools[pi]
+		if pl.mayBuyIn(d, pi) || wp.st.Pool.GPUsPerNode < g || wp.backoff != "" || pl.headroom(pi) == 0 {
+			continue
+		}
+		for _, op := range d.ops {
+			if op.Kind == ActScaleUp {
+				return fmt.Sprintf("scale-up op %d of pool %s was ordered for it and is still open (step %q), but its capacity no longer fits it (the node ordered for it went to other work, or it asks for more now); it buys in another pool only once that op has ended, so it is never bought for twice",
+					op.ID, op.Pool, op.Step), true
+			}
+		}
+	}
+	return "", false
 }
 
 // servePool records that nodes added to pool pi serve d.
@@ -562,7 +670,7 @@ func (pl *planner) expand(d *wdemand, g, need int) (option, bool) {
 	for _, pi := range d.cls.pools {
 		wp := &pl.pools[pi]
 		gpn := wp.st.Pool.GPUsPerNode
-		if gpn < g || wp.backoff != "" {
+		if gpn < g || wp.backoff != "" || !pl.mayBuyIn(d, pi) {
 			continue
 		}
 		h := pl.headroom(pi)

@@ -23,7 +23,8 @@ import (
 //  3. placement, in admission order: free GPUs of its side, capacity already
 //     ordered for it, idle nodes of the other side, other in-flight capacity,
 //     new nodes, preemption (placement.go, preempt.go); gangs get all their
-//     units or none;
+//     units or none; a node on its way serves one side, and demand an open
+//     scale-up serves buys in no other pool while it is open;
 //  4. unhealthy nodes are replaced and underused nodes reclaimed, offered to
 //     the other side first (scaledown.go).
 //
@@ -150,11 +151,15 @@ type wpool struct {
 	downs      int // scale-downs this plan takes
 }
 
-// slot is an in-flight node's capacity: free GPUs, and the side it already
-// registered with (empty when it may still serve either).
+// slot is an in-flight node's capacity: free GPUs, the side it already
+// registered with (empty when it may still serve either), and the side this
+// plan counts it for once any demand counted on it. A node serves one side
+// (each side schedules on its own nodes), so the GPUs one side's demand
+// leaves on it are no capacity for the other side's.
 type slot struct {
-	free int
-	side Source
+	free  int
+	side  Source
+	serve Source
 }
 
 // wdemand is a pending demand in the working copy, with its outcome.
@@ -179,6 +184,10 @@ type wdemand struct {
 	reason                WaitReason
 	detail                string
 	done                  bool // a wait was decided before placement
+
+	// upPools are the pools of the in-flight scale-ups that serve it: while
+	// one is open, the demand buys in no other pool (mayBuyIn).
+	upPools []int
 }
 
 func (d *wdemand) placed() int { return d.free + d.inflight + d.acted }
@@ -414,7 +423,11 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		for _, id := range op.Serves {
 			i, found := slices.BinarySearchFunc(pl.byID, id, func(d *wdemand, id string) int { return cmp.Compare(d.id, id) })
 			if found && !slices.Contains(pl.byID[i].ops, op) {
-				pl.byID[i].ops = append(pl.byID[i].ops, op)
+				d := pl.byID[i]
+				d.ops = append(d.ops, op)
+				if pi, ok := pl.poolIdx[op.Pool]; ok && op.Kind == ActScaleUp && !slices.Contains(d.upPools, pi) {
+					d.upPools = append(d.upPools, pi)
+				}
 			}
 		}
 	}

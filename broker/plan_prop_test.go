@@ -918,3 +918,56 @@ func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 		}
 	}
 }
+
+// TestPropNeverBuysTwiceForOneDemand: demand that an open scale-up serves
+// is served by no scale-up of another pool in the plan (mayBuyIn): one
+// demand is never served by two open scale-ups (the executor supersedes a
+// pool's open scale-up with the new one, so growing the same pool is one).
+// The generated snapshot gets an open scale-up, awaiting its nodes, that
+// serves every demand, in a pool without one (the store's rule).
+func TestPropNeverBuysTwiceForOneDemand(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s, p := genCase(t)
+		if len(s.Demand) > 0 && len(s.Pools) > 0 {
+			ps := rapid.SampledFrom(s.Pools).Draw(t, "order_pool")
+			free := true
+			for _, op := range s.InFlight {
+				free = free && !(op.Kind == ActScaleUp && !op.State.Terminal() && op.Pool == ps.Pool.Name)
+			}
+			if free {
+				order := Op{ID: 99, Kind: ActScaleUp, State: OpRunning, Step: StepAwaitReady, Pool: ps.Pool.Name, Target: ps.Desired}
+				for _, d := range s.Demand {
+					order.Serves = append(order.Serves, d.ID())
+				}
+				s.InFlight = append(s.InFlight, order)
+			}
+		}
+		checkBuysOnce(t, newView(s), p, MakePlan(s, p))
+	})
+}
+
+func checkBuysOnce(t fataler, v *view, _ Policy, plan Plan) {
+	t.Helper()
+	open := map[string]map[string]bool{} // demand -> pools of open scale-ups serving it
+	for _, op := range v.s.InFlight {
+		if op.Kind != ActScaleUp || op.State.Terminal() || v.pools[op.Pool] == nil {
+			continue
+		}
+		for _, id := range op.Serves {
+			if open[id] == nil {
+				open[id] = map[string]bool{}
+			}
+			open[id][op.Pool] = true
+		}
+	}
+	for _, a := range plan.Actions {
+		if a.Kind != ActScaleUp {
+			continue
+		}
+		for _, id := range a.Serves {
+			if pools := open[id]; len(pools) > 0 && !pools[a.Pool] {
+				t.Fatalf("scale-up of %s serves %s, which an open scale-up of %v serves: %+v", a.Pool, id, pools, a)
+			}
+		}
+	}
+}
