@@ -78,6 +78,20 @@ type OpData struct {
 	// CancelReason is why a pending attrition was cancelled.
 	Attrition    bool   `json:"attrition,omitempty"`
 	CancelReason string `json:"cancel_reason,omitempty"`
+	// Guarded is set on the scale-downs and transfers the planner
+	// journals (not on an operator's drain, whose work is meant to go):
+	// Planned lists the GPU work ("source/key") the plan saw on the node;
+	// after the node is fenced, GPU work outside it landed after the plan,
+	// and the node is given back instead of drained (broker/engine
+	// fence.go).
+	Guarded bool     `json:"guarded,omitempty"`
+	Planned []string `json:"planned,omitempty"`
+	// Fenced lists the sides on which the node was fenced (cordoned; for
+	// YARN the graceful decommission started) at FencedAt; Checked those
+	// whose observation taken after the fence showed no work landed.
+	Fenced   []Owner   `json:"fenced,omitempty"`
+	FencedAt time.Time `json:"fenced_at,omitzero"`
+	Checked  []Owner   `json:"checked,omitempty"`
 }
 
 // EncodeOpData encodes an op's step data for the journal. json.Marshal fails

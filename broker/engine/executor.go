@@ -148,6 +148,9 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, policy broker.Poli
 			continue
 		}
 		data := broker.OpData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Attrition: a.Attrition}
+		if a.Kind == broker.ActScaleDown || a.Kind == broker.ActTransfer {
+			data.Guarded, data.Planned = true, r.plannedWork(a)
+		}
 		if !a.Attrition {
 			// An attrition has no deadline of its own: it ends when the
 			// node's work does, or is cancelled when demand could use it.
@@ -761,6 +764,9 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		if act == nil {
 			return s.fail(fmt.Sprintf("no actions configured for %s, which holds node %s", side, op.Node))
 		}
+		if guardsLanding(op, s.data, side) && !slices.Contains(s.data.Checked, o) {
+			return r.fenceAndCheck(ctx, s, o, side, act, policy)
+		}
 		if s.data.CordonOnly || (s.data.Down && r.nodeDown(op.Node) != "") {
 			// A manual cordon; or a replace of a node that is down, whose
 			// work is already lost: nothing can drain from a dead machine.
@@ -916,7 +922,7 @@ func (r *Runtime) giveBack(ctx context.Context, s *stepCtx) (broker.Op, bool) {
 	}
 	if s.data.Cancel {
 		s.op.State, s.op.NextAttempt = broker.OpCancelled, time.Time{}
-		r.log.Info("scale-down cancelled, node given back", "op", op.ID, "node", op.Node, "side", s.data.From, "reason", op.LastError)
+		r.log.Info("op cancelled, node given back", "op", op.ID, "kind", op.Kind, "node", op.Node, "side", s.data.From, "reason", op.LastError)
 		return s.save(), false
 	}
 	why := op.LastError

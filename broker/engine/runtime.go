@@ -87,9 +87,13 @@ type Runtime struct {
 	tick     int64
 	lastTick time.Time
 	lastGood map[broker.Source]broker.SideObservation
-	stale    map[broker.Source]string
-	waitSeen map[string]broker.WaitReason
-	keptSeen map[string]string // node → why reclaim keeps it, recorded when it changes
+	// observedFrom is, per side, when the observation in lastGood started:
+	// the executor trusts it about a node only if it began after the node
+	// was fenced (fence.go).
+	observedFrom map[broker.Source]time.Time
+	stale        map[broker.Source]string
+	waitSeen     map[string]broker.WaitReason
+	keptSeen     map[string]string // node → why reclaim keeps it, recorded when it changes
 	// waitsWritten are the waits the ledger holds from this runtime.
 	waitsWritten map[string]broker.Wait
 	// lastNodes are the latest merged nodes, for the executor.
@@ -115,7 +119,7 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 	}
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger, actions: map[broker.Source]SideActions{},
-		lastGood: map[broker.Source]broker.SideObservation{}, stale: map[broker.Source]string{},
+		lastGood: map[broker.Source]broker.SideObservation{}, observedFrom: map[broker.Source]time.Time{}, stale: map[broker.Source]string{},
 		waitSeen: map[string]broker.WaitReason{}, lastPools: map[string]broker.PoolState{}, capSince: map[string]time.Time{},
 	}
 	for _, a := range cfg.Actions {
@@ -310,6 +314,9 @@ func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, 
 func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases) (*broker.Snapshot, broker.Policy, error) {
 	l := r.cfg.Ledger
 	t0 := time.Now()
+	// started is read before any source is asked: what an observation
+	// shows happened no later than this (the executor's fence check).
+	started := r.cfg.Now()
 	policy, err := l.Policy(ctx)
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read policy: %w", err)
@@ -391,6 +398,7 @@ func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases
 		sides[src] = results[i].obs
 		if persist {
 			r.lastGood[src] = results[i].obs
+			r.observedFrom[src] = started
 		}
 	}
 	if persist {

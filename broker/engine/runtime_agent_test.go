@@ -78,6 +78,7 @@ func TestRuntimeScaleDownOfYARNNodeForgetsIt(t *testing.T) {
 	w.tick(r)
 	w.clock.Add(6 * time.Minute)
 	w.tick(r)
+	w.ticks(r, 1, 5*time.Second) // the fence, then an observation after it
 	downs := w.ledger.opsOf(broker.ActScaleDown)
 	if len(downs) != 1 || downs[0].State != broker.OpDone {
 		t.Fatalf("scale-down: %+v", downs)

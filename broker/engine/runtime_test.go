@@ -259,10 +259,14 @@ func transferWorld(t *testing.T) (*rtWorld, *Runtime, *TickReport) {
 }
 
 func TestRuntimeTransfer(t *testing.T) {
-	w, _, rep := transferWorld(t)
+	w, r, rep := transferWorld(t)
 	if len(rep.Journaled) != 1 || rep.Journaled[0].Kind != broker.ActTransfer {
 		t.Fatalf("want a transfer journaled, got %+v (waits %+v)", rep.Journaled, rep.Plan.Waits)
 	}
+	if !w.k8s.released["n1"] || len(w.yarn.admitted) != 0 {
+		t.Fatalf("after the plan's tick: k8s released %v, YARN admitted %v; want n1 fenced only", w.k8s.released, w.yarn.admitted)
+	}
+	w.ticks(r, 1, 5*time.Second) // an observation after the fence
 	if fmt.Sprint(w.yarn.admitted) != "[n1]" || !w.k8s.released["n1"] {
 		t.Fatalf("YARN admitted %v (k8s released %v), want n1 released by Kubernetes then admitted by YARN", w.yarn.admitted, w.k8s.released)
 	}
