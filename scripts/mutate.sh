@@ -25,11 +25,11 @@ trap restore EXIT INT TERM
 
 # name~file~snippet~replacement (\n and \t are expanded in snippet and replacement)
 mutations=$(cat <<'EOF'
-validate: fresh plan must confirm destructive actions~broker/executor.go~if confirmed[actionKey(a)] {~if true || confirmed[actionKey(a)] {
-validate: compares the victim list~broker/executor.go~a.From, a.To, victims})~a.From, a.To})
-validate: compares transfer sides~broker/executor.go~a.InstanceID, a.From, a.To, victims}~a.InstanceID, victims}
-validate: compares the instance id~broker/executor.go~[]any{a.Kind, a.Pool, a.Node, a.InstanceID,~[]any{a.Kind, a.Pool, a.Node,
-validate: rejects preemption for NoPreempt demand~broker/executor.go~if d.NoPreempt {~if false && d.NoPreempt {
+validate: fresh plan must confirm destructive actions~broker/engine/executor.go~if confirmed[actionKey(a)] {~if true || confirmed[actionKey(a)] {
+validate: compares the victim list~broker/engine/executor.go~a.From, a.To, victims})~a.From, a.To})
+validate: compares transfer sides~broker/engine/executor.go~a.InstanceID, a.From, a.To, victims}~a.InstanceID, victims}
+validate: compares the instance id~broker/engine/executor.go~[]any{a.Kind, a.Pool, a.Node, a.InstanceID,~[]any{a.Kind, a.Pool, a.Node,
+validate: rejects preemption for NoPreempt demand~broker/engine/executor.go~if d.NoPreempt {~if false && d.NoPreempt {
 plan: NoPreempt demand never preempts (preempt.go)~broker/preempt.go~pl.stale(d.d.Source) || d.d.NoPreempt {~pl.stale(d.d.Source) {
 plan: a down node absorbs no demand~broker/plan.go~return n.Down == "" && (n.Healthy~return (n.Healthy
 plan: a down node is not in flight and causes no backoff~broker/plan.go~case n.Down != "" && n.Phase != PhaseTerminating && n.Phase != PhaseGone:~case false:
@@ -37,7 +37,9 @@ plan: a node down past the timeout is replaced~broker/lifecycle.go~\t\tcase n.Do
 plan: an instance that never registers is removed~broker/lifecycle.go~for _, ni := range pl.overdue {~for _, ni := range pl.overdue[:0] {
 plan: a replacement keeps the pool size (no min restore behind it)~broker/plan.go~if op.Kind == ActScaleDown || data.SurgeTo > 0 {~if true {
 plan: capacity present but not scheduling~broker/plan.go~case pl.notScheduling(d):~case false && pl.notScheduling(d):
-runtime: remembers capacity present across ticks~broker/runtime.go~\tr.rememberCapacity(snap, plan)\n~\n
+fence: a planned release fences first and checks for work that landed~broker/engine/fence.go~if !d.Guarded || op.Kind~if true || !d.Guarded || op.Kind
+fence: trusts only an observation that started after the fence~broker/engine/fence.go~if r.stale[side] != "" || r.observedFrom[side].Before(d.FencedAt.Add(fenceSettle)) {~if false {
+runtime: remembers capacity present across ticks~broker/engine/runtime.go~\tr.rememberCapacity(snap, plan)\n~\n
 plan: actions carry the instance id~broker/plan.go~a.InstanceID = pl.nodes[ni].n.InstanceID~a.InstanceID = pl.nodes[ni].n.InstanceID[:0]
 plan: a stale pool gets nothing destructive~broker/plan.go~if wp.stale != "" {\n\t\t\t\t// IMPORTANT: nothing destructive~if false {\n\t\t\t\t// IMPORTANT: nothing destructive
 plan: a stale pool does not grow~broker/plan.go~if wp.stale != "" {\n\t\t\twp.backoff~if false {\n\t\t\twp.backoff
@@ -45,28 +47,28 @@ plan: a side without actions turns transfer off~broker/plan.go~if len(s.NoAction
 plan: a pending scale-down is cancelled for new demand~broker/placement.go~if !ok && st == stageAll && !noCancel {~if false && !noCancel {
 plan: nothing destructive on a stale side (YARN)~broker/plan.go~staleYARN: s.IsStale(SourceYARN),~staleYARN: false,
 plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s:  s.IsStale(SourceK8s),~staleK8s:  false,
-runtime: one failing pool describe does not stop the tick~broker/runtime.go~r.log.Warn("observe pools", "err", poolErr)~return nil, Policy{}, poolErr
-runtime: a stale pool keeps its last-known GPUs~broker/runtime.go~ps.Desired, ps.Instances = prev.Desired, prev.Instances~_ = prev
+runtime: one failing pool describe does not stop the tick~broker/engine/runtime.go~r.log.Warn("observe pools", "err", poolErr)~return nil, Policy{}, poolErr
+runtime: a stale pool keeps its last-known GPUs~broker/engine/runtime.go~ps.Desired, ps.Instances = prev.Desired, prev.Instances~_ = prev
 runtime: claimed nodes are detected~broker/merge.go~if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {~if false {
 plan: idle reclaim never drains a busy YARN node~broker/scaledown.go~case w.side == SourceYARN && nc.gpuWork > 0:~case false:
 plan: unknown allocated GPUs are never idle~broker/scaledown.go~case n.GPUsAllocated > nc.knownGPUs:~case false:
 plan: consolidation loses at most max_work_lost~broker/scaledown.go~case nc.lost > pl.p.MaxWorkLost.D():~case false:
-executor: a scale-up waits for its instances to launch~broker/executor.go~if have := ps.InService(); have < want {~if have := ps.InService(); have < want && want < 0 {
-executor: every op has a deadline~broker/executor.go~if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != stepGiveBack {~if false {
-executor: retries are bounded~broker/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
-executor: an unknown release is never drained nor forced~broker/executor.go~if st.Unknown != "" {~if false && st.Unknown != "" {
-executor: terminate only after every side drained~broker/executor.go~if st.Drained {~if true {
-executor: a removal releases every side that holds the node~broker/executor.go~s.data.Sides = r.sidesOf(op.Node, s.data.From)~s.data.Sides = nil
-executor: a replacement is bought first at pool min~broker/executor.go~case ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes:~case false:
-executor: a node without instance is given back~broker/executor.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
-executor: a scale-up stays linked until gpu-ready~broker/executor.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {
-executor: a hand-over waits until admitted~broker/executor.go~if _, ok := r.actions[to].(AdmitChecker); ok {~if _, ok := r.actions[to].(AdmitChecker); ok && false {
-executor: a drain in progress does not hold back scale-ups~broker/executor.go~if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
-executor: a scale-up counts the removals still to come~broker/executor.go~target := op.Target + pending~target := op.Target + 0*pending
-journal: a scale-up supersedes one awaiting gpu-ready~broker/executor.go~if o.Kind != ActScaleUp || o.Pool != next.Pool || o.Step != stepAwaitReady ||~if true ||
+executor: a scale-up waits for its instances to launch~broker/engine/executor.go~if have := ps.InService(); have < want {~if have := ps.InService(); have < want && want < 0 {
+executor: every op has a deadline~broker/engine/executor.go~if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != broker.StepGiveBack {~if false {
+executor: retries are bounded~broker/engine/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
+executor: an unknown release is never drained nor forced~broker/engine/executor.go~if st.Unknown != "" {~if false && st.Unknown != "" {
+executor: terminate only after every side drained~broker/engine/executor.go~if st.Drained {~if true {
+executor: a removal releases every side that holds the node~broker/engine/executor.go~s.data.Sides = r.sidesOf(op.Node, s.data.From)~s.data.Sides = nil
+executor: a replacement is bought first at pool min~broker/engine/executor.go~case ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes:~case false:
+executor: a node without instance is given back~broker/engine/executor.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
+executor: a scale-up stays linked until gpu-ready~broker/engine/executor.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {
+executor: a hand-over waits until admitted~broker/engine/executor.go~if _, ok := r.actions[to].(AdmitChecker); ok {~if _, ok := r.actions[to].(AdmitChecker); ok && false {
+executor: a drain in progress does not hold back scale-ups~broker/engine/executor.go~if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
+executor: a scale-up counts the removals still to come~broker/engine/executor.go~target := op.Target + pending~target := op.Target + 0*pending
+journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~if o.Kind != broker.ActScaleUp || o.Pool != next.Pool || o.Step != broker.StepAwaitReady ||~if true ||
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
-runtime: a group the cloud does not return is stale~broker/runtime.go~stale = "group not found at the cloud provider"~stale = ""
-executor: a transfer that cannot drain gives the node back~broker/executor.go~if op.Kind == ActTransfer || op.Kind == ActPreempt {~if false {
+runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
+executor: a transfer that cannot drain gives the node back~broker/engine/executor.go~if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {~if false {
 EOF
 )
 
@@ -95,11 +97,11 @@ PY
 		current=""
 		continue
 	fi
-	out="$(go test -count=1 ./broker/ 2>&1 || true)"
+	out="$(go test -count=1 ./broker/ ./broker/engine/ 2>&1 || true)"
 	cp "$backup_dir/current" "$file"
 	# rapid keeps a failing case under testdata/rapid and replays it first
 	# next time: without this, one mutation's failure shows in every row.
-	rm -rf broker/testdata/rapid
+	rm -rf broker/testdata/rapid broker/engine/testdata/rapid
 	current=""
 	if grep -q '^FAIL.*\[build failed\]\|^# ' <<<"$out"; then
 		result="BUILD FAILED"
