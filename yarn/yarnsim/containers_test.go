@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/yarn"
@@ -198,6 +199,8 @@ func TestContainerEndpointsAnswerAsHadoop(t *testing.T) {
 			if code != 200 || body != wantBody {
 				t.Fatalf("signal: %d %q, want 200 %q", code, body, wantBody)
 			}
+			// The RM queues the signal for the NodeManager's next heartbeat.
+			heartbeat(t, "the signalled container to stop", func() bool { code, _ := do("GET", report+cs[0].ID, ""); return code == 404 })
 			if code, body := do("GET", report+cs[0].ID, ""); code != 404 || !strings.Contains(body, `"exception":"NotFoundException"`) || !strings.Contains(body, "doesn't exist in RM") {
 				t.Fatalf("report of a stopped container: %d %s", code, body)
 			}
@@ -359,6 +362,7 @@ func TestOneContainerModel(t *testing.T) {
 			if code, body := do(rm, "", "POST", "/ws/v1/cluster/containers/"+victim+"/signal/FORCEFUL_SHUTDOWN", ""); code != 200 {
 				t.Fatalf("signal: %d %s", code, body)
 			}
+			heartbeat(t, "the signal to reach n2's NodeManager", func() bool { ids := rmList(); return !slices.Contains(ids["n2"], victim) })
 			ids = agree("after the signal")
 			if len(ids["n2"]) != 1 || ids["n2"][0] == victim {
 				t.Fatalf("containers on n2 after the signal %v: want one, not %s", ids["n2"], victim)
@@ -398,5 +402,16 @@ func TestOneContainerModel(t *testing.T) {
 				t.Fatalf("the killed app still has containers in the sim")
 			}
 		})
+	}
+}
+
+// heartbeat waits (at most 5s) for what a NodeManager heartbeat brings.
+func heartbeat(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no heartbeat brought %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
