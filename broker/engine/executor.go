@@ -824,6 +824,9 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			}
 			return s.fail(why + "; node left cordoned for an operator")
 		}
+		if side == broker.SourceYARN && yarnPreemptAcross(op, s.data) {
+			return s.waitFor(2*time.Second, st.BlockedBy)
+		}
 		return s.waitFor(2*time.Second, "")
 	}
 	switch op.Kind {

@@ -278,10 +278,11 @@ func (s *Sim) serveContainer(w http.ResponseWriter, r *http.Request) {
 // UNHEALTHY, a signal to a container on a node in any other state (notably
 // DECOMMISSIONING) is answered 200 and dropped. A signal taken is queued
 // on the node (RMNodeImpl.containersToSignal) and delivered with the
-// NodeManager's next heartbeat, Config.Heartbeat later: also when the node
-// has turned DECOMMISSIONING meanwhile (ResourceTrackerService answers
-// every heartbeat of a node not yet ready to leave with its queued
-// signals).
+// NodeManager's next heartbeat, also when the node has turned
+// DECOMMISSIONING meanwhile (ResourceTrackerService answers every
+// heartbeat of a node not yet ready to leave with its queued signals);
+// the container ends with the heartbeat after that, which reports it
+// completed: two Config.Heartbeat after the signal.
 func (s *Sim) serveSignal(w http.ResponseWriter, r *http.Request) {
 	cid, cmd := r.PathValue("cid"), r.PathValue("command")
 	// The RM answers these two failures in plain text (with a JSON
@@ -295,7 +296,7 @@ func (s *Sim) serveSignal(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	c, ok := s.findContainer(cid)
 	if ok && (c.node.state == "RUNNING" || c.node.state == "UNHEALTHY") {
-		time.AfterFunc(s.cfg.Heartbeat, func() { s.deliverSignal(cid, cmd) })
+		time.AfterFunc(2*s.cfg.Heartbeat, func() { s.deliverSignal(cid, cmd) })
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -309,9 +310,9 @@ func (s *Sim) serveSignal(w http.ResponseWriter, r *http.Request) {
 	plain(w, http.StatusOK, msg)
 }
 
-// deliverSignal hands a queued signal to the container's NodeManager at
-// its heartbeat: a NodeManager still up (its node RUNNING, UNHEALTHY or
-// DECOMMISSIONING) acts on it.
+// deliverSignal acts on a queued signal once the container's NodeManager
+// has had it and reported back: a NodeManager still up (its node RUNNING,
+// UNHEALTHY or DECOMMISSIONING) stops the container.
 func (s *Sim) deliverSignal(cid, cmd string) {
 	s.mu.Lock()
 	s.rules.init()

@@ -415,3 +415,44 @@ func heartbeat(t *testing.T, what string, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestFreedSpaceOnDecommissioningNode: Hadoop 3.5's CapacityScheduler
+// skips nodes that are not RUNNING, so space freed on a DECOMMISSIONING
+// node takes no pending ask; 3.3's allocates there in the heartbeat that
+// frees it (only the freed space, before the node's total drops to its
+// used resource).
+func TestFreedSpaceOnDecommissioningNode(t *testing.T) {
+	for _, f := range []yarnsim.Flavor{yarnsim.Flavor33, yarnsim.Flavor35} {
+		t.Run(string(f), func(t *testing.T) {
+			sim, err := yarnsim.New(yarnsim.Config{Flavor: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			must(t, sim.AddNode(yarnsim.NodeSpec{Host: "n1", GPUs: 8}))
+			victim, err := sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
+			must(t, err)
+			small, err := sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 2}}})
+			must(t, err)
+			queued, err := sim.Submit(yarnsim.AppSpec{Queue: "b", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
+			must(t, err)
+			cs, _ := sim.Containers(victim)
+			if q, _ := sim.Containers(queued); len(cs) != 1 || len(q) != 0 {
+				t.Fatalf("victim %+v, queued %+v: want the victim placed, the queued app pending", cs, q)
+			}
+			must(t, sim.SetNodeState("n1", "DECOMMISSIONING"))
+			sc, _ := sim.Containers(small)
+			must(t, sim.CompleteContainer(sc[0].ID)) // 2 GPUs freed: too few
+			if q, _ := sim.Containers(queued); len(q) != 0 {
+				t.Fatalf("queued app placed in 2 freed GPUs: %+v", q)
+			}
+			must(t, sim.CompleteContainer(cs[0].ID))
+			q, _ := sim.Containers(queued)
+			if f == yarnsim.Flavor33 && (len(q) != 1 || q[0].Host != "n1") {
+				t.Fatalf("3.3: queued app's containers %+v, want one placed in the space freed on n1", q)
+			}
+			if f == yarnsim.Flavor35 && len(q) != 0 {
+				t.Fatalf("3.5: queued app's containers %+v, want none on a decommissioning node", q)
+			}
+		})
+	}
+}

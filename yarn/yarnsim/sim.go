@@ -58,8 +58,10 @@ type Config struct {
 	ClusterTimestamp int64
 	// Now is the clock for app start times (default time.Now).
 	Now func() time.Time
-	// Heartbeat is how long a container signal waits on its node for the
-	// NodeManager's next heartbeat, which delivers it (default 100ms).
+	// Heartbeat is the NodeManagers' heartbeat interval (default 500ms;
+	// Hadoop's is 1s): a container signal waits on its node for the next
+	// heartbeat, and the NodeManager reports the container completed, which
+	// frees its space, with the one after.
 	Heartbeat time.Duration
 }
 
@@ -240,7 +242,7 @@ func New(cfg Config) (*Sim, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = 100 * time.Millisecond
+		cfg.Heartbeat = 500 * time.Millisecond
 	}
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = []QueueSpec{{Path: "root.a", Capacity: 50}, {Path: "root.b", Capacity: 50}}
