@@ -904,10 +904,10 @@ func (r *Runtime) decommissionYARNVictimsNode(ctx context.Context, s *stepCtx) (
 
 // releaseYARNPreempted is the release of a YARN node whose victims are
 // gone: it keeps the graceful decommission without a timeout while the RM
-// lists any container on the node, and only then sets the finite timeout
-// of the drain deadline, which ends the RM's wait for the victims'
-// applications (the RM keeps a node DECOMMISSIONING while an application
-// that ran there runs, until the timeout).
+// lists any container on the node, and only then sets the shortest
+// timeout, which ends the RM's wait for the victims' applications (the RM
+// keeps a node DECOMMISSIONING while an application that ran there runs,
+// until the timeout).
 //
 // IMPORTANT: a container still there is no victim (each was seen gone
 // before the release): work of another application. The finite timeout
@@ -926,7 +926,8 @@ func (r *Runtime) releaseYARNPreempted(ctx context.Context, act SideActions, s *
 		st.BlockedBy = fmt.Sprintf("work the preemption does not name runs on the node (%s): the graceful decommission keeps no timeout, so none of it is killed", strings.Join(st.Remaining, ", "))
 		return st, nil
 	}
-	return act.Release(ctx, s.op.Node, s.data.Deadline)
+	// Nothing left to wait for: the shortest timeout (a deadline now).
+	return act.Release(ctx, s.op.Node, s.now)
 }
 
 // surge buys a replace's replacement first: the desired capacity goes up

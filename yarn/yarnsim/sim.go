@@ -626,9 +626,12 @@ func (s *Sim) finish(a *app) {
 // (AbstractYarnScheduler.nodeUpdate sends it as an event), so the space
 // the completed containers freed goes to asks pending at that moment.
 // Hadoop 3.5 skips nodes that are not RUNNING (shouldSkipNodeSchedule).
-// Callers hold s.mu; the app whose container ended asks again only after.
+// A node left with no container and no app that ran there is ready to
+// leave: ResourceTrackerService decommissions it at that heartbeat before
+// the scheduler sees it. Callers hold s.mu; the app whose container ended
+// asks again only after.
 func (s *Sim) offerFreed(n *node, gpus int, mem, vcores int64) {
-	if s.cfg.Flavor != Flavor33 || n.state != "DECOMMISSIONING" || len(s.apps) == 0 {
+	if s.cfg.Flavor != Flavor33 || n.state != "DECOMMISSIONING" || len(s.apps) == 0 || n.containers == 0 && len(n.ran) == 0 {
 		return
 	}
 	// Only the freed space: the earlier heartbeats' updates took the rest.
