@@ -616,9 +616,11 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 			s.op = s.save()
 		}
 		if yarnPreemptAcross(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
-			if why, err := r.decommissionYARNVictimsNode(ctx, s); err != nil {
+			why, err := r.decommissionYARNVictimsNode(ctx, s)
+			if err != nil {
 				return s.retry(err)
-			} else if why != "" {
+			}
+			if why != "" {
 				return s.waitFor(2*time.Second, why)
 			}
 			s.data.Prepared = true
