@@ -576,6 +576,7 @@ func TestEvictContainerGracefulThenForceful(t *testing.T) {
 	if got := e.calls("POST"); len(got) != 2 || !strings.HasSuffix(got[1], "/signal/FORCEFUL_SHUTDOWN") {
 		t.Fatalf("signals after the grace: %q, want FORCEFUL_SHUTDOWN second", got)
 	}
+	until(t, "the NodeManager's heartbeat to deliver FORCEFUL_SHUTDOWN", func() bool { _, err := e.sim.Containers(app); return err != nil })
 	if err := e.d.Evict(ctx, "g1", w); err != nil {
 		t.Fatalf("Evict of a stopped container = %v, want done", err)
 	}
@@ -619,13 +620,15 @@ func TestEvictContainerGracefulThenForceful(t *testing.T) {
 	}
 }
 
-// TestEvictOnDecommissioningNodeKillsApp: the RM drops container signals
-// to a DECOMMISSIONING node (Hadoop 3.3.6 and 3.5.0 alike), so Evict kills
-// the container's app there instead of waiting on a signal that never
-// arrives.
-func TestEvictOnDecommissioningNodeKillsApp(t *testing.T) {
+// TestEvictOnDecommissioningNodeWaitsItsGraceThenKillsApp: the RM drops
+// container signals to a DECOMMISSIONING node (Hadoop 3.3.6 and 3.5.0
+// alike), so Evict sends none there: a container it did not signal before
+// the decommission gets EvictGrace from now (one signalled while the node
+// was RUNNING gets it from its GRACEFUL_SHUTDOWN, which the RM still
+// delivers), then its app is killed.
+func TestEvictOnDecommissioningNodeWaitsItsGraceThenKillsApp(t *testing.T) {
 	ctx := testCtx(t)
-	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{})
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{EvictGrace: 30 * time.Second})
 	app, err := e.admin.RunOn("a", "g1", 1, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -635,13 +638,23 @@ func TestEvictOnDecommissioningNodeKillsApp(t *testing.T) {
 		t.Fatalf("Release(g1, infinite) = %+v, %v", st, err)
 	}
 	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app}
+	for range 2 {
+		if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+			t.Fatalf("Evict on a decommissioning node within the grace = %v, want in progress", err)
+		}
+		e.clk.Add(10 * time.Second)
+	}
+	if len(e.calls("POST")) != 0 || len(e.calls("PUT")) != 0 {
+		t.Fatalf("signals %q, kills %q within the grace on a decommissioning node: want none", e.calls("POST"), e.calls("PUT"))
+	}
+	e.clk.Add(10 * time.Second)
 	for i := 0; ; i++ {
 		err := e.d.Evict(ctx, "g1", w)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, broker.ErrInProgress) || i > 3 {
-			t.Fatalf("Evict on a decommissioning node = %v", err)
+			t.Fatalf("Evict on a decommissioning node after the grace = %v", err)
 		}
 	}
 	if len(e.calls("POST")) != 0 {
@@ -651,6 +664,73 @@ func TestEvictOnDecommissioningNodeKillsApp(t *testing.T) {
 		t.Fatalf("PUT calls: %q, want %s killed", got, app)
 	}
 	until(t, "g1 drained by attrition", func() bool {
+		st, err := e.d.Release(ctx, "g1", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
+}
+
+// TestEvictSignalledBeforeDecommissionStopsOnlyTheContainer: the order
+// the executor uses for a preemption taking a YARN node. GRACEFUL_SHUTDOWN
+// sent while the node is RUNNING and the decommission right after: the RM
+// still delivers the queued signal, so the container stops without its
+// app killed; the freed space takes no pending container of another
+// application (the node is DECOMMISSIONING); and once the node is empty
+// the finite timeout, counted from the decommission's start, ends the
+// RM's wait at once.
+func TestEvictSignalledBeforeDecommissionStopsOnlyTheContainer(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{EvictGrace: 30 * time.Second})
+	victim, err := e.sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := e.sim.Submit(yarnsim.AppSpec{Queue: "b", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := e.sim.Containers(victim)
+	if len(cs) != 1 || cs[0].Host != "g1" {
+		t.Fatalf("victim containers %+v, want one on g1", cs)
+	}
+	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: victim, GPUs: 4}
+	if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("Evict = %v, want in progress after GRACEFUL_SHUTDOWN", err)
+	}
+	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || st.BlockedBy != "" || st.Drained {
+		t.Fatalf("Release(g1, infinite) = %+v, %v: want g1 decommissioning", st, err)
+	}
+	for i := 0; ; i++ {
+		err := e.d.Evict(ctx, "g1", w)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, broker.ErrInProgress) || i > 2000 {
+			t.Fatalf("Evict after the decommission = %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := e.calls("PUT"); len(got) != 0 {
+		t.Fatalf("kills %q: want the container stopped by its queued signal", got)
+	}
+	if q, _ := e.sim.Containers(queued); len(q) != 0 {
+		t.Fatalf("queued app %s got %+v on the decommissioning node", queued, q)
+	}
+	// The victim's app runs on (its ask pending again): the RM waits for it.
+	st, err := e.d.Release(ctx, "g1", time.Time{})
+	if err != nil || st.Drained || len(st.Remaining) != 0 || st.BlockedBy != "" {
+		t.Fatalf("Release(g1, infinite) on the empty node = %+v, %v: want it decommissioning, empty", st, err)
+	}
+	if to, ok := excluded(t, e.ex, "g1"); !ok || to >= 0 {
+		t.Fatalf("g1 excluded %v with %s, want an infinite timeout", ok, to)
+	}
+	e.clk.Add(time.Minute)
+	if _, err := e.d.Release(ctx, "g1", e.clk.Now().Add(31*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "g1 DECOMMISSIONED at its shortened timeout", func() bool {
 		st, err := e.d.Release(ctx, "g1", time.Time{})
 		if err != nil {
 			t.Fatal(err)
@@ -742,4 +822,19 @@ func state(t *testing.T, ctx context.Context, c *yarn.Client, host string) strin
 	}
 	n, _ := obs.Node(host)
 	return n.State
+}
+
+// excluded returns host's timeout in the exclude file.
+func excluded(t *testing.T, ex *yarn.ExcludeFile, host string) (time.Duration, bool) {
+	t.Helper()
+	hs, err := ex.Hosts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Name == host {
+			return h.Timeout, true
+		}
+	}
+	return 0, false
 }

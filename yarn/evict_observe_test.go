@@ -41,6 +41,10 @@ func TestEvictRelistsContainers(t *testing.T) {
 	if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
 		t.Fatalf("Evict = %v, want in progress after GRACEFUL_SHUTDOWN", err)
 	}
+	until(t, "the NodeManager's heartbeat to deliver the signal", func() bool {
+		cs, _ := e.sim.Containers(app)
+		return len(cs) == 1 && cs[0].ID != before[0].ID
+	})
 	cs, err := e.sim.Containers(app)
 	if err != nil || len(cs) != 1 || cs[0].ID == before[0].ID || cs[0].Host != "g1" {
 		t.Fatalf("sim containers after the signal = %+v, %v: want a replacement on g1", cs, err)

@@ -47,8 +47,10 @@ var errNoSignal = errors.New("the RM does not serve the container signal API")
 // gone when the RM no longer lists it among its app attempt's live
 // containers, or its application has ended. An ApplicationMaster
 // (w.AM: the whole application is the victim), work without a container
-// id, a container on a DECOMMISSIONING node (the RM drops signals there),
-// one still running EvictGrace after FORCEFUL_SHUTDOWN, and RMs that do
+// id, a container on a DECOMMISSIONING node still running EvictGrace
+// after its GRACEFUL_SHUTDOWN (the RM drops signals there, but delivers
+// one queued before the node turned DECOMMISSIONING), one still running
+// EvictGrace after FORCEFUL_SHUTDOWN, and RMs that do
 // not serve the signal API have their application killed instead (PUT
 // .../apps/{id}/state KILLED); that is done when the RM reports the app
 // KILLED, FINISHED or FAILED.
@@ -85,21 +87,36 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 	}
 	// IMPORTANT: the RM drops container signals to a DECOMMISSIONING node
 	// (RMNodeImpl has no SIGNAL_CONTAINER transition there: Hadoop 3.3.6
-	// and 3.5.0 log "Invalid event" and answer 200), so on such a node the
-	// app is killed; evict YARN victims before decommissioning their node
-	// to stop only the containers.
+	// and 3.5.0 log "Invalid event" and answer 200), but a signal it took
+	// while the node was RUNNING is queued on the node and still reaches
+	// the NodeManager with its next heartbeat. So the executor signals a
+	// node's victims and then decommissions it; here a container on a
+	// DECOMMISSIONING node gets EvictGrace from its GRACEFUL_SHUTDOWN (or,
+	// with none remembered, from now), and then its app is killed: a
+	// FORCEFUL_SHUTDOWN would be dropped.
 	n, err := d.node(ctx, node)
 	if err != nil {
 		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
 	}
-	if n.State == "DECOMMISSIONING" {
-		d.cfg.Logger.Warn("yarn rm drops container signals to decommissioning nodes; killing the application", "node", node, "container", cid, "app", app)
-		return d.killApp(ctx, node, app, "container "+cid+" on a decommissioning node")
-	}
+	now := d.cfg.Now()
 	d.mu.Lock()
 	ev, signalled := d.evicting[cid]
+	if n.State == "DECOMMISSIONING" && !signalled {
+		ev = eviction{graceful: now}
+		d.evicting[cid] = ev
+	}
 	d.mu.Unlock()
-	now := d.cfg.Now()
+	if n.State == "DECOMMISSIONING" {
+		sent := ev.graceful
+		if !ev.forceful.IsZero() {
+			sent = ev.forceful
+		}
+		if now.Sub(sent) < d.cfg.EvictGrace {
+			return fmt.Errorf("container %s on decommissioning %s is shutting down (%s sent before the decommission; the RM drops signals now): %w", cid, node, ev.last(), broker.ErrInProgress)
+		}
+		d.cfg.Logger.Warn("yarn container still running on a decommissioning node after its grace; killing the application (the rm drops signals there)", "node", node, "container", cid, "app", app)
+		return d.killApp(ctx, node, app, "container "+cid+" on a decommissioning node")
+	}
 	cmd := SignalGraceful
 	switch {
 	case !signalled:

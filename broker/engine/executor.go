@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -622,12 +623,23 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 			// sides cordons it before evicting the victims, as a drain
 			// does: otherwise the scheduler binds pending pods to the
 			// space a victim frees, and the release's drain evicts them,
-			// work no preemption names. (On YARN the node stays
-			// schedulable until the release, which kills nothing that
-			// landed: see release.) Prepared: a giving up now gives the
-			// node back.
+			// work no preemption names. (A YARN node is decommissioned
+			// right after its victims are signalled: see
+			// decommissionYARNVictimsNode.) Prepared: a giving up now
+			// gives the node back.
 			if err := r.actions[from].Cordon(ctx, op.Node); err != nil {
 				return s.retry(err)
+			}
+			s.data.Prepared = true
+			s.op = s.save()
+		}
+		if yarnPreemptAcross(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
+			why, err := r.decommissionYARNVictimsNode(ctx, s)
+			if err != nil {
+				return s.retry(err)
+			}
+			if why != "" {
+				return s.waitFor(2*time.Second, why)
 			}
 			s.data.Prepared = true
 			s.op = s.save()
@@ -794,7 +806,13 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			s.data.Released = append(s.data.Released, o)
 			continue
 		}
-		st, err := r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
+		var st broker.ReleaseStatus
+		var err error
+		if side == broker.SourceYARN && yarnPreemptAcross(op, s.data) && !s.data.Attrition {
+			st, err = r.releaseYARNPreempted(ctx, act, s)
+		} else {
+			st, err = r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
+		}
 		if err != nil {
 			return s.retry(err)
 		}
@@ -817,9 +835,10 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {
 				// IMPORTANT: a transfer (or a preemption handing the node
 				// across) that cannot drain gives the node back to its
-				// side, so no node stays half-drained.
-				s.op.LastError = why
-				return s.moveTo(broker.StepGiveBack)
+				// side, so no node stays half-drained. The why is kept:
+				// giveBack records it as the op's failure.
+				s.op.Step, s.op.Attempts, s.op.LastError, s.op.NextAttempt = broker.StepGiveBack, 0, why, time.Time{}
+				return s.save(), true
 			}
 			if policy.ForceAfterDrainTimeout {
 				r.log.Warn("drain timed out, terminating as the policy allows", "node", op.Node, "remaining", st.Remaining)
@@ -827,6 +846,9 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 				continue
 			}
 			return s.fail(why + "; node left cordoned for an operator")
+		}
+		if side == broker.SourceYARN && yarnPreemptAcross(op, s.data) {
+			return s.waitFor(2*time.Second, st.BlockedBy)
 		}
 		return s.waitFor(2*time.Second, "")
 	}
@@ -843,6 +865,92 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		}
 	}
 	return s.done()
+}
+
+// yarnPreemptAcross reports whether op is a preemption taking a YARN node
+// for Kubernetes.
+func yarnPreemptAcross(op broker.Op, data broker.OpData) bool {
+	return op.Kind == broker.ActPreempt && data.From == broker.OwnerYARN && op.To == broker.OwnerK8s
+}
+
+// decommissionYARNVictimsNode starts a preemption taking a YARN node: it
+// signals every YARN victim (Evict's first call sends GRACEFUL_SHUTDOWN)
+// and then decommissions the node gracefully without a timeout. It
+// returns why to wait when the RM could not be told yet.
+//
+// IMPORTANT: this order. The RM drops container signals to a
+// DECOMMISSIONING node, so the victims are signalled while it is RUNNING;
+// the RM queues a signal on the node and hands it to the NodeManager with
+// its next heartbeat, also once the node is DECOMMISSIONING (Hadoop 3.3.6
+// and 3.5.0: RMNodeImpl keeps containersToSignal across the transition and
+// ResourceTrackerService sends it with every heartbeat of a node not yet
+// ready to leave). The decommission lands in the RM before that heartbeat,
+// so the RM places nothing of another application in the space a victim
+// frees (3.5.0 schedules on RUNNING nodes only), where the release's
+// timeout would kill it. Without a timeout the RM kills nothing: the
+// release shortens it only once the node is empty (releaseYARNPreempted).
+func (r *Runtime) decommissionYARNVictimsNode(ctx context.Context, s *stepCtx) (string, error) {
+	act := r.actions[broker.SourceYARN]
+	left := s.data.Victims[:0:0]
+	for _, w := range s.data.Victims {
+		if w.Source != broker.SourceYARN {
+			left = append(left, w)
+			continue
+		}
+		err := act.Evict(ctx, s.op.Node, w)
+		switch {
+		case err == nil:
+			r.log.Info("preempted", "op", s.op.ID, "node", s.op.Node, "workload", w.Name, "priority", w.Priority)
+		case errors.Is(err, broker.ErrInProgress):
+			left = append(left, w)
+		default:
+			return "", err
+		}
+	}
+	s.data.Victims = left
+	st, err := act.Release(ctx, s.op.Node, time.Time{})
+	if err != nil {
+		// An exclude file that cannot carry an infinite timeout (the
+		// plain form): the RM's default timeout applies to the node.
+		r.log.Warn("yarn decommission without a timeout refused; cordoning with the side's timeout", "op", s.op.ID, "node", s.op.Node, "err", err)
+		if err := act.Cordon(ctx, s.op.Node); err != nil {
+			return "", err
+		}
+		return "", nil
+	}
+	if st.Unknown != "" {
+		return fmt.Sprintf("yarn cannot tell whether node %s is decommissioning: %s", s.op.Node, st.Unknown), nil
+	}
+	r.log.Info("yarn victims signalled and node decommissioning", "op", s.op.ID, "node", s.op.Node, "state_blocked_by", st.BlockedBy)
+	return "", nil
+}
+
+// releaseYARNPreempted is the release of a YARN node whose victims are
+// gone: it keeps the graceful decommission without a timeout while the RM
+// lists any container on the node, and only then sets the shortest
+// timeout, which ends the RM's wait for the victims' applications (the RM
+// keeps a node DECOMMISSIONING while an application that ran there runs,
+// until the timeout).
+//
+// IMPORTANT: a container still there is no victim (each was seen gone
+// before the release): work of another application. The finite timeout
+// would kill it, so the op waits for it, and the drain deadline gives the
+// node back, with the containers named in why.
+func (r *Runtime) releaseYARNPreempted(ctx context.Context, act SideActions, s *stepCtx) (broker.ReleaseStatus, error) {
+	st, err := act.Release(ctx, s.op.Node, time.Time{})
+	if err != nil {
+		// The plain exclude file (see decommissionYARNVictimsNode).
+		return act.Release(ctx, s.op.Node, s.data.Deadline)
+	}
+	if st.Drained || st.Unknown != "" || st.BlockedBy != "" {
+		return st, nil
+	}
+	if len(st.Remaining) > 0 {
+		st.BlockedBy = fmt.Sprintf("work the preemption does not name runs on the node (%s): the graceful decommission keeps no timeout, so none of it is killed", strings.Join(st.Remaining, ", "))
+		return st, nil
+	}
+	// Nothing left to wait for: the shortest timeout (a deadline now).
+	return act.Release(ctx, s.op.Node, s.now)
 }
 
 // surge buys a replace's replacement first: the desired capacity goes up

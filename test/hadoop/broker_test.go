@@ -57,6 +57,8 @@ type brokerTarget struct {
 	submit func(ctx context.Context, queue string, containers, gpus int) (string, error)
 	// runIn is run in another queue.
 	runIn func(ctx context.Context, queue, host string, gpus, seconds int) (string, string, error)
+	// finish ends an app.
+	finish func(ctx context.Context, app string) error
 }
 
 func simBrokerTarget(t *testing.T) brokerTarget {
@@ -101,6 +103,7 @@ func simBrokerTarget(t *testing.T) brokerTarget {
 	tg.submit = func(_ context.Context, queue string, containers, gpus int) (string, error) {
 		return sim.Submit(yarnsim.AppSpec{Queue: queue, Requests: []yarnsim.RequestSpec{{Containers: containers, GPUs: gpus}}})
 	}
+	tg.finish = func(_ context.Context, app string) error { return sim.Finish(app) }
 	return tg
 }
 
@@ -120,6 +123,7 @@ func hadoopBrokerTarget(t *testing.T, version string) brokerTarget {
 		submit: func(ctx context.Context, queue string, containers, gpus int) (string, error) {
 			return c.Submit(ctx, queue, 0, containers, gpus, "")
 		},
+		finish: c.Finish,
 	}
 }
 

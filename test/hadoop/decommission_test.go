@@ -321,8 +321,8 @@ func runDecommission(t *testing.T, tg decomTarget) {
 
 	// 8. Preemption on a DECOMMISSIONING node: the RM drops container
 	// signals there (RMNodeImpl: "Invalid event: SIGNAL_CONTAINER at
-	// DECOMMISSIONING"), so Evict kills the container's app; the node,
-	// empty now, leaves by attrition.
+	// DECOMMISSIONING"), so Evict sends none and kills the container's app
+	// after EvictGrace; the node, empty now, leaves by attrition.
 	evict := func(host string, w broker.Workload) int {
 		t.Helper()
 		calls := 0

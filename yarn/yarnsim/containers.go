@@ -116,6 +116,7 @@ func (s *Sim) dropContainer(c *container) {
 	a.usedGPUs -= gpus
 	a.usedMem -= mem
 	a.usedCores -= vcores
+	defer s.offerFreed(n, gpus, mem, vcores)
 	if c.req == amRequest {
 		// The attempt ends with its AM; the next one keeps the app's
 		// containers (work-preserving AM restart) and its AM is placed
@@ -273,9 +274,15 @@ func (s *Sim) serveContainer(w http.ResponseWriter, r *http.Request) {
 // serveSignal signals a container as the RM forwards it to its
 // NodeManager: GRACEFUL_SHUTDOWN (SIGTERM) and FORCEFUL_SHUTDOWN
 // (SIGKILL) end it, OUTPUT_THREAD_DUMP changes nothing. Like Hadoop 3.3.6
-// and 3.5.0, whose RMNodeImpl has no SIGNAL_CONTAINER transition outside
-// RUNNING, a signal to a container on a node in any other state (notably
-// DECOMMISSIONING) is answered 200 and dropped.
+// and 3.5.0, whose RMNodeImpl takes SIGNAL_CONTAINER only while RUNNING or
+// UNHEALTHY, a signal to a container on a node in any other state (notably
+// DECOMMISSIONING) is answered 200 and dropped. A signal taken is queued
+// on the node (RMNodeImpl.containersToSignal) and delivered with the
+// NodeManager's next heartbeat, also when the node has turned
+// DECOMMISSIONING meanwhile (ResourceTrackerService answers every
+// heartbeat of a node not yet ready to leave with its queued signals);
+// the container ends with the heartbeat after that, which reports it
+// completed: two Config.Heartbeat after the signal.
 func (s *Sim) serveSignal(w http.ResponseWriter, r *http.Request) {
 	cid, cmd := r.PathValue("cid"), r.PathValue("command")
 	// The RM answers these two failures in plain text (with a JSON
@@ -287,24 +294,36 @@ func (s *Sim) serveSignal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	s.rules.init()
 	c, ok := s.findContainer(cid)
-	finish := ""
-	if ok && c.node.state == "RUNNING" &&
-		(cmd == "FORCEFUL_SHUTDOWN" || cmd == "GRACEFUL_SHUTDOWN" && !s.rules.ignoreTERM[c.app.id]) {
-		finish = s.stopContainer(c)
+	if ok && (c.node.state == "RUNNING" || c.node.state == "UNHEALTHY") {
+		time.AfterFunc(2*s.cfg.Heartbeat, func() { s.deliverSignal(cid, cmd) })
 	}
 	s.mu.Unlock()
 	if !ok {
 		plain(w, http.StatusInternalServerError, "Trying to signal an absent container "+cid)
 		return
 	}
-	if finish != "" {
-		_ = s.Finish(finish)
-	}
 	msg := "signal success" // Hadoop 3.5; 3.3 answers an empty body
 	if s.cfg.Flavor == Flavor33 {
 		msg = ""
 	}
 	plain(w, http.StatusOK, msg)
+}
+
+// deliverSignal acts on a queued signal once the container's NodeManager
+// has had it and reported back: a NodeManager still up (its node RUNNING,
+// UNHEALTHY or DECOMMISSIONING) stops the container.
+func (s *Sim) deliverSignal(cid, cmd string) {
+	s.mu.Lock()
+	s.rules.init()
+	c, ok := s.findContainer(cid)
+	finish := ""
+	if ok && (c.node.state == "RUNNING" || c.node.state == "UNHEALTHY" || c.node.state == "DECOMMISSIONING") &&
+		(cmd == "FORCEFUL_SHUTDOWN" || cmd == "GRACEFUL_SHUTDOWN" && !s.rules.ignoreTERM[c.app.id]) {
+		finish = s.stopContainer(c)
+	}
+	s.mu.Unlock()
+	if finish != "" {
+		_ = s.Finish(finish)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/yarn"
@@ -198,6 +199,8 @@ func TestContainerEndpointsAnswerAsHadoop(t *testing.T) {
 			if code != 200 || body != wantBody {
 				t.Fatalf("signal: %d %q, want 200 %q", code, body, wantBody)
 			}
+			// The RM queues the signal for the NodeManager's next heartbeat.
+			heartbeat(t, "the signalled container to stop", func() bool { code, _ := do("GET", report+cs[0].ID, ""); return code == 404 })
 			if code, body := do("GET", report+cs[0].ID, ""); code != 404 || !strings.Contains(body, `"exception":"NotFoundException"`) || !strings.Contains(body, "doesn't exist in RM") {
 				t.Fatalf("report of a stopped container: %d %s", code, body)
 			}
@@ -359,6 +362,7 @@ func TestOneContainerModel(t *testing.T) {
 			if code, body := do(rm, "", "POST", "/ws/v1/cluster/containers/"+victim+"/signal/FORCEFUL_SHUTDOWN", ""); code != 200 {
 				t.Fatalf("signal: %d %s", code, body)
 			}
+			heartbeat(t, "the signal to reach n2's NodeManager", func() bool { ids := rmList(); return !slices.Contains(ids["n2"], victim) })
 			ids = agree("after the signal")
 			if len(ids["n2"]) != 1 || ids["n2"][0] == victim {
 				t.Fatalf("containers on n2 after the signal %v: want one, not %s", ids["n2"], victim)
@@ -396,6 +400,58 @@ func TestOneContainerModel(t *testing.T) {
 			}
 			if _, err := sim.Containers(app); err == nil {
 				t.Fatalf("the killed app still has containers in the sim")
+			}
+		})
+	}
+}
+
+// heartbeat waits (at most 5s) for what a NodeManager heartbeat brings.
+func heartbeat(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no heartbeat brought %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFreedSpaceOnDecommissioningNode: Hadoop 3.5's CapacityScheduler
+// skips nodes that are not RUNNING, so space freed on a DECOMMISSIONING
+// node takes no pending ask; 3.3's allocates there in the heartbeat that
+// frees it (only the freed space, before the node's total drops to its
+// used resource).
+func TestFreedSpaceOnDecommissioningNode(t *testing.T) {
+	for _, f := range []yarnsim.Flavor{yarnsim.Flavor33, yarnsim.Flavor35} {
+		t.Run(string(f), func(t *testing.T) {
+			sim, err := yarnsim.New(yarnsim.Config{Flavor: f})
+			if err != nil {
+				t.Fatal(err)
+			}
+			must(t, sim.AddNode(yarnsim.NodeSpec{Host: "n1", GPUs: 8}))
+			victim, err := sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
+			must(t, err)
+			small, err := sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 2}}})
+			must(t, err)
+			queued, err := sim.Submit(yarnsim.AppSpec{Queue: "b", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
+			must(t, err)
+			cs, _ := sim.Containers(victim)
+			if q, _ := sim.Containers(queued); len(cs) != 1 || len(q) != 0 {
+				t.Fatalf("victim %+v, queued %+v: want the victim placed, the queued app pending", cs, q)
+			}
+			must(t, sim.SetNodeState("n1", "DECOMMISSIONING"))
+			sc, _ := sim.Containers(small)
+			must(t, sim.CompleteContainer(sc[0].ID)) // 2 GPUs freed: too few
+			if q, _ := sim.Containers(queued); len(q) != 0 {
+				t.Fatalf("queued app placed in 2 freed GPUs: %+v", q)
+			}
+			must(t, sim.CompleteContainer(cs[0].ID))
+			q, _ := sim.Containers(queued)
+			if f == yarnsim.Flavor33 && (len(q) != 1 || q[0].Host != "n1") {
+				t.Fatalf("3.3: queued app's containers %+v, want one placed in the space freed on n1", q)
+			}
+			if f == yarnsim.Flavor35 && len(q) != 0 {
+				t.Fatalf("3.5: queued app's containers %+v, want none on a decommissioning node", q)
 			}
 		})
 	}

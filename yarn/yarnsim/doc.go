@@ -19,6 +19,14 @@
 // (rmadmin.go) serves the RM admin RPC over Hadoop IPC, reads the exclude
 // file and runs graceful decommissions; NodeManagers stop when
 // decommissioned and register again when restarted (nodemanager.go).
+// The RM's lifecycle follows Hadoop 3.3.6 and 3.5.0: a container signal is
+// taken only on a RUNNING (or UNHEALTHY) node and acts with the next
+// NodeManager heartbeats (Config.Heartbeat), also once the node is
+// DECOMMISSIONING; nothing is placed on a DECOMMISSIONING node, except
+// that the 3.3 flavour gives asks pending at that moment the space a
+// completed container frees there; a decommissioning node stays while an
+// app that ran there runs, until its graceful timeout, which a graceful
+// refresh may change (counted from the decommission's start).
 // Faults (an HTML login page, truncated JSON, a 500,
 // a standby RM without a redirect target) and a standby handler that
 // redirects to the active RM test the client's error handling and HA.

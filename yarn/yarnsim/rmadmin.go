@@ -38,8 +38,10 @@ type AdminConfig struct {
 // protobuf) for a Sim: refreshNodes with the exclude file (NORMAL,
 // GRACEFUL with per-host or per-call timeouts, FORCEFUL) and
 // updateNodeResource. Like the RM, a gracefully decommissioned node stays
-// DECOMMISSIONING until its containers are gone or its timeout ends (its
-// containers are then lost), a DECOMMISSIONED NodeManager stays down until
+// DECOMMISSIONING until its containers are gone and every app that ran one
+// there has ended, or its timeout ends (its containers are then lost); a
+// graceful refresh with another timeout changes it, counted from the
+// decommission's start, a DECOMMISSIONED NodeManager stays down until
 // RestartNodeManager (nodemanager.go), and a host taken out of the file and
 // refreshed while DECOMMISSIONING is RUNNING again. The frames are decoded here, apart
 // from the client in yarn/rmadmin, so each checks the other.
@@ -49,8 +51,13 @@ type AdminServer struct {
 	mu      sync.Mutex
 	ln      net.Listener
 	standby bool
-	// until is the graceful deadline of each decommissioning host.
-	until map[string]time.Time
+	// until is the graceful deadline of each decommissioning host (zero:
+	// none), start when its decommission began and timeout what it was
+	// given: a graceful refresh with another timeout moves until, counted
+	// from start, as the RM's DecommissioningNodesWatcher does.
+	until   map[string]time.Time
+	start   map[string]time.Time
+	timeout map[string]time.Duration
 	// runs are RunOn apps by host: they end when their container does.
 	runs map[string][]string
 	// registered is what each NodeManager registered with, kept when
@@ -74,7 +81,8 @@ func NewAdminServer(sim *Sim, cfg AdminConfig) (*AdminServer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &AdminServer{sim: sim, cfg: cfg, until: map[string]time.Time{}, runs: map[string][]string{},
+	return &AdminServer{sim: sim, cfg: cfg, until: map[string]time.Time{}, start: map[string]time.Time{},
+		timeout: map[string]time.Duration{}, runs: map[string][]string{},
 		registered: map[string]NodeSpec{}, stop: make(chan struct{})}, nil
 }
 
@@ -193,9 +201,11 @@ func (a *AdminServer) progress() {
 	for host, until := range a.until {
 		n := a.sim.nodes[host]
 		timedOut := !until.IsZero() && !now.Before(until) // zero: an infinite timeout
-		if n == nil || n.state != "DECOMMISSIONING" || n.containers == 0 || timedOut {
+		// DecommissioningNodesWatcher: READY once no container runs and no
+		// app that ran one there still runs (WAIT_APP), or at the timeout.
+		if n == nil || n.state != "DECOMMISSIONING" || n.containers == 0 && len(n.ran) == 0 || timedOut {
 			done = append(done, host)
-			delete(a.until, host)
+			a.forget(host)
 		}
 	}
 	a.mu.Unlock()
@@ -282,32 +292,38 @@ func (a *AdminServer) refreshNodes(typ int, timeout time.Duration, hasTimeout bo
 	a.sim.mu.Lock()
 	for host, n := range a.sim.nodes {
 		t, excluded := ex[host]
+		d := a.cfg.DefaultTimeout // the graceful timeout: the host's own, else the call's
+		if t != 0 {
+			d = t
+		} else if hasTimeout {
+			d = timeout
+		}
 		switch {
 		case excluded && (n.state == "RUNNING" || n.state == "UNHEALTHY" || n.state == "NEW"):
 			if typ == 2 { // GRACEFUL
 				changes = append(changes, change{host, "DECOMMISSIONING"})
-				d := a.cfg.DefaultTimeout
-				if t != 0 {
-					d = t
-				} else if hasTimeout {
-					d = timeout
-				}
-				until := time.Time{} // a negative timeout (-1) is infinite
-				if d >= 0 {
-					until = a.cfg.Now().Add(d)
-				}
 				a.mu.Lock()
-				a.until[host] = until
+				a.start[host] = a.cfg.Now()
+				a.setTimeout(host, d)
 				a.mu.Unlock()
 			} else {
 				now = append(now, host)
 			}
-		case excluded && n.state == "DECOMMISSIONING" && typ != 2:
+		case excluded && n.state == "DECOMMISSIONING" && typ == 2:
+			// NodesListManager sends a DECOMMISSIONING node whose timeout
+			// differs a new GRACEFUL_DECOMMISSION; RMNodeImpl takes the new
+			// timeout, still counted from the decommission's start.
+			a.mu.Lock()
+			if _, ok := a.start[host]; ok && a.timeout[host] != d {
+				a.setTimeout(host, d)
+			}
+			a.mu.Unlock()
+		case excluded && n.state == "DECOMMISSIONING":
 			now = append(now, host)
 		case !excluded && n.state == "DECOMMISSIONING":
 			changes = append(changes, change{host, "RUNNING"})
 			a.mu.Lock()
-			delete(a.until, host)
+			a.forget(host)
 			a.mu.Unlock()
 		}
 	}
@@ -321,6 +337,24 @@ func (a *AdminServer) refreshNodes(typ int, timeout time.Duration, hasTimeout bo
 		a.decommissioned(h)
 	}
 	return nil
+}
+
+// setTimeout gives decommissioning host the graceful timeout d (negative:
+// infinite) from its start. Callers hold a.mu.
+func (a *AdminServer) setTimeout(host string, d time.Duration) {
+	a.timeout[host] = d
+	if d < 0 {
+		a.until[host] = time.Time{}
+		return
+	}
+	a.until[host] = a.start[host].Add(d)
+}
+
+// forget drops a host's decommission. Callers hold a.mu.
+func (a *AdminServer) forget(host string) {
+	delete(a.until, host)
+	delete(a.start, host)
+	delete(a.timeout, host)
 }
 
 // updateNodeResource sets a node's total GPUs (and memory, vcores).

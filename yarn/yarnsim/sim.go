@@ -58,6 +58,11 @@ type Config struct {
 	ClusterTimestamp int64
 	// Now is the clock for app start times (default time.Now).
 	Now func() time.Time
+	// Heartbeat is the NodeManagers' heartbeat interval (default 500ms;
+	// Hadoop's is 1s): a container signal waits on its node for the next
+	// heartbeat, and the NodeManager reports the container completed, which
+	// frees its space, with the one after.
+	Heartbeat time.Duration
 }
 
 // NodeSpec describes a NodeManager to add.
@@ -132,6 +137,10 @@ type node struct {
 	lastHealth          time.Time
 	allocs              map[*app]map[int]int // app → request index → containers
 	conts               map[string]*container
+	// ran holds the live apps that have run a container on the node
+	// (RMNodeImpl.runningApplications, left at the app's end): the RM keeps
+	// a DECOMMISSIONING node until they end or its timeout passes.
+	ran map[*app]bool
 }
 
 // container is one allocated container.
@@ -231,6 +240,9 @@ func New(cfg Config) (*Sim, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 500 * time.Millisecond
 	}
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = []QueueSpec{{Path: "root.a", Capacity: 50}, {Path: "root.b", Capacity: 50}}
@@ -453,6 +465,7 @@ func (s *Sim) releaseNode(n *node) {
 	}
 	n.allocs = map[*app]map[int]int{}
 	n.conts = map[string]*container{}
+	n.ran = nil
 	n.usedGPUs, n.usedMem, n.usedVCores, n.containers = 0, 0, 0, 0
 	for _, a := range ended {
 		s.finish(a) // its container is already gone from n
@@ -468,6 +481,10 @@ func (s *Sim) newContainer(a *app, n *node, ri int) *container {
 	}
 	a.conts = append(a.conts, c)
 	n.conts[c.id] = c
+	if n.ran == nil {
+		n.ran = map[*app]bool{}
+	}
+	n.ran[a] = true
 	return c
 }
 
@@ -558,7 +575,29 @@ func (s *Sim) Finish(id string) error {
 // finish frees a's containers and removes it. Callers hold s.mu and
 // schedule afterwards.
 func (s *Sim) finish(a *app) {
+	type freed struct {
+		gpus        int
+		mem, vcores int64
+	}
+	var decom map[*node]*freed
+	defer func() {
+		for n, f := range decom {
+			s.offerFreed(n, f.gpus, f.mem, f.vcores)
+		}
+	}()
 	for _, c := range a.conts {
+		if c.node.state == "DECOMMISSIONING" {
+			if decom == nil {
+				decom = map[*node]*freed{}
+			}
+			if decom[c.node] == nil {
+				decom[c.node] = &freed{}
+			}
+			g, m, v := c.size()
+			decom[c.node].gpus += g
+			decom[c.node].mem += m
+			decom[c.node].vcores += v
+		}
 		n := c.node
 		gpus, mem, vcores := c.size()
 		n.usedGPUs -= gpus
@@ -572,9 +611,45 @@ func (s *Sim) finish(a *app) {
 		delete(n.allocs, a)
 	}
 	a.conts, a.am = nil, nil
+	for _, n := range s.nodes {
+		delete(n.ran, a)
+	}
 	delete(s.appByID, a.id)
 	i := slices.Index(s.apps, a)
 	s.apps = slices.Delete(s.apps, i, i+1)
+}
+
+// offerFreed models Hadoop 3.3's CapacityScheduler on a DECOMMISSIONING
+// node, which it does not skip: a node's heartbeat frees its completed
+// containers and then allocates on the node in the same pass, before the
+// update that sets the node's total to its used resource takes effect
+// (AbstractYarnScheduler.nodeUpdate sends it as an event), so the space
+// the completed containers freed goes to asks pending at that moment.
+// Hadoop 3.5 skips nodes that are not RUNNING (shouldSkipNodeSchedule).
+// A node left with no container and no app that ran there is ready to
+// leave: ResourceTrackerService decommissions it at that heartbeat before
+// the scheduler sees it. Callers hold s.mu; the app whose container ended
+// asks again only after.
+func (s *Sim) offerFreed(n *node, gpus int, mem, vcores int64) {
+	if s.cfg.Flavor != Flavor33 || n.state != "DECOMMISSIONING" || len(s.apps) == 0 || n.containers == 0 && len(n.ran) == 0 {
+		return
+	}
+	// Only the freed space: the earlier heartbeats' updates took the rest.
+	xg, xm, xv := n.freeGPUs()-gpus, n.spec.MemoryMB-n.usedMem-mem, n.spec.VCores-n.usedVCores-vcores
+	n.usedGPUs += xg
+	n.usedMem += xm
+	n.usedVCores += xv
+	l := label(n.spec.Labels)
+	s.freeByLabel[l] += n.freeGPUs()
+	order := slices.Clone(s.apps)
+	slices.SortStableFunc(order, func(a, b *app) int { return cmp.Compare(b.spec.Priority, a.spec.Priority) })
+	for _, a := range order {
+		s.schedule(a, []*node{n})
+	}
+	s.freeByLabel[l] -= n.freeGPUs()
+	n.usedGPUs -= xg
+	n.usedMem -= xm
+	n.usedVCores -= xv
 }
 
 func label(ls []string) string {
