@@ -234,7 +234,9 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 		return "", fmt.Errorf("answer of %d bytes exceeds %d bytes (raise max_response_bytes)", resp.ContentLength, c.cfg.MaxResponseBytes)
 	}
 	body := &limitedBody{r: resp.Body, limit: c.cfg.MaxResponseBytes}
-	tooLarge := fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
+	tooLarge := func() error {
+		return fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
+	}
 	// The large answers decode themselves (decode.go) as they stream in,
 	// in a window of about one element: never the whole body in memory.
 	if d, ok := v.(decoder); ok {
@@ -243,7 +245,7 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 		c.windows.put(s.window())
 		switch {
 		case body.over():
-			return "", tooLarge
+			return "", tooLarge()
 		case s.readErr() != nil:
 			return "", fmt.Errorf("read answer: %w", s.readErr())
 		case err != nil:
@@ -263,7 +265,7 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 	}
 	if _, err := buf.ReadFrom(body); err != nil {
 		if body.over() {
-			return "", tooLarge
+			return "", tooLarge()
 		}
 		return "", fmt.Errorf("read answer: %w", err)
 	}
