@@ -52,6 +52,10 @@ type Client struct {
 	cache  containerCache
 	nm     nmCache
 	nmMode atomic.Bool
+
+	// lastApps is how many apps the last poll read, the room made for
+	// the next.
+	lastApps atomic.Int64
 }
 
 // NewClient returns a client for the RMs in cfg.
@@ -82,7 +86,7 @@ func (c *Client) RMs() []string { return slices.Clone(c.cfg.RMs) }
 // observation.
 func (c *Client) Observe(ctx context.Context) (*Observation, error) {
 	var (
-		apps  appsAnswer
+		apps  = appsAnswer{hint: int(c.lastApps.Load())}
 		nodes nodesAnswer
 		sched schedulerResponse
 		wg    sync.WaitGroup
@@ -106,6 +110,7 @@ func (c *Client) Observe(ctx context.Context) (*Observation, error) {
 	if sched.Scheduler == nil || sched.Scheduler.SchedulerInfo == nil {
 		return nil, fmt.Errorf("rm %s: %s: no schedulerInfo in the answer: %w", rms[2], PathScheduler, broker.ErrStale)
 	}
+	c.lastApps.Store(int64(len(apps.apps)))
 	obs := &Observation{
 		RM:    rms[0],
 		At:    c.cfg.Now().UTC(),

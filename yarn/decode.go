@@ -25,6 +25,9 @@ type decoder interface {
 type appsAnswer struct {
 	present bool
 	apps    []App
+	// hint is how many apps to make room for (the last poll's count): 25,000
+	// apps grown by append cost twice their size.
+	hint int
 }
 
 // decodeAnswer decodes a whole body.
@@ -32,7 +35,7 @@ func (r *appsAnswer) decodeAnswer(b []byte) error { return r.decode(&scanner{b: 
 
 func (r *appsAnswer) decode(s *scanner) error {
 	in := interner{}
-	*r = appsAnswer{}
+	*r = appsAnswer{hint: r.hint}
 	s.object(func() {
 		if string(s.key) != "apps" {
 			s.skip()
@@ -47,6 +50,9 @@ func (r *appsAnswer) decode(s *scanner) error {
 			if string(s.key) != "app" {
 				s.skip()
 				return
+			}
+			if r.apps == nil && r.hint > 0 {
+				r.apps = make([]App, 0, r.hint+r.hint/16)
 			}
 			r.apps = r.apps[:0]
 			s.each(func() {
