@@ -47,6 +47,10 @@ type world struct {
 	rt   *engine.Runtime
 	sims *sims
 	kc   *k8ssim.Cluster
+	// k8ssimHeap is the live heap k8ssim's own state adds (its object
+	// tracker and watch history), measured before the broker opens: the
+	// part of this process's memory that is not the broker's.
+	k8ssimHeap int64
 }
 
 func newWorld(tb testing.TB, nodes, demands int) *world {
@@ -82,6 +86,7 @@ func newWorld(tb testing.TB, nodes, demands int) *world {
 	}
 
 	// Kubernetes: the other half, through the real informers.
+	heap0 := liveHeap()
 	kc := k8ssim.New(k8ssim.Config{})
 	for i := 0; i < nodes/2; i++ {
 		if err := kc.AddNode(ctx, k8ssim.NodeSpec{Name: fmt.Sprintf("k8s-%05d", i), GPUs: 8,
@@ -110,6 +115,7 @@ func newWorld(tb testing.TB, nodes, demands int) *world {
 	if f, ok := kc.Client().(interface{ ClearActions() }); ok {
 		f.ClearActions()
 	}
+	k8ssimHeap := liveHeap() - heap0
 	// The broker, assembled as serve assembles it (YARN observed only: no
 	// admin port here).
 	m, err := app.Open(ctx, app.Config{Store: st, Policy: broker.DefaultPolicy(),
@@ -127,7 +133,7 @@ func newWorld(tb testing.TB, nodes, demands int) *world {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &world{rt: rt, sims: sim, kc: kc}
+	return &world{rt: rt, sims: sim, kc: kc, k8ssimHeap: k8ssimHeap}
 }
 
 // BenchmarkTick measures one full tick of the real runtime against the
@@ -207,6 +213,7 @@ func benchTicks(b *testing.B, nodes, demands int) {
 	hwm := vmHWM(b)
 	b.ReportMetric(float64(hwm)/(1<<20), "peak-RSS-MiB")
 	b.ReportMetric(float64(firstHWM)/(1<<20), "first-tick-peak-RSS-MiB")
+	b.ReportMetric(float64(w.k8ssimHeap)/(1<<20), "k8ssim-live-heap-MiB")
 	b.ReportMetric(ms(cpu), "cpu-ms/tick")
 	b.ReportMetric(float64(child.HWM)/(1<<20), "sims-peak-RSS-MiB")
 	b.ReportMetric(ms(childCPU), "sims-cpu-ms/tick")
@@ -223,8 +230,8 @@ func benchTicks(b *testing.B, nodes, demands int) {
 	med.Record = median(phases, func(p engine.TickPhases) time.Duration { return p.Record })
 	med.Act = median(phases, func(p engine.TickPhases) time.Duration { return p.Act })
 	med.Total = total
-	b.Logf("%d nodes × %d demands, %d ticks, peak RSS %d MiB over the steady ticks (%d MiB over the first, %d MiB during setup), CPU %s/tick (broker and k8ssim); yarnsim and awssim: peak RSS %d MiB, CPU %s/tick; medians: %s",
-		nodes, demands, len(phases), hwm>>20, firstHWM>>20, setupHWM>>20, r(cpu), child.HWM>>20, r(childCPU), phaseLine(med))
+	b.Logf("%d nodes × %d demands, %d ticks, peak RSS %d MiB over the steady ticks (%d MiB over the first, %d MiB during setup; k8ssim's own live heap %d MiB), CPU %s/tick (broker and k8ssim); yarnsim and awssim: peak RSS %d MiB, CPU %s/tick; medians: %s",
+		nodes, demands, len(phases), hwm>>20, firstHWM>>20, setupHWM>>20, w.k8ssimHeap>>20, r(cpu), child.HWM>>20, r(childCPU), phaseLine(med))
 }
 
 func phaseLine(p engine.TickPhases) string {
@@ -277,6 +284,14 @@ func vmHWM(tb testing.TB) int64 {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// liveHeap is the heap's live bytes after a full collection.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }
 
 // resetHWM starts this process's peak RSS afresh at its current RSS
