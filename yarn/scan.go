@@ -38,8 +38,7 @@ type scanner struct {
 	rerr error
 }
 
-// scanChunk is how much a stream scanner reads at a time, and how much it
-// lets accumulate before release drops it.
+// scanChunk is the most a stream scanner reads at a time.
 const scanChunk = 64 << 10
 
 // newStreamScanner returns a scanner reading r, in the window buf (reused:
@@ -60,7 +59,7 @@ func (s *scanner) fill() bool {
 			copy(nb, s.b)
 			s.b = nb
 		}
-		n, err := s.r.Read(s.b[len(s.b):cap(s.b)])
+		n, err := s.r.Read(s.b[len(s.b):min(cap(s.b), len(s.b)+scanChunk)])
 		s.b = s.b[:len(s.b)+n]
 		if err != nil {
 			s.rerr = err
@@ -85,9 +84,11 @@ func (s *scanner) have(j int) bool {
 }
 
 // release drops the bytes already read from a stream's window. Only
-// decoders call it, between values, where no index into b is held.
+// decoders call it, between values, where no index into b is held. It
+// waits until several chunks were read: the unread rest (at most a chunk)
+// is copied to the front, so that copy stays a fraction of what was read.
 func (s *scanner) release() {
-	if s.r == nil || s.i < scanChunk {
+	if s.r == nil || s.i < 4*scanChunk {
 		return
 	}
 	n := copy(s.b, s.b[s.i:])
@@ -191,7 +192,7 @@ func (s *scanner) rawString() ([]byte, bool) {
 	s.i++
 	start := s.i
 	// Fast path: the closing quote with no backslash before it.
-	for j := start; s.have(j); j++ {
+	for j := start; j < len(s.b) || s.have(j); j++ {
 		if c := s.b[j]; c == '"' {
 			s.i = j + 1
 			return s.b[start:j], false
@@ -200,7 +201,7 @@ func (s *scanner) rawString() ([]byte, bool) {
 		}
 	}
 	esc := false
-	for s.have(s.i) {
+	for s.i < len(s.b) || s.have(s.i) {
 		switch s.b[s.i] {
 		case '"':
 			raw := s.b[start:s.i]
@@ -281,7 +282,7 @@ func (s *scanner) flexInt() int64 {
 		}
 	default:
 		start := s.i
-		for s.have(s.i) {
+		for s.i < len(s.b) || s.have(s.i) {
 			c := s.b[s.i]
 			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
 				s.i++
@@ -406,7 +407,7 @@ func (s *scanner) skip() {
 		s.fail("truncated value")
 	default:
 		start := s.i
-		for s.have(s.i) {
+		for s.i < len(s.b) || s.have(s.i) {
 			c := s.b[s.i]
 			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
 				s.i++
@@ -505,7 +506,7 @@ func (s *scanner) each(elem func()) {
 		}
 	case '{':
 		j := s.i + 1
-		for s.have(j) && (s.b[j] == ' ' || s.b[j] == '\t' || s.b[j] == '\n' || s.b[j] == '\r') {
+		for (j < len(s.b) || s.have(j)) && (s.b[j] == ' ' || s.b[j] == '\t' || s.b[j] == '\n' || s.b[j] == '\r') {
 			j++
 		}
 		if s.have(j) && s.b[j] == '}' {
