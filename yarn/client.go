@@ -41,9 +41,10 @@ type Client struct {
 	mu     sync.Mutex
 	active int // index in cfg.RMs of the RM that answered last
 
-	// bufs holds answer buffers between polls: an observation at scale
-	// reads tens of MiB.
-	bufs bufferPool
+	// bufs holds the buffers of the small answers read whole between
+	// polls; windows those of the large answers' stream scanners.
+	bufs    bufferPool
+	windows windowPool
 
 	// cache keeps the container lists of apps between polls; nm those of
 	// NodeManagers, read instead once nmMode says the RM lacks the
@@ -51,6 +52,10 @@ type Client struct {
 	cache  containerCache
 	nm     nmCache
 	nmMode atomic.Bool
+
+	// lastApps is how many apps the last poll read, the room made for
+	// the next.
+	lastApps atomic.Int64
 }
 
 // NewClient returns a client for the RMs in cfg.
@@ -81,7 +86,7 @@ func (c *Client) RMs() []string { return slices.Clone(c.cfg.RMs) }
 // observation.
 func (c *Client) Observe(ctx context.Context) (*Observation, error) {
 	var (
-		apps  appsAnswer
+		apps  = appsAnswer{hint: int(c.lastApps.Load())}
 		nodes nodesAnswer
 		sched schedulerResponse
 		wg    sync.WaitGroup
@@ -105,6 +110,7 @@ func (c *Client) Observe(ctx context.Context) (*Observation, error) {
 	if sched.Scheduler == nil || sched.Scheduler.SchedulerInfo == nil {
 		return nil, fmt.Errorf("rm %s: %s: no schedulerInfo in the answer: %w", rms[2], PathScheduler, broker.ErrStale)
 	}
+	c.lastApps.Store(int64(len(apps.apps)))
 	obs := &Observation{
 		RM:    rms[0],
 		At:    c.cfg.Now().UTC(),
@@ -229,34 +235,99 @@ func (c *Client) fetch(ctx context.Context, target string, v any) (string, error
 		detail, _ := errorDetail(resp)
 		return "", fmt.Errorf("answered %q, not JSON: %s", ct, detail)
 	}
+	if resp.ContentLength > c.cfg.MaxResponseBytes {
+		return "", fmt.Errorf("answer of %d bytes exceeds %d bytes (raise max_response_bytes)", resp.ContentLength, c.cfg.MaxResponseBytes)
+	}
+	body := &limitedBody{r: resp.Body, limit: c.cfg.MaxResponseBytes}
+	tooLarge := func() error {
+		return fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
+	}
+	// The large answers decode themselves (decode.go) as they stream in,
+	// in a window of about one element: never the whole body in memory.
+	if d, ok := v.(decoder); ok {
+		s := newStreamScanner(body, c.windows.get())
+		err := d.decode(s)
+		c.windows.put(s.window())
+		switch {
+		case body.over():
+			return "", tooLarge()
+		case s.readErr() != nil:
+			return "", fmt.Errorf("read answer: %w", s.readErr())
+		case err != nil:
+			if sc := (*scanError)(nil); errors.As(err, &sc) && sc.eof {
+				return "", fmt.Errorf("decode answer: truncated JSON after %d bytes: %w", body.n, err)
+			}
+			return "", fmt.Errorf("decode answer: %w", err)
+		}
+		return "", nil
+	}
+	// The rest (small) go through encoding/json into their wire shapes.
 	kind := bufferKind(target)
 	buf := c.bufs.get(kind)
 	defer c.bufs.put(kind, buf)
-	if resp.ContentLength > 0 && resp.ContentLength <= c.cfg.MaxResponseBytes {
+	if resp.ContentLength > 0 {
 		buf.Grow(int(resp.ContentLength) + 1)
 	}
-	if _, err := buf.ReadFrom(io.LimitReader(resp.Body, c.cfg.MaxResponseBytes+1)); err != nil {
+	if _, err := buf.ReadFrom(body); err != nil {
+		if body.over() {
+			return "", tooLarge()
+		}
 		return "", fmt.Errorf("read answer: %w", err)
 	}
-	if int64(buf.Len()) > c.cfg.MaxResponseBytes {
-		return "", fmt.Errorf("answer exceeds %d bytes (raise max_response_bytes)", c.cfg.MaxResponseBytes)
-	}
-	// The large answers decode themselves (decode.go); the rest go
-	// through encoding/json into their wire shapes.
-	if d, ok := v.(decoder); ok {
-		err = d.decodeAnswer(buf.Bytes())
-	} else {
-		err = json.Unmarshal(buf.Bytes(), v)
-	}
-	if err != nil {
+	if err := json.Unmarshal(buf.Bytes(), v); err != nil {
 		var se *json.SyntaxError
-		var sc *scanError
-		if (errors.As(err, &se) && se.Offset >= int64(buf.Len())) || (errors.As(err, &sc) && sc.eof) {
+		if errors.As(err, &se) && se.Offset >= int64(buf.Len()) {
 			return "", fmt.Errorf("decode answer: truncated JSON after %d bytes: %w", buf.Len(), err)
 		}
 		return "", fmt.Errorf("decode answer: %w", err)
 	}
 	return "", nil
+}
+
+// errTooLarge ends a body read past its limit.
+var errTooLarge = errors.New("answer too large")
+
+// limitedBody reads an answer up to limit bytes and counts them; reading
+// past the limit fails with errTooLarge (over reports it), so a huge
+// answer is refused after limit bytes, not held.
+type limitedBody struct {
+	r        io.Reader
+	limit, n int64
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.n > l.limit {
+		return 0, errTooLarge
+	}
+	if rest := l.limit + 1 - l.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := l.r.Read(p)
+	l.n += int64(n)
+	if l.n > l.limit {
+		return n, errTooLarge
+	}
+	return n, err
+}
+
+// over reports whether the body went past the limit.
+func (l *limitedBody) over() bool { return l.n > l.limit }
+
+// windowPool keeps stream scanners' windows between answers.
+type windowPool struct{ p sync.Pool }
+
+func (w *windowPool) get() []byte {
+	if b, ok := w.p.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, 0, 2*scanChunk)
+}
+
+func (w *windowPool) put(b []byte) {
+	if cap(b) > 4<<20 {
+		return // a huge element: let it go
+	}
+	w.p.Put(&b)
 }
 
 var titleRE = regexp.MustCompile(`(?is)<title>\s*(.*?)\s*</title>`)
@@ -311,11 +382,11 @@ func origin(raw string) string {
 	return u.Scheme + "://" + u.Host + strings.TrimSuffix(strings.SplitN(u.Path, "/ws/", 2)[0], "/")
 }
 
-// bufferPool keeps answer buffers between polls. Unlike a sync.Pool it is
-// not emptied by the garbage collector, which runs several times a poll at
-// scale: the apps answer's buffer (tens of MiB) is reused, not grown again.
-// Each kind of answer remembers its last size, so the three bulk answers
-// fetched together each get a buffer that fits.
+// bufferPool keeps the buffers of the answers read whole (the scheduler's,
+// small ones) between polls. Unlike a sync.Pool it is not emptied by the
+// garbage collector, which runs several times a poll at scale. Each kind
+// of answer remembers its last size, so answers fetched together each get
+// a buffer that fits.
 type bufferPool struct {
 	mu   sync.Mutex
 	free []*bytes.Buffer

@@ -13,10 +13,11 @@ import (
 // values the mapping never reads are skipped unchecked, so an answer whose
 // unread fields are malformed no longer fails.
 
-// decoder is implemented by answer types that decode themselves from a
-// whole body; Client.Get uses it instead of encoding/json.
+// decoder is implemented by answer types that decode themselves with a
+// scanner; Client.Get streams their bodies into it instead of reading
+// them whole for encoding/json.
 type decoder interface {
-	decodeAnswer(b []byte) error
+	decode(s *scanner) error
 }
 
 // appsAnswer is GET PathApps decoded into Apps (active apps only, in id
@@ -24,12 +25,17 @@ type decoder interface {
 type appsAnswer struct {
 	present bool
 	apps    []App
+	// hint is how many apps to make room for (the last poll's count): 25,000
+	// apps grown by append cost twice their size.
+	hint int
 }
 
-func (r *appsAnswer) decodeAnswer(b []byte) error {
-	s := &scanner{b: b}
+// decodeAnswer decodes a whole body.
+func (r *appsAnswer) decodeAnswer(b []byte) error { return r.decode(&scanner{b: b}) }
+
+func (r *appsAnswer) decode(s *scanner) error {
 	in := interner{}
-	*r = appsAnswer{}
+	*r = appsAnswer{hint: r.hint}
 	s.object(func() {
 		if string(s.key) != "apps" {
 			s.skip()
@@ -45,8 +51,12 @@ func (r *appsAnswer) decodeAnswer(b []byte) error {
 				s.skip()
 				return
 			}
+			if r.apps == nil && r.hint > 0 {
+				r.apps = make([]App, 0, r.hint+r.hint/16)
+			}
 			r.apps = r.apps[:0]
 			s.each(func() {
+				s.release()
 				if a, ok := s.app(&in); ok {
 					r.apps = append(r.apps, a)
 				}
@@ -247,8 +257,10 @@ type nodesAnswer struct {
 	nodes   []Node
 }
 
-func (r *nodesAnswer) decodeAnswer(b []byte) error {
-	s := &scanner{b: b}
+// decodeAnswer decodes a whole body.
+func (r *nodesAnswer) decodeAnswer(b []byte) error { return r.decode(&scanner{b: b}) }
+
+func (r *nodesAnswer) decode(s *scanner) error {
 	in := interner{}
 	*r = nodesAnswer{}
 	s.object(func() {
@@ -267,7 +279,10 @@ func (r *nodesAnswer) decodeAnswer(b []byte) error {
 				return
 			}
 			r.nodes = r.nodes[:0]
-			s.each(func() { r.nodes = append(r.nodes, s.node(&in)) })
+			s.each(func() {
+				s.release()
+				r.nodes = append(r.nodes, s.node(&in))
+			})
 		})
 	})
 	if err := s.end(); err != nil {
@@ -353,8 +368,10 @@ type containersAnswer struct {
 	containers []Container
 }
 
-func (r *containersAnswer) decodeAnswer(b []byte) error {
-	s := &scanner{b: b}
+// decodeAnswer decodes a whole body.
+func (r *containersAnswer) decodeAnswer(b []byte) error { return r.decode(&scanner{b: b}) }
+
+func (r *containersAnswer) decode(s *scanner) error {
 	r.containers = nil
 	var bare, wrapped []Container
 	s.object(func() {
@@ -362,6 +379,7 @@ func (r *containersAnswer) decodeAnswer(b []byte) error {
 		case "container":
 			bare = bare[:0]
 			s.each(func() {
+				s.release()
 				if ct, ok := s.container(); ok {
 					bare = append(bare, ct)
 				}
@@ -375,6 +393,7 @@ func (r *containersAnswer) decodeAnswer(b []byte) error {
 				}
 				wrapped = wrapped[:0]
 				s.each(func() {
+					s.release()
 					if ct, ok := s.container(); ok {
 						wrapped = append(wrapped, ct)
 					}

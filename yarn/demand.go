@@ -74,7 +74,14 @@ func (m QueueMap) appTenant(a *App) (broker.Tenant, bool) {
 // queues no tenant claims are returned as Unmapped. The result is sorted by
 // key.
 func MapDemand(obs *Observation, queues QueueMap, _ MapOptions) ([]broker.Demand, []Unmapped) {
+	asks := 0
+	for i := range obs.Apps {
+		asks += len(obs.Apps[i].Requests)
+	}
 	var out []broker.Demand
+	if asks > 0 {
+		out = make([]broker.Demand, 0, asks) // grown by append, 25,000 asks cost twice
+	}
 	var unmapped []Unmapped
 	for i := range obs.Apps {
 		a := &obs.Apps[i]
@@ -108,6 +115,9 @@ func MapDemand(obs *Observation, queues QueueMap, _ MapOptions) ([]broker.Demand
 			d.Constraints.NodeLabel = r.NodeLabel
 			out = append(out, d)
 		}
+	}
+	if len(out) == 0 {
+		out = nil // none: as before the sizing
 	}
 	slices.SortFunc(out, func(x, y broker.Demand) int { return cmp.Compare(x.Key, y.Key) })
 	return out, unmapped

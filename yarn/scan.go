@@ -3,16 +3,23 @@ package yarn
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 )
 
-// scanner is a small JSON reader over a whole answer held in memory, for
-// the large RM answers (apps, nodes, containers): it decodes straight into
-// the shapes the mapping needs, skips every other value without building
-// it, and allocates only the strings it keeps. It reads Jersey's quirks as
-// the wire.go decoders do: collections as null, {}, a bare object or an
-// array (each), integers as numbers or strings (flexInt), and keys matched
-// without regard to ASCII case, as encoding/json matches them.
+// scanner is a small JSON reader for the large RM answers (apps, nodes,
+// containers): it decodes straight into the shapes the mapping needs, skips
+// every other value without building it, and allocates only the strings it
+// keeps. It reads Jersey's quirks as the wire.go decoders do: collections
+// as null, {}, a bare object or an array (each), integers as numbers or
+// strings (flexInt), and keys matched without regard to ASCII case, as
+// encoding/json matches them.
+//
+// It reads either a whole answer held in b, or a stream (newStreamScanner):
+// then b is a window of the body that grows as values need more bytes
+// (fill) and drops what was read at the points the decoders mark as safe
+// (release, between the elements of a collection), so an answer of tens of
+// MiB is decoded in a window of about one element.
 //
 // Errors are sticky: after the first, every method returns zero values and
 // s.err names the offset.
@@ -22,7 +29,84 @@ type scanner struct {
 	err error
 	// key is the current object key, ASCII-lowercased (reused).
 	key []byte
+
+	// r is the stream b is read from, nil when b is the whole answer;
+	// off counts the bytes dropped before b[0]; rerr is r's error (io.EOF
+	// at the end).
+	r    io.Reader
+	off  int
+	rerr error
 }
+
+// scanChunk is the most a stream scanner reads at a time.
+const scanChunk = 64 << 10
+
+// newStreamScanner returns a scanner reading r, in the window buf (reused:
+// its contents are overwritten).
+func newStreamScanner(r io.Reader, buf []byte) *scanner {
+	return &scanner{r: r, b: buf[:0]}
+}
+
+// fill reads more of the stream onto the end of b, keeping everything in
+// b (indices into b stay valid); false when no more will come.
+func (s *scanner) fill() bool {
+	if s.r == nil || s.rerr != nil {
+		return false
+	}
+	for {
+		if cap(s.b)-len(s.b) < scanChunk/2 {
+			nb := make([]byte, len(s.b), 2*cap(s.b)+scanChunk)
+			copy(nb, s.b)
+			s.b = nb
+		}
+		n, err := s.r.Read(s.b[len(s.b):min(cap(s.b), len(s.b)+scanChunk)])
+		s.b = s.b[:len(s.b)+n]
+		if err != nil {
+			s.rerr = err
+		}
+		if n > 0 {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
+}
+
+// have reports whether b[j] is there, reading more of a stream if needed.
+func (s *scanner) have(j int) bool {
+	for j >= len(s.b) {
+		if !s.fill() {
+			return false
+		}
+	}
+	return true
+}
+
+// release drops the bytes already read from a stream's window. Only
+// decoders call it, between values, where no index into b is held. It
+// waits until several chunks were read: the unread rest (at most a chunk)
+// is copied to the front, so that copy stays a fraction of what was read.
+func (s *scanner) release() {
+	if s.r == nil || s.i < 4*scanChunk {
+		return
+	}
+	n := copy(s.b, s.b[s.i:])
+	s.b = s.b[:n]
+	s.off += s.i
+	s.i = 0
+}
+
+// readErr is the stream's read error, nil at a clean end.
+func (s *scanner) readErr() error {
+	if s.rerr == io.EOF {
+		return nil
+	}
+	return s.rerr
+}
+
+// window is the scanner's buffer, for reuse by the next stream scanner.
+func (s *scanner) window() []byte { return s.b[:0] }
 
 // scanError is a decode error at an offset; eof marks an answer that ended
 // in the middle of a value (a truncated body).
@@ -41,21 +125,25 @@ func (e *scanError) Error() string {
 
 func (s *scanner) fail(format string, args ...any) {
 	if s.err == nil {
-		s.err = &scanError{off: s.i, eof: s.i >= len(s.b), msg: fmt.Sprintf(format, args...)}
+		s.err = &scanError{off: s.off + s.i, eof: s.i >= len(s.b) && !s.fill(), msg: fmt.Sprintf(format, args...)}
 	}
 }
 
 // ws skips white space and returns the next byte, 0 at the end.
 func (s *scanner) ws() byte {
-	for s.i < len(s.b) {
-		switch c := s.b[s.i]; c {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return c
+	for {
+		for s.i < len(s.b) {
+			switch c := s.b[s.i]; c {
+			case ' ', '\t', '\n', '\r':
+				s.i++
+			default:
+				return c
+			}
+		}
+		if !s.fill() {
+			return 0
 		}
 	}
-	return 0
 }
 
 // end checks that nothing but white space follows the top-level value.
@@ -79,7 +167,7 @@ func (s *scanner) null() bool {
 }
 
 func (s *scanner) literal(lit string) {
-	if len(s.b)-s.i < len(lit) {
+	if !s.have(s.i + len(lit) - 1) {
 		s.i = len(s.b)
 		s.fail("truncated literal")
 		return
@@ -104,7 +192,7 @@ func (s *scanner) rawString() ([]byte, bool) {
 	s.i++
 	start := s.i
 	// Fast path: the closing quote with no backslash before it.
-	for j := start; j < len(s.b); j++ {
+	for j := start; j < len(s.b) || s.have(j); j++ {
 		if c := s.b[j]; c == '"' {
 			s.i = j + 1
 			return s.b[start:j], false
@@ -113,7 +201,7 @@ func (s *scanner) rawString() ([]byte, bool) {
 		}
 	}
 	esc := false
-	for s.i < len(s.b) {
+	for s.i < len(s.b) || s.have(s.i) {
 		switch s.b[s.i] {
 		case '"':
 			raw := s.b[start:s.i]
@@ -194,7 +282,7 @@ func (s *scanner) flexInt() int64 {
 		}
 	default:
 		start := s.i
-		for s.i < len(s.b) {
+		for s.i < len(s.b) || s.have(s.i) {
 			c := s.b[s.i]
 			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
 				s.i++
@@ -262,8 +350,17 @@ func (s *scanner) skip() {
 	case '{', '[':
 		// One tight loop over the value: strings are stepped over in
 		// place, so braces inside them do not count.
+		// A stream's window grows (fill) under the loop: b is taken
+		// again after each fill, i stays valid.
 		b, i, depth := s.b, s.i, 0
-		for i < len(b) {
+		for {
+			if i >= len(b) {
+				if !s.fill() {
+					break
+				}
+				b = s.b
+				continue
+			}
 			c := b[i]
 			i++
 			if !structural[c] {
@@ -271,7 +368,14 @@ func (s *scanner) skip() {
 			}
 			switch c {
 			case '"':
-				for i < len(b) {
+				for {
+					if i >= len(b) {
+						if !s.fill() {
+							break
+						}
+						b = s.b
+						continue
+					}
 					c = b[i]
 					i++
 					if c == '"' {
@@ -303,7 +407,7 @@ func (s *scanner) skip() {
 		s.fail("truncated value")
 	default:
 		start := s.i
-		for s.i < len(s.b) {
+		for s.i < len(s.b) || s.have(s.i) {
 			c := s.b[s.i]
 			if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
 				s.i++
@@ -402,10 +506,10 @@ func (s *scanner) each(elem func()) {
 		}
 	case '{':
 		j := s.i + 1
-		for j < len(s.b) && (s.b[j] == ' ' || s.b[j] == '\t' || s.b[j] == '\n' || s.b[j] == '\r') {
+		for (j < len(s.b) || s.have(j)) && (s.b[j] == ' ' || s.b[j] == '\t' || s.b[j] == '\n' || s.b[j] == '\r') {
 			j++
 		}
-		if j < len(s.b) && s.b[j] == '}' {
+		if s.have(j) && s.b[j] == '}' {
 			s.i = j + 1
 			return
 		}

@@ -506,6 +506,14 @@ func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases
 		}
 		snap.CapacityPresentSince[id] = t
 	}
+	// Sized once: 50,000 demands grown by append cost twice their size.
+	demands := 0
+	for _, obs := range sides {
+		demands += len(obs.Demand)
+	}
+	if demands > 0 {
+		snap.Demand = make([]broker.Demand, 0, demands)
+	}
 	for _, src := range broker.Sources {
 		obs, ok := sides[src]
 		if !ok {

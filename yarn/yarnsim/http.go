@@ -54,7 +54,7 @@ const loginPage = `<!DOCTYPE html>
 
 func (s *Sim) faulty(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
+		s.mu.lockRead()
 		f := s.fault
 		s.mu.Unlock()
 		switch f {
@@ -102,9 +102,50 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	writeBody(w, code, b)
+}
+
+func writeBody(w http.ResponseWriter, code int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
+}
+
+// cachedAnswer is a bulk answer's body as rendered at state generation
+// gen.
+type cachedAnswer struct {
+	gen  uint64
+	body []byte
+}
+
+// maxCachedAnswers bounds the answers kept (one per route and query).
+const maxCachedAnswers = 32
+
+// cached returns the body kept under key if the state has not changed
+// since it was rendered. s.mu must be held.
+func (s *Sim) cached(key string) ([]byte, bool) {
+	c, ok := s.answers[key]
+	return c.body, ok && c.gen == s.mu.gen
+}
+
+// writeCached renders v, keeps it under key for state generation gen and
+// writes it. A real RM renders every poll too, but the simulator's cost
+// must not dominate a benchmark of the broker: polls of an unchanged
+// cluster (the apps answer is tens of MiB at 25,000 apps) are served from
+// the kept body.
+func (s *Sim) writeCached(w http.ResponseWriter, key string, gen uint64, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	s.mu.lockRead()
+	if s.answers == nil || len(s.answers) >= maxCachedAnswers {
+		s.answers = map[string]cachedAnswer{}
+	}
+	s.answers[key] = cachedAnswer{gen: gen, body: b}
+	s.mu.Unlock()
+	writeBody(w, http.StatusOK, b)
 }
 
 func notFound(w http.ResponseWriter, msg string) {
@@ -337,7 +378,7 @@ func (s *Sim) attemptID(a *app, n int) string {
 // unmanaged AM, as Hadoop renders it: empty strings). appAttemptState is
 // rendered from Hadoop 3.4 on.
 func (s *Sim) serveAttempts(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
+	s.mu.lockRead()
 	a, ok := s.appByID[r.PathValue("id")]
 	var atts []map[string]any
 	if ok {
@@ -386,7 +427,7 @@ func (s *Sim) serveContainers(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("<html><head><title>Error 404 Not Found</title></head><body><h2>HTTP ERROR 404 Not Found</h2></body></html>\n"))
 		return
 	}
-	s.mu.Lock()
+	s.mu.lockRead()
 	a, ok := s.appByID[r.PathValue("id")]
 	attempt := r.PathValue("attempt")
 	var found bool
@@ -461,7 +502,14 @@ func (s *Sim) serveApps(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	queue := r.URL.Query().Get("queue")
-	s.mu.Lock()
+	key := "apps?" + r.URL.RawQuery
+	s.mu.lockRead()
+	if b, ok := s.cached(key); ok {
+		s.mu.Unlock()
+		writeBody(w, http.StatusOK, b)
+		return
+	}
+	gen := s.mu.gen
 	apps := make([]jApp, 0, len(s.apps))
 	for _, a := range s.apps {
 		if len(states) > 0 && !states[a.state] {
@@ -473,11 +521,11 @@ func (s *Sim) serveApps(w http.ResponseWriter, r *http.Request) {
 		apps = append(apps, s.renderApp(a))
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"apps": wrapper(s.cfg.Quirks, "app", apps)})
+	s.writeCached(w, key, gen, map[string]any{"apps": wrapper(s.cfg.Quirks, "app", apps)})
 }
 
 func (s *Sim) serveApp(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
+	s.mu.lockRead()
 	a, ok := s.appByID[r.PathValue("id")]
 	var j jApp
 	if ok {
@@ -518,7 +566,14 @@ func (s *Sim) serveNodes(w http.ResponseWriter, r *http.Request) {
 			states[strings.ToUpper(st)] = true
 		}
 	}
-	s.mu.Lock()
+	key := "nodes?" + r.URL.RawQuery
+	s.mu.lockRead()
+	if b, ok := s.cached(key); ok {
+		s.mu.Unlock()
+		writeBody(w, http.StatusOK, b)
+		return
+	}
+	gen := s.mu.gen
 	hosts := make([]string, 0, len(s.nodes))
 	for h := range s.nodes {
 		hosts = append(hosts, h)
@@ -553,7 +608,7 @@ func (s *Sim) serveNodes(w http.ResponseWriter, r *http.Request) {
 		nodes = append(nodes, j)
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{"nodes": wrapper(s.cfg.Quirks, "node", nodes)})
+	s.writeCached(w, key, gen, map[string]any{"nodes": wrapper(s.cfg.Quirks, "node", nodes)})
 }
 
 type queueUsage struct {
@@ -564,7 +619,14 @@ type queueUsage struct {
 }
 
 func (s *Sim) serveScheduler(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
+	const key = "scheduler"
+	s.mu.lockRead()
+	if b, ok := s.cached(key); ok {
+		s.mu.Unlock()
+		writeBody(w, http.StatusOK, b)
+		return
+	}
+	gen := s.mu.gen
 	usage := map[*queue]*queueUsage{}
 	for _, a := range s.apps {
 		u := usage[a.queue]
@@ -596,7 +658,7 @@ func (s *Sim) serveScheduler(w http.ResponseWriter, _ *http.Request) {
 	root := s.renderQueue(s.root, usage, clusterGPUs, true)
 	s.mu.Unlock()
 	root["type"] = "capacityScheduler"
-	writeJSON(w, http.StatusOK, map[string]any{"scheduler": map[string]any{"schedulerInfo": root}})
+	s.writeCached(w, key, gen, map[string]any{"scheduler": map[string]any{"schedulerInfo": root}})
 }
 
 func (s *Sim) renderQueue(q *queue, usage map[*queue]*queueUsage, clusterGPUs int, isRoot bool) map[string]any {

@@ -206,7 +206,7 @@ type queue struct {
 
 // Sim is a simulated ResourceManager. It is safe for concurrent use.
 type Sim struct {
-	mu       sync.Mutex
+	mu       genMutex
 	cfg      Config
 	root     *queue
 	leaves   map[string]*queue // by path and by leaf name
@@ -225,7 +225,29 @@ type Sim struct {
 	// rules are the apps' answers to container signals and kills
 	// (containers.go).
 	rules appRules
+	// answers are the bulk answers rendered, by route and query, with
+	// the state generation they show (http.go).
+	answers map[string]cachedAnswer
 }
+
+// genMutex is the simulator's lock. It counts the times it was taken to
+// change state: Lock, which every mutation takes, starts a new generation
+// (so does any other caller of Lock: a spurious generation costs one
+// render, a missed one would serve a stale answer); lockRead, taken by the
+// read-only REST handlers, does not.
+type genMutex struct {
+	sync.Mutex
+	gen uint64
+}
+
+// Lock takes the lock and starts a new state generation.
+func (m *genMutex) Lock() {
+	m.Mutex.Lock()
+	m.gen++
+}
+
+// lockRead takes the lock for a caller that changes no state.
+func (m *genMutex) lockRead() { m.Mutex.Lock() }
 
 // New returns a simulator with no nodes and no apps.
 func New(cfg Config) (*Sim, error) {
