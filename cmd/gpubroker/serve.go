@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/gpubroker/gpubroker/internal/app"
+	"github.com/gpubroker/gpubroker/internal/memlimit"
 )
 
 func newLogger(e env, level string) (*slog.Logger, error) {
@@ -38,6 +39,11 @@ func runServe(ctx context.Context, e env, args []string) error {
 	log, err := newLogger(e, *level)
 	if err != nil {
 		return err
+	}
+	if limit, from := memlimit.Apply(e.getenv, "/", memlimit.DefaultRatio); limit > 0 {
+		log.Info("go memory limit set below the cgroup's", "limit_bytes", limit, "from", from)
+	} else {
+		log.Debug("no go memory limit set", "why", from)
 	}
 	addr := *listen
 	if addr == "" {
