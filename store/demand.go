@@ -72,9 +72,9 @@ type ApplyResult struct {
 // left), it diffs in memory and sends only new and changed rows (as arrays)
 // and the vanished keys: at 10% churn a 50,000-row observation costs about a
 // tenth of the full merge. Otherwise (first apply, restart, another Store
-// applied in between, after any error) it runs COPY into a temporary table
-// and set-based statements over the whole observation. Either way it is a
-// few round trips in one transaction.
+// applied in between, after any error) it runs a binary COPY of the whole
+// observation into an unindexed temporary table and one merge statement
+// (applyFull). Either way it is a few round trips in one transaction.
 func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyResult, error) {
 	var res ApplyResult
 	if !obs.Source.Valid() {
@@ -493,6 +493,9 @@ func withDeparted(obs Observation, gone, keys, reasons []string) ([]string, []st
 // DML parts touch disjoint rows (vanished rows are not in the observation,
 // changed and new ones are), so one snapshot serves them all; the source's
 // observations row lock keeps any other apply of the source out.
+// The update names its rows' ids as an array too: the planner cannot know
+// how few rows changed (usually none), and without it hashes the whole
+// ledger to update nothing.
 // $1 source, $2 observation time, $3/$4 the known close reasons.
 const mergeSQL = `
 	WITH j AS %s, gone AS (
@@ -514,6 +517,7 @@ const mergeSQL = `
 			gpus_per_unit = j.gpus_per_unit, units = j.units, gang = j.gang,
 			constraints = j.constraints, preemptible = j.preemptible
 		FROM j WHERE j.okey IS NOT NULL AND d.id = j.did
+		  AND d.id = ANY (ARRAY(SELECT did FROM j WHERE okey IS NOT NULL AND did IS NOT NULL))
 		RETURNING 1
 	), ins AS (
 		INSERT INTO demand (source, key, name, tenant, queue, priority, gpus_per_unit, units,
