@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -70,9 +72,9 @@ type ApplyResult struct {
 // left), it diffs in memory and sends only new and changed rows (as arrays)
 // and the vanished keys: at 10% churn a 50,000-row observation costs about a
 // tenth of the full merge. Otherwise (first apply, restart, another Store
-// applied in between, after any error) it runs COPY into a temporary table
-// and set-based statements over the whole observation. Either way it is a
-// few round trips in one transaction.
+// applied in between, after any error) it runs a binary COPY of the whole
+// observation into an unindexed temporary table and one merge statement
+// (applyFull). Either way it is a few round trips in one transaction.
 func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyResult, error) {
 	var res ApplyResult
 	if !obs.Source.Valid() {
@@ -113,12 +115,21 @@ func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyRes
 		}
 	}
 	// The identity of every row, for the diff against the last applied
-	// observation.
-	next := &sourceRows{rows: make(map[string]string, len(obs.Demand))}
-	for i := range obs.Demand {
-		next.rows[obs.Demand[i].Key] = encodeRow(&obs.Demand[i])
-	}
-	step("encode")
+	// observation (and for the cache after this one). It is computed while
+	// the transaction starts and, on the full path, while PostgreSQL merges;
+	// encoded is closed when next.rows is ready, and ApplyObservation waits
+	// for it before it returns (the caller owns obs.Demand again then).
+	next := &sourceRows{}
+	encoded := make(chan struct{})
+	go func() {
+		defer close(encoded)
+		rows := make(map[string]string, len(obs.Demand))
+		for i := range obs.Demand {
+			rows[obs.Demand[i].Key] = encodeRow(&obs.Demand[i])
+		}
+		next.rows = rows
+	}()
+	defer func() { <-encoded }()
 	defer s.seen.lock(obs.Source)()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// IMPORTANT: lock the source's observation row first, so two
@@ -142,6 +153,8 @@ func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyRes
 			// Fast path: the ledger holds exactly the last observation this
 			// Store applied (same generation under the lock), so only new
 			// and changed rows are written and vanished keys deleted by key.
+			<-encoded
+			step("encode")
 			err = applyDiff(ctx, tx, obs, last, next, closedKeys, closedReasons, &res, step)
 		} else {
 			err = applyFull(ctx, tx, obs, closedKeys, closedReasons, &res, step)
@@ -156,6 +169,8 @@ func (s *Store) ApplyObservation(ctx context.Context, obs Observation) (ApplyRes
 		return err
 	})
 	step("commit")
+	<-encoded
+	step("encode")
 	if err != nil {
 		// The transaction may or may not have committed: forget the source
 		// so the next observation takes the full path.
@@ -471,43 +486,165 @@ func withDeparted(obs Observation, gone, keys, reasons []string) ([]string, []st
 	return keys, reasons, nil
 }
 
-// applyFull merges a whole observation: COPY into an unindexed temporary
-// table, then set-based statements (hash joins over the observation).
+// mergeSQL merges the staged observation (obs_demand) into the source's
+// live rows in one statement: j (%s: the CTE's body, or a table already
+// holding it) is the classification of mergeClassifySQL; vanished rows move
+// to the history, changed rows are updated by id and new keys inserted. The
+// DML parts touch disjoint rows (vanished rows are not in the observation,
+// changed and new ones are), so one snapshot serves them all; the source's
+// observations row lock keeps any other apply of the source out.
+// The update names its rows' ids as an array too: the planner cannot know
+// how few rows changed (usually none), and without it hashes the whole
+// ledger to update nothing.
+// $1 source, $2 observation time, $3/$4 the known close reasons.
+const mergeSQL = `
+	WITH j AS %s, gone AS (
+		DELETE FROM demand d USING j WHERE j.okey IS NULL AND d.id = j.did
+		RETURNING d.*
+	), reasons AS (
+		SELECT * FROM unnest($3::text[], $4::text[]) AS r(key, reason)
+	), closed AS (
+		INSERT INTO demand_history (source, key, name, tenant, queue, priority, gpus_per_unit,
+			units, gang, first_seen, closed_at, reason, waited_ms)
+		SELECT g.source, g.key, g.name, g.tenant, g.queue, g.priority, g.gpus_per_unit,
+			g.units, g.gang, g.first_seen, $2,
+			coalesce(r.reason, 'vanished'),
+			greatest(0, (extract(epoch FROM ($2::timestamptz - g.first_seen)) * 1000)::bigint)
+		FROM gone g LEFT JOIN reasons r ON r.key = g.key
+		RETURNING 1
+	), upd AS (
+		UPDATE demand d SET name = j.name, tenant = j.tenant, queue = j.queue, priority = j.priority,
+			gpus_per_unit = j.gpus_per_unit, units = j.units, gang = j.gang,
+			constraints = j.constraints, preemptible = j.preemptible
+		FROM j WHERE j.okey IS NOT NULL AND d.id = j.did
+		  AND d.id = ANY (ARRAY(SELECT did FROM j WHERE okey IS NOT NULL AND did IS NOT NULL))
+		RETURNING 1
+	), ins AS (
+		INSERT INTO demand (source, key, name, tenant, queue, priority, gpus_per_unit, units,
+			gang, constraints, preemptible, first_seen)
+		SELECT $1, j.okey, j.name, j.tenant, j.queue, j.priority, j.gpus_per_unit, j.units,
+			j.gang, j.constraints, j.preemptible, $2
+		FROM j WHERE j.did IS NULL
+		RETURNING 1
+	)
+	SELECT (SELECT count(*) FROM closed), (SELECT count(*) FROM ins), (SELECT count(*) FROM upd)`
+
+// mergeClassifySQL is one full hash join of the staged observation with the
+// source's live rows, keeping only what the merge writes: keys that left
+// (okey null), new keys (did null) and rows whose attributes changed
+// (unchanged rows are not rewritten, so a steady ledger makes no dead
+// tuples). $1 is the source.
+const mergeClassifySQL = `
+	SELECT o.key AS okey, d.id AS did, d.key AS dkey, o.name, o.tenant, o.queue, o.priority,
+		o.gpus_per_unit, o.units, o.gang, o.constraints, o.preemptible
+	FROM obs_demand o FULL JOIN (SELECT * FROM demand WHERE source = $1) d ON d.key = o.key
+	WHERE o.key IS NULL OR d.id IS NULL
+	   OR (d.name, d.tenant, d.queue, d.priority, d.gpus_per_unit, d.units, d.gang, d.constraints, d.preemptible)
+		IS DISTINCT FROM
+		  (o.name, o.tenant, o.queue, o.priority, o.gpus_per_unit, o.units, o.gang, o.constraints, o.preemptible)`
+
+// obsCopyReader is an observation in PostgreSQL's binary COPY format,
+// encoded row by row as COPY reads it: key, name, tenant, queue (text),
+// priority (int8), gpus_per_unit, units (int4), gang (bool), constraints
+// (jsonb: version 1, then the text) and preemptible (bool). Writing the
+// format directly costs a fraction of pgx's per-value encoding.
+type obsCopyReader struct {
+	ds  []broker.Demand
+	i   int
+	buf []byte
+	off int
+	end bool
+}
+
+func (r *obsCopyReader) Read(p []byte) (int, error) {
+	for r.off == len(r.buf) {
+		if r.end {
+			return 0, io.EOF
+		}
+		r.fill()
+	}
+	n := copy(p, r.buf[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// fill encodes the next rows (about 64 KiB) into buf.
+func (r *obsCopyReader) fill() {
+	b := r.buf[:0]
+	r.off = 0
+	if r.i == 0 {
+		b = append(b, "PGCOPY\n\377\r\n\000"...)
+		b = binary.BigEndian.AppendUint32(b, 0) // flags
+		b = binary.BigEndian.AppendUint32(b, 0) // header extension
+	}
+	text := func(s string) {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	boolean := func(v bool) {
+		b = binary.BigEndian.AppendUint32(b, 1)
+		if v {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	for ; r.i < len(r.ds) && len(b) < 64<<10; r.i++ {
+		d := &r.ds[r.i]
+		b = binary.BigEndian.AppendUint16(b, 10)
+		text(d.Key)
+		text(d.Name)
+		text(d.Tenant)
+		text(d.Queue)
+		b = binary.BigEndian.AppendUint32(b, 8)
+		b = binary.BigEndian.AppendUint64(b, uint64(d.Priority))
+		b = binary.BigEndian.AppendUint32(b, 4)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(d.GPUsPerUnit)))
+		b = binary.BigEndian.AppendUint32(b, 4)
+		b = binary.BigEndian.AppendUint32(b, uint32(int32(d.Units)))
+		boolean(d.Gang)
+		lenAt := len(b)
+		b = append(b, 0, 0, 0, 0, 1) // length (set below), jsonb version 1
+		b = appendConstraintsJSON(b, &d.Constraints)
+		binary.BigEndian.PutUint32(b[lenAt:], uint32(len(b)-lenAt-4))
+		boolean(d.Preemptible)
+	}
+	if r.i == len(r.ds) {
+		b = binary.BigEndian.AppendUint16(b, 0xffff) // trailer
+		r.end = true
+	}
+	r.buf = b
+}
+
+// applyFull merges a whole observation: binary COPY into an unindexed
+// temporary table, then one statement (mergeSQL) over one full hash join.
+// The staging table is not analyzed: its size comes from its pages, which
+// is all the hash joins need, and ANALYZE cost more than the merge itself.
 func applyFull(ctx context.Context, tx pgx.Tx, obs Observation, closedKeys, closedReasons []string,
 	res *ApplyResult, step func(string)) error {
-	// work_mem keeps the hashes of the joins below in memory.
-	if _, err := tx.Exec(ctx, `SET LOCAL work_mem = '64MB'`); err != nil {
-		return err
-	}
+	// work_mem keeps the hashes of the join in memory.
 	if _, err := tx.Exec(ctx, `
+		SET LOCAL work_mem = '64MB';
 		CREATE TEMP TABLE obs_demand (
 			key text, name text, tenant text, queue text, priority bigint,
 			gpus_per_unit integer, units integer, gang boolean, constraints jsonb, preemptible boolean
 		) ON COMMIT DROP`); err != nil {
 		return err
 	}
-	rows := make([][]any, len(obs.Demand))
-	for i, d := range obs.Demand {
-		c, err := json.Marshal(d.Constraints)
-		if err != nil {
-			return fmt.Errorf("encode constraints of %s: %w", d.ID(), err)
-		}
-		rows[i] = []any{d.Key, d.Name, d.Tenant, d.Queue, d.Priority, d.GPUsPerUnit, d.Units, d.Gang, string(c), d.Preemptible}
-	}
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"obs_demand"},
-		[]string{"key", "name", "tenant", "queue", "priority", "gpus_per_unit", "units", "gang", "constraints", "preemptible"},
-		pgx.CopyFromRows(rows)); err != nil {
+	if _, err := tx.Conn().PgConn().CopyFrom(ctx, &obsCopyReader{ds: obs.Demand},
+		`COPY obs_demand (key, name, tenant, queue, priority, gpus_per_unit, units, gang, constraints, preemptible)
+		FROM STDIN BINARY`); err != nil {
 		return err
 	}
 	step("copy")
-	if _, err := tx.Exec(ctx, `ANALYZE obs_demand`); err != nil {
-		return err
-	}
-	step("analyze")
+	j := `MATERIALIZED (` + mergeClassifySQL + `)`
 	if obs.Departed != nil {
-		// The keys that leave, for the adapter to say why.
-		rows, err := tx.Query(ctx, `SELECT d.key FROM demand d
-			WHERE d.source = $1 AND NOT EXISTS (SELECT 1 FROM obs_demand o WHERE o.key = d.key)`, obs.Source)
+		// The adapter says why keys left, so the classification is kept
+		// in a table and the keys that leave are read from it first.
+		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE obs_changes ON COMMIT DROP AS `+mergeClassifySQL, obs.Source); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT dkey FROM obs_changes WHERE okey IS NULL`)
 		if err != nil {
 			return err
 		}
@@ -518,16 +655,12 @@ func applyFull(ctx context.Context, tx pgx.Tx, obs Observation, closedKeys, clos
 		if closedKeys, closedReasons, err = withDeparted(obs, gone, closedKeys, closedReasons); err != nil {
 			return err
 		}
+		j = `(SELECT * FROM obs_changes)`
+		step("departed")
 	}
-	tag, err := tx.Exec(ctx, fmt.Sprintf(closeSQL, `WHERE d.source = $1 AND NOT EXISTS (SELECT 1 FROM obs_demand o WHERE o.key = d.key)`),
-		obs.Source, obs.At, closedKeys, closedReasons)
-	if err != nil {
-		return err
-	}
-	res.Closed = int(tag.RowsAffected())
-	step("close")
-	err = tx.QueryRow(ctx, fmt.Sprintf(upsertSQL, `obs_demand o`), obs.Source, obs.At).Scan(&res.Inserted, &res.Updated)
-	step("upsert")
+	err := tx.QueryRow(ctx, fmt.Sprintf(mergeSQL, j), obs.Source, obs.At, closedKeys, closedReasons).
+		Scan(&res.Closed, &res.Inserted, &res.Updated)
+	step("merge")
 	return err
 }
 
@@ -557,13 +690,10 @@ func applyDiff(ctx context.Context, tx pgx.Tx, obs Observation, last, next *sour
 		if old, ok := last.rows[d.Key]; ok && old == next.rows[d.Key] {
 			continue
 		}
-		c, err := json.Marshal(d.Constraints)
-		if err != nil {
-			return fmt.Errorf("encode constraints of %s: %w", d.ID(), err)
-		}
+		c := constraintsJSON(&d.Constraints)
 		keys, names, tenants, queues = append(keys, d.Key), append(names, d.Name), append(tenants, d.Tenant), append(queues, d.Queue)
 		prios, gpus, units = append(prios, d.Priority), append(gpus, int32(d.GPUsPerUnit)), append(units, int32(d.Units))
-		gangs, constraints, preempt = append(gangs, d.Gang), append(constraints, string(c)), append(preempt, d.Preemptible)
+		gangs, constraints, preempt = append(gangs, d.Gang), append(constraints, c), append(preempt, d.Preemptible)
 	}
 	step("diff")
 	if len(gone) > 0 {
