@@ -184,7 +184,10 @@ func TestObserveCachedEqualsFresh(t *testing.T) {
 		p.Spec.Tolerations = nil
 		p.Annotations = nil
 	})
-	mutate("ml", "p-aff", func(p *corev1.Pod) { p.Spec.Affinity = nil; p.Spec.Containers[0].Resources.Limits[ResourceGPU] = resource.MustParse("3") })
+	mutate("ml", "p-aff", func(p *corev1.Pod) {
+		p.Spec.Affinity = nil
+		p.Spec.Containers[0].Resources.Limits[ResourceGPU] = resource.MustParse("3")
+	})
 	mutate("ml", "p-gated", func(p *corev1.Pod) { p.Spec.SchedulingGates = nil })
 	mutate("ml", "r-job", func(p *corev1.Pod) {
 		p.Annotations[LastCheckpointAnnotation] = now.Add(-5 * time.Minute).Format(time.RFC3339)

@@ -263,8 +263,10 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		node int32
 	}
 	type pendingPod struct {
-		pod *corev1.Pod
-		req GPURequest
+		key   string // pendingFacts.sortKey
+		pod   *corev1.Pod
+		req   GPURequest
+		facts *pendingFacts
 	}
 	podObjs := o.pods.GetStore().List()
 	placed := make([]onNode, 0, len(podObjs))
@@ -282,24 +284,24 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 			}
 			continue
 		}
-		if req, ok := o.cls.pendingGPUPod(pod); ok {
-			pending = append(pending, pendingPod{pod, req})
+		if req, facts, ok := o.cls.pendingGPUFacts(pod); ok {
+			pending = append(pending, pendingPod{facts.sortKey, pod, req, facts})
 		}
 	}
 
 	// Pending pods in namespace and name order make obs.Pods sorted as
 	// built; demand is sorted by its own name ("namespace/name", whose
 	// order differs where a namespace is another's prefix).
-	slices.SortFunc(pending, func(a, b pendingPod) int { return comparePods(a.pod, b.pod) })
+	slices.SortFunc(pending, func(a, b pendingPod) int { return strings.Compare(a.key, b.key) })
 	if len(pending) > 0 {
 		obs.Pods = make([]PodReport, 0, len(pending))
 		obs.Demand = make([]broker.Demand, 0, len(pending))
 	}
 	for _, p := range pending {
-		r := o.cls.classify(p.pod, p.req)
+		r := o.cls.classifyFacts(p.pod, p.req, p.facts)
 		if r.Counted {
 			// Without a tenant yet: MapTenants maps and validates it.
-			obs.Demand = append(obs.Demand, o.cls.demand(p.pod, r, obs.At))
+			obs.Demand = append(obs.Demand, o.cls.demandNamed(p.pod, r, p.facts.name, obs.At))
 		}
 		obs.Pods = append(obs.Pods, r)
 	}

@@ -146,7 +146,10 @@ type requestEntry struct {
 // pendingFacts are a pending pod's derived facts that depend on the pod
 // alone.
 type pendingFacts struct {
-	name        string // namespace/name
+	name string // namespace/name
+	// sortKey is namespace NUL name: its byte order is the order by
+	// namespace, then name.
+	sortKey     string
 	constraints broker.Constraints
 }
 
@@ -180,13 +183,23 @@ func (rc *requestCache) get(pod *corev1.Pod) GPURequest {
 }
 
 func (rc *requestCache) pending(pod *corev1.Pod, modelLabel string) *pendingFacts {
+	_, f := rc.pendingGPU(pod, modelLabel)
+	return f
+}
+
+// pendingGPU returns pod's GPU request and, when it asks for GPUs, its
+// pending facts, in one look-up.
+func (rc *requestCache) pendingGPU(pod *corev1.Pod, modelLabel string) (GPURequest, *pendingFacts) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	e := rc.entry(pod)
+	if e.req.IsZero() {
+		return e.req, nil
+	}
 	if e.pending == nil {
 		e.pending = newPendingFacts(pod, modelLabel)
 	}
-	return e.pending
+	return e.req, e.pending
 }
 
 func (rc *requestCache) work(pod *corev1.Pod) *workFacts {
@@ -217,7 +230,24 @@ func (rc *requestCache) prune() {
 }
 
 func newPendingFacts(pod *corev1.Pod, modelLabel string) *pendingFacts {
-	return &pendingFacts{name: pod.Namespace + "/" + pod.Name, constraints: podConstraints(pod, modelLabel)}
+	return &pendingFacts{name: pod.Namespace + "/" + pod.Name, sortKey: pod.Namespace + "\x00" + pod.Name,
+		constraints: podConstraints(pod, modelLabel)}
+}
+
+// pendingGPUFacts is pendingGPUPod with the pod's pending facts.
+func (c *classifier) pendingGPUFacts(pod *corev1.Pod) (GPURequest, *pendingFacts, bool) {
+	if pod.Spec.NodeName != "" || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+		return GPURequest{}, nil, false
+	}
+	if c.reqs == nil {
+		req := PodGPURequest(pod)
+		if req.IsZero() {
+			return req, nil, false
+		}
+		return req, newPendingFacts(pod, c.cfg.GPUModelLabel), true
+	}
+	req, f := c.reqs.pendingGPU(pod, c.cfg.GPUModelLabel)
+	return req, f, f != nil
 }
 
 func (c *classifier) pendingFacts(pod *corev1.Pod) *pendingFacts {
@@ -278,7 +308,11 @@ func (c *classifier) workload(pod *corev1.Pod) broker.Workload {
 
 // classify reports on one pending GPU pod; req is its PodGPURequest.
 func (c *classifier) classify(pod *corev1.Pod, req GPURequest) PodReport {
-	facts := c.pendingFacts(pod)
+	return c.classifyFacts(pod, req, c.pendingFacts(pod))
+}
+
+// classifyFacts is classify with the pod's pending facts at hand.
+func (c *classifier) classifyFacts(pod *corev1.Pod, req GPURequest, facts *pendingFacts) PodReport {
 	r := PodReport{
 		Namespace:     pod.Namespace,
 		Name:          pod.Name,
@@ -330,10 +364,15 @@ func schedulerName(pod *corev1.Pod) string {
 // demand converts a counted report into broker demand seen at now, without
 // a tenant (MapTenants gives it one).
 func (c *classifier) demand(pod *corev1.Pod, r PodReport, now time.Time) broker.Demand {
+	return c.demandNamed(pod, r, c.pendingFacts(pod).name, now)
+}
+
+// demandNamed is demand with the pod's "namespace/name" at hand.
+func (c *classifier) demandNamed(pod *corev1.Pod, r PodReport, name string, now time.Time) broker.Demand {
 	return broker.Demand{
 		Source:      broker.SourceK8s,
 		Key:         r.UID,
-		Name:        c.pendingFacts(pod).name,
+		Name:        name,
 		Queue:       r.Namespace,
 		Priority:    r.Priority,
 		GPUsPerUnit: r.GPUs,
