@@ -210,38 +210,23 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		bn.Taints = append(bn.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
 	}
 	userWork, userRunning := 0, false
+	if len(pods) > 0 {
+		bn.Work = make([]broker.Workload, 0, len(pods))
+	}
 	for _, pod := range pods {
 		if podTerminal(pod) {
 			continue
 		}
-		prio := podPriority(pod, c.classes)
-		w := broker.Workload{
-			Source:        broker.SourceK8s,
-			Key:           string(pod.UID),
-			Name:          pod.Namespace + "/" + pod.Name,
-			Priority:      prio,
-			GPUs:          c.request(pod).WholeGPUs(),
-			Preemptible:   c.preemptible(pod, prio),
-			CheckpointAge: -1,
-			CheckpointDir: pod.Annotations[CheckpointDirAnnotation],
-			System:        isSystemPod(pod),
-		}
-		if pod.Status.StartTime != nil {
-			w.StartedAt = pod.Status.StartTime.Time
-		}
-		if !w.System {
-			var now time.Time
-			if c.now != nil {
-				now = c.now()
-			}
-			classifyWork(pod, &w, now) // class, app, do-not-disrupt, checkpoint (pods.go)
-		}
+		w := c.workload(pod)
 		bn.GPUsAllocated += w.GPUs
 		if !w.System {
 			userWork++
 			userRunning = userRunning || pod.Status.Phase == corev1.PodRunning
 		}
 		bn.Work = append(bn.Work, w)
+	}
+	if len(bn.Work) == 0 {
+		bn.Work = nil // as when no pod was appended
 	}
 	if !ready {
 		bn.Down = downReason(readyCondition(n), seenReady, userRunning)

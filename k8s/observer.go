@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -224,7 +225,7 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	if why := o.health.stale(o.informers()); why != "" {
 		return Observation{}, staleError(why)
 	}
-	obs := Observation{At: o.now(), NodeDetails: map[string]NodeDetail{}}
+	obs := Observation{At: o.now()}
 
 	// GPU nodes first, then ONE snapshot of the pod cache from which both
 	// the pending demand and the nodes' work are derived: a pod that is
@@ -232,66 +233,115 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 	// and never neither.
 	o.cls.reqs.next()
 	defer o.cls.reqs.prune()
-	var gpuNodes []*corev1.Node
-	podsOn := map[string][]*corev1.Pod{}
-	for _, obj := range o.nodes.GetStore().List() {
-		n := obj.(*corev1.Node)
-		if o.cfg.isGPUNode(n) {
+	nodeObjs := o.nodes.GetStore().List()
+	gpuNodes := make([]*corev1.Node, 0, len(nodeObjs))
+	for _, obj := range nodeObjs {
+		if n := obj.(*corev1.Node); o.cfg.isGPUNode(n) {
 			gpuNodes = append(gpuNodes, n)
-			podsOn[n.Name] = nil
 		}
 	}
-	bound := map[string][]*corev1.Pod{} // namespace -> bound, unfinished pods, for PDBs
-	for _, obj := range o.pods.GetStore().List() {
+	slices.SortFunc(gpuNodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	nodeIndex := make(map[string]int32, len(gpuNodes))
+	for i, n := range gpuNodes {
+		nodeIndex[n.Name] = int32(i)
+	}
+
+	// The PDBs' namespaces: only their bound pods are kept for them.
+	pdbObjs := o.pdbs.GetStore().List()
+	var bound map[string][]*corev1.Pod // namespace -> bound, unfinished pods, for PDBs
+	for _, obj := range pdbObjs {
+		if pdb := obj.(*policyv1.PodDisruptionBudget); pdb.Spec.Selector != nil {
+			if bound == nil {
+				bound = map[string][]*corev1.Pod{}
+			}
+			bound[pdb.Namespace] = nil
+		}
+	}
+
+	type onNode struct {
+		pod  *corev1.Pod
+		node int32
+	}
+	type pendingPod struct {
+		key   string // pendingFacts.sortKey
+		pod   *corev1.Pod
+		req   GPURequest
+		facts *pendingFacts
+	}
+	podObjs := o.pods.GetStore().List()
+	placed := make([]onNode, 0, len(podObjs))
+	var pending []pendingPod
+	for _, obj := range podObjs {
 		pod := obj.(*corev1.Pod)
 		if pod.Spec.NodeName != "" {
-			if !podTerminal(pod) {
-				bound[pod.Namespace] = append(bound[pod.Namespace], pod)
+			if bound != nil && !podTerminal(pod) {
+				if ps, ok := bound[pod.Namespace]; ok {
+					bound[pod.Namespace] = append(ps, pod)
+				}
 			}
-			if ps, ok := podsOn[pod.Spec.NodeName]; ok {
-				podsOn[pod.Spec.NodeName] = append(ps, pod)
+			if i, ok := nodeIndex[pod.Spec.NodeName]; ok {
+				placed = append(placed, onNode{pod, i})
 			}
 			continue
 		}
-		req, ok := o.cls.pendingGPUPod(pod)
-		if !ok {
-			continue
+		if req, facts, ok := o.cls.pendingGPUFacts(pod); ok {
+			pending = append(pending, pendingPod{facts.sortKey, pod, req, facts})
 		}
-		r := o.cls.classify(pod, req)
+	}
+
+	// Pending pods in namespace and name order make obs.Pods sorted as
+	// built; demand is sorted by its own name ("namespace/name", whose
+	// order differs where a namespace is another's prefix).
+	slices.SortFunc(pending, func(a, b pendingPod) int { return strings.Compare(a.key, b.key) })
+	if len(pending) > 0 {
+		obs.Pods = make([]PodReport, 0, len(pending))
+		obs.Demand = make([]broker.Demand, 0, len(pending))
+	}
+	for _, p := range pending {
+		r := o.cls.classifyFacts(p.pod, p.req, p.facts)
 		if r.Counted {
 			// Without a tenant yet: MapTenants maps and validates it.
-			obs.Demand = append(obs.Demand, o.cls.demand(pod, r, obs.At))
+			obs.Demand = append(obs.Demand, o.cls.demandNamed(p.pod, r, p.facts.name, obs.At))
 		}
 		obs.Pods = append(obs.Pods, r)
 	}
-	sort.Slice(obs.Pods, func(i, j int) bool {
-		a, b := obs.Pods[i], obs.Pods[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
-		}
-		return a.Name < b.Name
-	})
-	sort.Slice(obs.Demand, func(i, j int) bool { return obs.Demand[i].Name < obs.Demand[j].Name })
+	if len(obs.Demand) == 0 {
+		obs.Demand = nil // as when none was appended
+	}
+	slices.SortFunc(obs.Demand, func(a, b broker.Demand) int { return strings.Compare(a.Name, b.Name) })
 
+	// Each GPU node's pods, grouped by node in one slice (a counting sort
+	// on the node index), each group in namespace and name order.
+	start := make([]int32, len(gpuNodes)+1)
+	for _, p := range placed {
+		start[p.node+1]++
+	}
+	for i := range gpuNodes {
+		start[i+1] += start[i]
+	}
+	byNode := make([]*corev1.Pod, len(placed))
+	fill := slices.Clone(start[:len(gpuNodes)])
+	for _, p := range placed {
+		byNode[fill[p.node]] = p.pod
+		fill[p.node]++
+	}
 	obs.Nodes = make([]broker.Node, 0, len(gpuNodes))
+	obs.NodeDetails = make(map[string]NodeDetail, len(gpuNodes))
 	present := make(map[types.UID]bool, len(gpuNodes))
-	for _, n := range gpuNodes {
+	for i, n := range gpuNodes {
 		present[n.UID] = true
-		pods := podsOn[n.Name]
-		sort.Slice(pods, func(i, j int) bool {
-			if pods[i].Namespace != pods[j].Namespace {
-				return pods[i].Namespace < pods[j].Namespace
-			}
-			return pods[i].Name < pods[j].Name
-		})
+		var pods []*corev1.Pod
+		if start[i] < start[i+1] {
+			pods = byNode[start[i]:start[i+1]:start[i+1]]
+			slices.SortFunc(pods, comparePods)
+		}
 		bn, d := o.cls.buildNode(n, pods)
 		obs.Nodes = append(obs.Nodes, bn)
 		obs.NodeDetails[n.Name] = d
 	}
 	o.cls.forgetNodes(present)
-	sort.Slice(obs.Nodes, func(i, j int) bool { return obs.Nodes[i].Name < obs.Nodes[j].Name })
 
-	for _, obj := range o.pdbs.GetStore().List() {
+	for _, obj := range pdbObjs {
 		pdb := obj.(*policyv1.PodDisruptionBudget)
 		r := pdbReport(pdb)
 		if pdb.Spec.Selector != nil {
@@ -301,19 +351,26 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 						r.Pods = append(r.Pods, pod.Namespace+"/"+pod.Name)
 					}
 				}
-				sort.Strings(r.Pods)
+				slices.Sort(r.Pods)
 			}
 		}
 		obs.PDBs = append(obs.PDBs, r)
 	}
-	sort.Slice(obs.PDBs, func(i, j int) bool {
-		a, b := obs.PDBs[i], obs.PDBs[j]
-		if a.Namespace != b.Namespace {
-			return a.Namespace < b.Namespace
+	slices.SortFunc(obs.PDBs, func(a, b PDBReport) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
 		}
-		return a.Name < b.Name
+		return strings.Compare(a.Name, b.Name)
 	})
 	return obs, nil
+}
+
+// comparePods orders pods by namespace, then name.
+func comparePods(a, b *corev1.Pod) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 func pdbReport(p *policyv1.PodDisruptionBudget) PDBReport {

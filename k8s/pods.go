@@ -120,33 +120,96 @@ func (c *classifier) pendingGPUPod(pod *corev1.Pod) (GPURequest, bool) {
 	return req, !req.IsZero()
 }
 
-// requestCache memoises pods' GPU requests by UID and resource version, so
-// an observation of 20,000 pods does not re-add every container's resource
-// maps. Entries not touched in an observation are pruned after it.
+// requestCache memoises what Observe derives from a pod alone (its GPU
+// request, its constraints, its "namespace/name", its workload's class and
+// annotations), by UID and resource version, so an observation of 20,000
+// pods does not re-add every container's resource maps or rebuild every
+// constraint and string each tick. A pod without a resource version is
+// derived afresh each time. Entries not touched in an observation are
+// pruned after it. What an entry holds is shared by every observation that
+// read it, as the GPU request's MIG map always was: read only.
 type requestCache struct {
 	mu  sync.Mutex
 	gen uint64
-	m   map[types.UID]requestEntry
+	m   map[types.UID]*requestEntry
 }
 
 type requestEntry struct {
 	rv  string
 	gen uint64
 	req GPURequest
+	// pending and work are derived on first use (nil until then).
+	pending *pendingFacts
+	work    *workFacts
 }
 
-func newRequestCache() *requestCache { return &requestCache{m: map[types.UID]requestEntry{}} }
+// pendingFacts are a pending pod's derived facts that depend on the pod
+// alone.
+type pendingFacts struct {
+	name string // namespace/name
+	// sortKey is namespace NUL name: its byte order is the order by
+	// namespace, then name.
+	sortKey     string
+	constraints broker.Constraints
+}
+
+// workFacts are a running pod's workload as it depends on the pod alone:
+// everything but its priority, preemptibility and checkpoint age.
+type workFacts struct {
+	w broker.Workload
+	// checkpoint is the parsed LastCheckpointAnnotation, when valid.
+	checkpoint    time.Time
+	hasCheckpoint bool
+}
+
+func newRequestCache() *requestCache { return &requestCache{m: map[types.UID]*requestEntry{}} }
+
+// entry returns pod's entry, renewed when its version changed, marked as
+// seen in this observation. The caller holds rc.mu.
+func (rc *requestCache) entry(pod *corev1.Pod) *requestEntry {
+	e, ok := rc.m[pod.UID]
+	if !ok || e.rv != pod.ResourceVersion || pod.ResourceVersion == "" {
+		e = &requestEntry{rv: pod.ResourceVersion, req: PodGPURequest(pod)}
+		rc.m[pod.UID] = e
+	}
+	e.gen = rc.gen
+	return e
+}
 
 func (rc *requestCache) get(pod *corev1.Pod) GPURequest {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	e, ok := rc.m[pod.UID]
-	if !ok || e.rv != pod.ResourceVersion || pod.ResourceVersion == "" {
-		e = requestEntry{rv: pod.ResourceVersion, req: PodGPURequest(pod)}
+	return rc.entry(pod).req
+}
+
+func (rc *requestCache) pending(pod *corev1.Pod, modelLabel string) *pendingFacts {
+	_, f := rc.pendingGPU(pod, modelLabel)
+	return f
+}
+
+// pendingGPU returns pod's GPU request and, when it asks for GPUs, its
+// pending facts, in one look-up.
+func (rc *requestCache) pendingGPU(pod *corev1.Pod, modelLabel string) (GPURequest, *pendingFacts) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	e := rc.entry(pod)
+	if e.req.IsZero() {
+		return e.req, nil
 	}
-	e.gen = rc.gen
-	rc.m[pod.UID] = e
-	return e.req
+	if e.pending == nil {
+		e.pending = newPendingFacts(pod, modelLabel)
+	}
+	return e.req, e.pending
+}
+
+func (rc *requestCache) work(pod *corev1.Pod) *workFacts {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	e := rc.entry(pod)
+	if e.work == nil {
+		e.work = newWorkFacts(pod, e.req)
+	}
+	return e.work
 }
 
 // next starts an observation; prune ends it, dropping pods it did not see.
@@ -166,8 +229,90 @@ func (rc *requestCache) prune() {
 	}
 }
 
+func newPendingFacts(pod *corev1.Pod, modelLabel string) *pendingFacts {
+	return &pendingFacts{name: pod.Namespace + "/" + pod.Name, sortKey: pod.Namespace + "\x00" + pod.Name,
+		constraints: podConstraints(pod, modelLabel)}
+}
+
+// pendingGPUFacts is pendingGPUPod with the pod's pending facts.
+func (c *classifier) pendingGPUFacts(pod *corev1.Pod) (GPURequest, *pendingFacts, bool) {
+	if pod.Spec.NodeName != "" || pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+		return GPURequest{}, nil, false
+	}
+	if c.reqs == nil {
+		req := PodGPURequest(pod)
+		if req.IsZero() {
+			return req, nil, false
+		}
+		return req, newPendingFacts(pod, c.cfg.GPUModelLabel), true
+	}
+	req, f := c.reqs.pendingGPU(pod, c.cfg.GPUModelLabel)
+	return req, f, f != nil
+}
+
+func (c *classifier) pendingFacts(pod *corev1.Pod) *pendingFacts {
+	if c.reqs != nil {
+		return c.reqs.pending(pod, c.cfg.GPUModelLabel)
+	}
+	return newPendingFacts(pod, c.cfg.GPUModelLabel)
+}
+
+// newWorkFacts derives running pod's workload but for what depends on
+// more than the pod (see classifier.workload); req is its GPU request.
+func newWorkFacts(pod *corev1.Pod, req GPURequest) *workFacts {
+	f := &workFacts{w: broker.Workload{
+		Source:        broker.SourceK8s,
+		Key:           string(pod.UID),
+		Name:          pod.Namespace + "/" + pod.Name,
+		GPUs:          req.WholeGPUs(),
+		CheckpointAge: -1,
+		CheckpointDir: pod.Annotations[CheckpointDirAnnotation],
+		System:        isSystemPod(pod),
+	}}
+	if pod.Status.StartTime != nil {
+		f.w.StartedAt = pod.Status.StartTime.Time
+	}
+	if !f.w.System {
+		// class, app, do-not-disrupt; the checkpoint age is the
+		// observation's (classifier.workload)
+		classifyWork(pod, &f.w, time.Time{})
+		if v, ok := pod.Annotations[LastCheckpointAnnotation]; ok {
+			if at, err := time.Parse(time.RFC3339, strings.TrimSpace(v)); err == nil {
+				f.checkpoint, f.hasCheckpoint = at, true
+			}
+		}
+	}
+	return f
+}
+
+// workload returns running pod as broker work: its cached facts, with the
+// priority (its PriorityClass may change without the pod), preemptibility
+// and checkpoint age at c.now.
+func (c *classifier) workload(pod *corev1.Pod) broker.Workload {
+	var f *workFacts
+	if c.reqs != nil {
+		f = c.reqs.work(pod)
+	} else {
+		f = newWorkFacts(pod, PodGPURequest(pod))
+	}
+	w := f.w
+	w.Priority = podPriority(pod, c.classes)
+	w.Preemptible = c.preemptible(pod, w.Priority)
+	if f.hasCheckpoint && c.now != nil {
+		if now := c.now(); !now.IsZero() {
+			w.CheckpointAge = max(now.Sub(f.checkpoint), 0)
+		}
+	}
+	return w
+}
+
 // classify reports on one pending GPU pod; req is its PodGPURequest.
 func (c *classifier) classify(pod *corev1.Pod, req GPURequest) PodReport {
+	return c.classifyFacts(pod, req, c.pendingFacts(pod))
+}
+
+// classifyFacts is classify with the pod's pending facts at hand.
+func (c *classifier) classifyFacts(pod *corev1.Pod, req GPURequest, facts *pendingFacts) PodReport {
 	r := PodReport{
 		Namespace:     pod.Namespace,
 		Name:          pod.Name,
@@ -176,7 +321,7 @@ func (c *classifier) classify(pod *corev1.Pod, req GPURequest) PodReport {
 		PriorityClass: pod.Spec.PriorityClassName,
 		GPUs:          req.WholeGPUs(),
 		Request:       req,
-		Constraints:   podConstraints(pod, c.cfg.GPUModelLabel),
+		Constraints:   facts.constraints,
 		Created:       pod.CreationTimestamp.Time,
 	}
 	cond, unschedulable := unschedulableCondition(pod)
@@ -219,10 +364,15 @@ func schedulerName(pod *corev1.Pod) string {
 // demand converts a counted report into broker demand seen at now, without
 // a tenant (MapTenants gives it one).
 func (c *classifier) demand(pod *corev1.Pod, r PodReport, now time.Time) broker.Demand {
+	return c.demandNamed(pod, r, c.pendingFacts(pod).name, now)
+}
+
+// demandNamed is demand with the pod's "namespace/name" at hand.
+func (c *classifier) demandNamed(pod *corev1.Pod, r PodReport, name string, now time.Time) broker.Demand {
 	return broker.Demand{
 		Source:      broker.SourceK8s,
 		Key:         r.UID,
-		Name:        r.Namespace + "/" + r.Name,
+		Name:        name,
 		Queue:       r.Namespace,
 		Priority:    r.Priority,
 		GPUsPerUnit: r.GPUs,

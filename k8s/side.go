@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	policyv1 "k8s.io/api/policy/v1"
@@ -51,23 +53,41 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	if err != nil {
 		return broker.SideObservation{}, err
 	}
-	o = MapTenants(o, idx)
+	mapTenantsOwned(&o, idx) // o is this call's own: no copy
 	out := broker.SideObservation{Source: broker.SourceK8s, At: o.At, Nodes: o.Nodes, Demand: o.Demand}
-	for _, p := range o.Pods {
-		if !p.Counted {
-			out.Ignored = append(out.Ignored, broker.Wait{Demand: "k8s/" + p.UID, Reason: broker.WaitReason(p.Reason), Detail: p.Detail})
+	ignored := 0
+	for i := range o.Pods {
+		if !o.Pods[i].Counted {
+			ignored++
+		}
+	}
+	if ignored > 0 {
+		out.Ignored = make([]broker.Wait, 0, ignored)
+		for i := range o.Pods {
+			if p := &o.Pods[i]; !p.Counted {
+				out.Ignored = append(out.Ignored, broker.Wait{Demand: "k8s/" + p.UID, Reason: broker.WaitReason(p.Reason), Detail: p.Detail})
+			}
 		}
 	}
 	// Why demand that left did (which demand left is the ledger's to
-	// say): scheduled if it now runs on a node, else deleted.
-	running := map[string]bool{}
-	for _, n := range o.Nodes {
-		for _, w := range n.Work {
-			running[w.Key] = true
+	// say): scheduled if it now runs on a node, else deleted. The set of
+	// running pods is built on the first question, not every tick.
+	nodes := o.Nodes
+	running := sync.OnceValue(func() map[string]bool {
+		n := 0
+		for i := range nodes {
+			n += len(nodes[i].Work)
 		}
-	}
+		m := make(map[string]bool, n)
+		for i := range nodes {
+			for j := range nodes[i].Work {
+				m[nodes[i].Work[j].Key] = true
+			}
+		}
+		return m
+	})
 	out.Departed = func(key string) string {
-		if running[key] {
+		if running()[key] {
 			return "scheduled"
 		}
 		return "deleted"
@@ -84,48 +104,78 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 // their namespace's tenant, or to none, so a tenant's quota counts what it
 // runs. o's slices are not modified.
 func MapTenants(o Observation, idx broker.TenantIndex) Observation {
-	tenantOf := func(ns string) string {
-		t, _ := idx.NamespaceTenant(ns)
-		return t.Name
+	o.Demand = slices.Clone(o.Demand)
+	o.Pods = slices.Clone(o.Pods)
+	o.Nodes = slices.Clone(o.Nodes)
+	for i := range o.Nodes {
+		o.Nodes[i].Work = slices.Clone(o.Nodes[i].Work)
 	}
-	failed := map[string]PodReport{} // pod UID -> why its demand is not demand
-	demand := make([]broker.Demand, 0, len(o.Demand))
+	mapTenantsOwned(&o, idx)
+	return o
+}
+
+// mapTenantsOwned is MapTenants on an observation whose slices belong to
+// the caller (a fresh Observe), mapping them in place instead of copying.
+func mapTenantsOwned(o *Observation, idx broker.TenantIndex) {
+	var (
+		lastNS, lastTenant string
+		known              bool
+	)
+	tenantOf := func(ns string) string {
+		// Pods come sorted by namespace: most look-ups repeat the last.
+		if !known || ns != lastNS {
+			t, _ := idx.NamespaceTenant(ns)
+			lastNS, lastTenant, known = ns, t.Name, true
+		}
+		return lastTenant
+	}
+	var failed map[string]PodReport // pod UID -> why its demand is not demand
+	fail := func(key string, r PodReport) {
+		if failed == nil {
+			failed = map[string]PodReport{}
+		}
+		failed[key] = r
+	}
+	demand := o.Demand[:0]
 	for _, d := range o.Demand {
 		d.Tenant = tenantOf(d.Queue)
 		if d.Tenant == "" {
-			failed[d.Key] = PodReport{Reason: ReasonNoTenant,
-				Detail: fmt.Sprintf("namespace %s maps to no tenant; add it to a tenant's namespaces", d.Queue)}
+			fail(d.Key, PodReport{Reason: ReasonNoTenant,
+				Detail: fmt.Sprintf("namespace %s maps to no tenant; add it to a tenant's namespaces", d.Queue)})
 			continue
 		}
 		if err := d.Validate(); err != nil {
-			failed[d.Key] = PodReport{Reason: ReasonInvalid, Detail: err.Error()}
+			fail(d.Key, PodReport{Reason: ReasonInvalid, Detail: err.Error()})
 			continue
 		}
 		demand = append(demand, d)
 	}
-	pods := make([]PodReport, len(o.Pods))
-	for i, p := range o.Pods {
+	clear(o.Demand[len(demand):]) // what was dropped keeps nothing alive
+	for i := range o.Pods {
+		p := &o.Pods[i]
 		p.Tenant = tenantOf(p.Namespace)
 		if f, ok := failed[p.UID]; ok && p.Counted {
 			p.Counted, p.Reason, p.Detail = false, f.Reason, f.Detail
 		}
-		pods[i] = p
 	}
-	nodes := make([]broker.Node, len(o.Nodes))
-	for i, n := range o.Nodes {
-		if len(n.Work) > 0 {
-			work := make([]broker.Workload, len(n.Work))
-			for j, w := range n.Work {
-				ns, _, _ := strings.Cut(w.Name, "/")
-				w.Tenant = tenantOf(ns)
-				work[j] = w
-			}
-			n.Work = work
+	for i := range o.Nodes {
+		for j := range o.Nodes[i].Work {
+			w := &o.Nodes[i].Work[j]
+			ns, _, _ := strings.Cut(w.Name, "/")
+			w.Tenant = tenantOf(ns)
 		}
-		nodes[i] = n
 	}
-	o.Demand, o.Pods, o.Nodes = demand, pods, nodes
-	return o
+	// MapTenants always returned slices, empty rather than nil.
+	if demand == nil {
+		demand = []broker.Demand{}
+	}
+	if o.Pods == nil {
+		o.Pods = []PodReport{}
+	}
+	if o.Nodes == nil {
+		o.Nodes = []broker.Node{}
+	}
+	o.Demand = demand
 }
 
 // Release cordons node with the owner taint and drains it for at most one
