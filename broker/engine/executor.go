@@ -344,7 +344,7 @@ func first(s []string) string {
 // after a crash the op simply runs its current step again. When the cloud
 // cannot be read, the last-known pools stand in, marked stale: steps that
 // change a stale pool wait.
-func (r *Runtime) advance(ctx context.Context, policy broker.Policy, journaled []broker.Op) (int, error) {
+func (r *Runtime) advance(ctx context.Context, policy broker.Policy) (int, error) {
 	ops, err := r.cfg.Ledger.OpenOps(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read journal: %w", err)
@@ -352,21 +352,6 @@ func (r *Runtime) advance(ctx context.Context, policy broker.Policy, journaled [
 	if len(ops) == 0 {
 		return 0, nil
 	}
-	// The ops this tick journaled step first: a scale-up for demand that
-	// just arrived calls the provider before older ops are polled (each a
-	// write and a read, most of them still waiting), which at size took a
-	// quarter of a second of the headline latency.
-	slices.SortStableFunc(ops, func(a, b broker.Op) int {
-		na := slices.ContainsFunc(journaled, func(j broker.Op) bool { return j.ID == a.ID })
-		nb := slices.ContainsFunc(journaled, func(j broker.Op) bool { return j.ID == b.ID })
-		switch {
-		case na && !nb:
-			return -1
-		case nb && !na:
-			return 1
-		}
-		return 0
-	})
 	pools, err := r.cfg.Pools.Pools(ctx)
 	if err != nil {
 		r.log.Warn("observe pools for the executor", "err", err)

@@ -282,7 +282,7 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 		r.log.Warn("record decisions", "err", err)
 	}
 	rep.Phases.Record, t = time.Since(t), time.Now()
-	n, err := r.advance(ctx, policy, rep.Journaled)
+	n, err := r.advance(ctx, policy)
 	rep.Advanced = n
 	rep.Phases.Act, rep.Phases.Total = time.Since(t), time.Since(start)
 	r.log.Debug("tick phases", rep.Phases.LogAttrs()...)
