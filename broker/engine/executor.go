@@ -533,6 +533,12 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 		if want == 0 {
 			want = op.Target
 		}
+		// SetTo counted the pool's removals still to come; one that has
+		// finished since took its instance with it (a terminate with a
+		// decrement), so it is no longer to be waited for.
+		if pending, _ := pendingRemovals(op, open); op.Target+pending < want {
+			want = op.Target + pending
+		}
 		if have := ps.InService(); have < want {
 			if ps.Stale == "" && ps.BackoffUntil.After(s.now) {
 				return r.handBack(ctx, s, ps, want-have)
@@ -670,6 +676,31 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []broker.Poo
 	if found && ps.Stale != "" {
 		return s.waitFor(5*time.Second, "pool is stale at the cloud provider: "+ps.Stale)
 	}
+	pending, first := pendingRemovals(op, open)
+	target := op.Target + pending
+	if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {
+		return s.waitFor(2*time.Second, fmt.Sprintf("waiting for the removal of node %s (op %d) before resizing: %d would pass the pool's max of %d",
+			first.Node, first.ID, target, ps.Pool.MaxNodes))
+	}
+	err := r.cfg.Pools.SetDesired(ctx, op.Pool, target)
+	var be *broker.BackoffError
+	if errors.As(err, &be) {
+		if berr := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, be.Until, be.Reason); berr != nil {
+			return s.retry(berr)
+		}
+		return s.fail("pool backs off: " + be.Reason)
+	}
+	if err != nil {
+		return s.retry(err)
+	}
+	s.data.SetAt, s.data.SetTo = s.now, target
+	return s.moveTo(broker.StepAwaitInstances)
+}
+
+// pendingRemovals counts the open ops of op's pool that will remove one of
+// its instances with a decrement (a scale-down draining or terminating; a
+// replace that surged), and returns the first of them.
+func pendingRemovals(op broker.Op, open []broker.Op) (int, *broker.Op) {
 	pending := 0
 	var first *broker.Op
 	for i := range open {
@@ -689,24 +720,7 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []broker.Poo
 			first = o
 		}
 	}
-	target := op.Target + pending
-	if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {
-		return s.waitFor(2*time.Second, fmt.Sprintf("waiting for the removal of node %s (op %d) before resizing: %d would pass the pool's max of %d",
-			first.Node, first.ID, target, ps.Pool.MaxNodes))
-	}
-	err := r.cfg.Pools.SetDesired(ctx, op.Pool, target)
-	var be *broker.BackoffError
-	if errors.As(err, &be) {
-		if berr := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, be.Until, be.Reason); berr != nil {
-			return s.retry(berr)
-		}
-		return s.fail("pool backs off: " + be.Reason)
-	}
-	if err != nil {
-		return s.retry(err)
-	}
-	s.data.SetAt, s.data.SetTo = s.now, target
-	return s.moveTo(broker.StepAwaitInstances)
+	return pending, first
 }
 
 // handBack ends a scale-up whose pool backs off (the provider could not

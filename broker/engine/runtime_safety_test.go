@@ -361,6 +361,14 @@ func TestRuntimeScaleDownDoesNotHoldBackScaleUps(t *testing.T) {
 	if fmt.Sprint(w.cloud.terminated) != "[i-busy]" || w.cloud.pools[rtPool].Desired != 1 {
 		t.Fatalf("terminated %v, desired %d; want i-busy gone and the new node kept", w.cloud.terminated, w.cloud.pools[rtPool].Desired)
 	}
+	// The scale-up set 2 (its target and the removal to come); once the
+	// removal is done, its one node being gpu-ready ends it: it must not
+	// wait for the second instance until its deadline.
+	w.boot(w.yarn)
+	w.ticks(r, 2, 5*time.Second)
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 1 || ups[0].State != broker.OpDone {
+		t.Fatalf("scale-ups %+v: want the one done once its node is ready and the removal it counted has finished", ups)
+	}
 }
 
 // TestRuntimePendingScaleDownCancelledForNewDemand: demand that fits a node
