@@ -47,7 +47,7 @@ plan: a side without actions turns transfer off~broker/plan.go~if len(s.NoAction
 plan: a pending scale-down is cancelled for new demand~broker/placement.go~if !ok && st == stageAll && !noCancel {~if false && !noCancel {
 plan: nothing destructive on a stale side (YARN)~broker/plan.go~staleYARN: s.IsStale(SourceYARN),~staleYARN: false,
 plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s:  s.IsStale(SourceK8s),~staleK8s:  false,
-runtime: one failing pool describe does not stop the tick~broker/engine/runtime.go~r.log.Warn("observe pools", "err", poolErr)~return nil, Policy{}, poolErr
+runtime: one failing pool describe does not stop the tick~broker/engine/runtime.go~r.log.Warn("observe pools", "err", poolErr)~return nil, broker.Policy{}, poolErr
 runtime: a stale pool keeps its last-known GPUs~broker/engine/runtime.go~ps.Desired, ps.Instances = prev.Desired, prev.Instances~_ = prev
 runtime: claimed nodes are detected~broker/merge.go~if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {~if false {
 plan: idle reclaim never drains a busy YARN node~broker/scaledown.go~case w.side == SourceYARN && nc.gpuWork > 0:~case false:
@@ -56,7 +56,7 @@ plan: consolidation loses at most max_work_lost~broker/scaledown.go~case nc.lost
 executor: a scale-up waits for its instances to launch~broker/engine/executor.go~if have := ps.InService(); have < want {~if have := ps.InService(); have < want && want < 0 {
 executor: every op has a deadline~broker/engine/executor.go~if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != broker.StepGiveBack {~if false {
 executor: retries are bounded~broker/engine/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
-executor: an unknown release is never drained nor forced~broker/engine/executor.go~if st.Unknown != "" {~if false && st.Unknown != "" {
+executor: an unknown release is never drained nor forced~broker/engine/executor.go~if st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained~if false && st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained
 executor: terminate only after every side drained~broker/engine/executor.go~if st.Drained {~if true {
 executor: a removal releases every side that holds the node~broker/engine/executor.go~s.data.Sides = r.sidesOf(op.Node, s.data.From)~s.data.Sides = nil
 executor: a replacement is bought first at pool min~broker/engine/executor.go~case ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes:~case false:
