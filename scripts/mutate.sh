@@ -38,6 +38,7 @@ plan: an instance that never registers is removed~broker/lifecycle.go~for _, ni 
 plan: a replacement keeps the pool size (no min restore behind it)~broker/plan.go~if op.Kind == ActScaleDown || data.SurgeTo > 0 {~if true {
 plan: capacity present but not scheduling~broker/plan.go~case pl.notScheduling(d):~case false && pl.notScheduling(d):
 fence: a planned release fences first and checks for work that landed~broker/engine/fence.go~if !d.Guarded || op.Kind~if true || !d.Guarded || op.Kind
+fence: a YARN fence starts only once the RM confirms the decommission~broker/engine/fence.go~\t\t\tif st.Unknown != "" {\n\t\t\t\t// IMPORTANT: a refresh~\t\t\tif false && st.Unknown != "" {\n\t\t\t\t// IMPORTANT: a refresh
 fence: trusts only an observation that started after the fence~broker/engine/fence.go~if r.stale[side] != "" || r.observedFrom[side].Before(d.FencedAt.Add(fenceSettle)) {~if false {
 runtime: remembers capacity present across ticks~broker/engine/runtime.go~\tr.rememberCapacity(snap, plan)\n~\n
 plan: actions carry the instance id~broker/plan.go~a.InstanceID = pl.nodes[ni].n.InstanceID~a.InstanceID = pl.nodes[ni].n.InstanceID[:0]

@@ -48,8 +48,15 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 	op := s.op
 	if !slices.Contains(s.data.Fenced, o) {
 		if side == broker.SourceYARN {
-			if _, err := r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now); err != nil {
+			st, err := r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
+			if err != nil {
 				return s.retry(err)
+			}
+			if st.Unknown != "" {
+				// IMPORTANT: a refresh the RM may not have taken (a failover,
+				// a standby) has not stopped placement: the fence time
+				// starts only once the RM confirms the decommission.
+				return s.waitFor(5*time.Second, fmt.Sprintf("yarn cannot tell whether node %s is decommissioning: %s", op.Node, st.Unknown))
 			}
 		} else if err := act.Cordon(ctx, op.Node); err != nil {
 			return s.retry(err)

@@ -121,3 +121,29 @@ func TestRuntimeFenceTrustsNoObservationFromBeforeIt(t *testing.T) {
 		t.Fatalf("scale-down %s %q, terminated %v: want done once a fresh observation shows the node idle", downs[0].State, downs[0].LastError, w.cloud.terminated)
 	}
 }
+
+// TestRuntimeYARNFenceStartsOnlyWhenTheRMConfirms: while the RM cannot
+// tell whether the node is decommissioning (a failover), the fence has not
+// started: no fence time is recorded, so an observation from before the
+// RM took the decommission can never clear the node.
+func TestRuntimeYARNFenceStartsOnlyWhenTheRMConfirms(t *testing.T) {
+	w, y, r := idleWorld(t, func(w *rtWorld) *rtSide { return w.yarn })
+	y.unknown = "the RM does not list host n1"
+	w.ticks(r, 1, 2*time.Minute)
+	w.ticks(r, 3, 5*time.Second)
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 {
+		t.Fatalf("scale-downs %+v: want one", downs)
+	}
+	if d := broker.OpDataOf(&downs[0]); len(d.Fenced) != 0 || !d.FencedAt.IsZero() {
+		t.Fatalf("op data %+v: no fence may be recorded while the RM cannot tell", d)
+	}
+	if !strings.Contains(downs[0].LastError, "cannot tell") || len(w.cloud.terminated) != 0 {
+		t.Fatalf("op waits with %q, terminated %v: want it waiting for the RM, nothing terminated", downs[0].LastError, w.cloud.terminated)
+	}
+	y.unknown = ""
+	w.ticks(r, 3, 5*time.Second)
+	if downs := w.ledger.opsOf(broker.ActScaleDown); downs[0].State != broker.OpDone {
+		t.Fatalf("scale-down %s %q: want done once the RM confirms and a fresh look shows the node idle", downs[0].State, downs[0].LastError)
+	}
+}
