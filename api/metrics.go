@@ -50,33 +50,16 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 // loggingWriter records the status and the authenticated token (its id and
 // name only) for the request log.
 type loggingWriter struct {
-	http.ResponseWriter
-	status int
-	token  store.Token
+	statusWriter
+	token store.Token
 }
-
-func (w *loggingWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *loggingWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *loggingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // instrument logs one line per request and records metrics by route
 // pattern. It never logs headers: the Authorization header holds a secret.
 func (s *server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		lw := &loggingWriter{ResponseWriter: w}
+		lw := &loggingWriter{statusWriter: statusWriter{ResponseWriter: w}}
 		next.ServeHTTP(lw, r)
 		if lw.status == 0 {
 			lw.status = http.StatusOK
