@@ -121,11 +121,19 @@ type cachedAnswer struct {
 // maxCachedAnswers bounds the answers kept (one per route and query).
 const maxCachedAnswers = 32
 
-// cached returns the body kept under key if the state has not changed
-// since it was rendered. s.mu must be held.
-func (s *Sim) cached(key string) ([]byte, bool) {
-	c, ok := s.answers[key]
-	return c.body, ok && c.gen == s.mu.gen
+// lockUnlessCached takes the read lock for a bulk answer. When the body
+// kept under key was rendered at the current state generation it writes
+// that body, releases the lock and reports false; otherwise it returns the
+// generation to render with the lock still held (the caller renders under
+// it, unlocks, then writeCached).
+func (s *Sim) lockUnlessCached(w http.ResponseWriter, key string) (gen uint64, render bool) {
+	s.mu.lockRead()
+	if c, ok := s.answers[key]; ok && c.gen == s.mu.gen {
+		s.mu.Unlock()
+		writeBody(w, http.StatusOK, c.body)
+		return 0, false
+	}
+	return s.mu.gen, true
 }
 
 // writeCached renders v, keeps it under key for state generation gen and
@@ -503,13 +511,10 @@ func (s *Sim) serveApps(w http.ResponseWriter, r *http.Request) {
 	}
 	queue := r.URL.Query().Get("queue")
 	key := "apps?" + r.URL.RawQuery
-	s.mu.lockRead()
-	if b, ok := s.cached(key); ok {
-		s.mu.Unlock()
-		writeBody(w, http.StatusOK, b)
+	gen, render := s.lockUnlessCached(w, key)
+	if !render {
 		return
 	}
-	gen := s.mu.gen
 	apps := make([]jApp, 0, len(s.apps))
 	for _, a := range s.apps {
 		if len(states) > 0 && !states[a.state] {
@@ -567,13 +572,10 @@ func (s *Sim) serveNodes(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	key := "nodes?" + r.URL.RawQuery
-	s.mu.lockRead()
-	if b, ok := s.cached(key); ok {
-		s.mu.Unlock()
-		writeBody(w, http.StatusOK, b)
+	gen, render := s.lockUnlessCached(w, key)
+	if !render {
 		return
 	}
-	gen := s.mu.gen
 	hosts := make([]string, 0, len(s.nodes))
 	for h := range s.nodes {
 		hosts = append(hosts, h)
@@ -620,13 +622,10 @@ type queueUsage struct {
 
 func (s *Sim) serveScheduler(w http.ResponseWriter, _ *http.Request) {
 	const key = "scheduler"
-	s.mu.lockRead()
-	if b, ok := s.cached(key); ok {
-		s.mu.Unlock()
-		writeBody(w, http.StatusOK, b)
+	gen, render := s.lockUnlessCached(w, key)
+	if !render {
 		return
 	}
-	gen := s.mu.gen
 	usage := map[*queue]*queueUsage{}
 	for _, a := range s.apps {
 		u := usage[a.queue]
