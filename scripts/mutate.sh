@@ -8,7 +8,11 @@
 #   scripts/mutate.sh validate   only those whose name contains "validate"
 #
 # Each mutation replaces one exact snippet of a source file (it must occur
-# exactly once); the file is restored afterwards, also on interrupt.
+# exactly once); the file is restored afterwards, also on interrupt. A row
+# may name, in a fifth field, the packages whose tests must catch it
+# (space-separated; default ./broker/ ./broker/engine/), with -run and other
+# go test flags allowed before them. The script runs every row and exits 1
+# at the end when any row is NONE, BUILD FAILED or does not apply.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +27,7 @@ restore() {
 }
 trap restore EXIT INT TERM
 
-# name~file~snippet~replacement (\n and \t are expanded in snippet and replacement)
+# name~file~snippet~replacement[~go test arguments] (\n and \t are expanded in snippet and replacement)
 mutations=$(cat <<'EOF'
 validate: fresh plan must confirm destructive actions~broker/engine/executor.go~if confirmed[actionKey(a)] {~if true || confirmed[actionKey(a)] {
 validate: compares the victim list~broker/engine/executor.go~a.From, a.To, victims})~a.From, a.To})
@@ -75,7 +79,8 @@ EOF
 
 printf '%-70s | %s\n' "check disabled" "failing tests"
 printf '%-70s-+-%s\n' "$(printf -- '-%.0s' $(seq 70))" "-------------"
-while IFS='~' read -r name file snippet replacement; do
+bad=0
+while IFS='~' read -r name file snippet replacement pkgs; do
 	[ -z "$name" ] && continue
 	case "$name" in *"$filter"*) ;; *) continue ;; esac
 	current="$file"
@@ -94,11 +99,13 @@ open(path, 'w').write(src.replace(snip, repl))
 PY
 	then
 		printf '%-70s | %s\n' "$name" "MUTATION DOES NOT APPLY (source changed?)"
+		bad=1
 		cp "$backup_dir/current" "$file"
 		current=""
 		continue
 	fi
-	out="$(go test -count=1 ./broker/ ./broker/engine/ 2>&1 || true)"
+	# shellcheck disable=SC2086 # the packages are words
+	out="$(go test -count=1 ${pkgs:-./broker/ ./broker/engine/} 2>&1 || true)"
 	cp "$backup_dir/current" "$file"
 	# rapid keeps a failing case under testdata/rapid and replays it first
 	# next time: without this, one mutation's failure shows in every row.
@@ -107,8 +114,15 @@ PY
 	if grep -q '^FAIL.*\[build failed\]\|^# ' <<<"$out"; then
 		result="BUILD FAILED"
 	else
-		result="$(grep -E '^--- FAIL: ' <<<"$out" | sed -E 's/^--- FAIL: ([^ ]+).*/\1/' | sort -u | paste -sd, - | sed 's/,/, /g')"
+		# grep finds nothing when no test failed: under pipefail that must
+		# not end the script (it did, silently, after the first NONE row).
+		result="$({ grep -E '^--- FAIL: ' <<<"$out" || true; } | sed -E 's/^--- FAIL: ([^ ]+).*/\1/' | sort -u | paste -sd, - | sed 's/,/, /g')"
 		[ -z "$result" ] && result="NONE"
 	fi
+	case "$result" in NONE | "BUILD FAILED") bad=1 ;; esac
 	printf '%-70s | %s\n' "$name" "$result"
 done <<<"$mutations"
+if [ "$bad" -ne 0 ]; then
+	echo "mutate.sh: at least one check has no failing test (NONE), does not build or no longer applies" >&2
+	exit 1
+fi
