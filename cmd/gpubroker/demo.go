@@ -30,7 +30,10 @@ import (
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
-const demoPool = "gpu-training-group"
+const (
+	demoPool  = "gpu-training-group"
+	demoPool8 = "gpu-8x-group"
+)
 
 // demoConfig is the reference scenario, shortened so the story plays out
 // in minutes: one shared GPU pool of 4-GPU nodes (0 to 10), two tenants.
@@ -42,10 +45,19 @@ func demoConfig() *config {
 	pol.DrainTimeout = broker.Duration(time.Minute)
 	return &config{
 		policy: pol,
-		pools: []broker.Pool{{Name: demoPool, Provider: "aws", Group: demoPool, GPUModel: "A100", GPUsPerNode: 4,
-			MinNodes: 0, MaxNodes: 10, Sides: broker.PoolShared, PricePerHour: 32.77,
-			Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"},
-			Taints: []broker.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}}},
+		pools: []broker.Pool{
+			{Name: demoPool, Provider: "aws", Group: demoPool, GPUModel: "A10G", GPUsPerNode: 4,
+				MinNodes: 0, MaxNodes: 10, Sides: broker.PoolShared, PricePerHour: 5.67,
+				Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"},
+				Taints: []broker.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}},
+			// The openb workload asks 8 GPUs for about one task in
+			// fourteen (the trace's G2 nodes have 8): without a pool of
+			// 8-GPU nodes that demand is unsatisfiable for good.
+			{Name: demoPool8, Provider: "aws", Group: demoPool8, GPUModel: "A100", GPUsPerNode: 8,
+				MinNodes: 0, MaxNodes: 4, Sides: broker.PoolShared, PricePerHour: 32.77,
+				Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"},
+				Taints: []broker.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}},
+		},
 		tenants: []broker.Tenant{
 			{Name: "training", BasePriority: 0, GuaranteedGPUs: 8, MaxGPUs: 32, Weight: 2,
 				YARNQueues: []string{"root.training"}, Namespaces: []string{"ml-training"}},
@@ -69,6 +81,8 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	profile := fs.String("profile", "multigpu50", "workload mix fitted to the openb trace: default or multigpu50")
 	runFor := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
 	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
+	logFile := fs.String("log-file", "", "write the JSON log to this `file` (default: a new file in the temporary directory; its path is printed)")
+	verbose := fs.Bool("verbose", false, "stream the JSON log to stderr instead of one line per decision on the terminal")
 	nodes := fs.Int("nodes", 0, "run at size: a pool of up to `N` nodes that starts with N booting and keeps at least N/2 (0: the 10-node reference scenario)")
 	load := fs.Float64("load", 1, "workload arrival rate multiplier (with --nodes, e.g. 100 to keep 5,000 nodes busy)")
 	if err := parseFlags(fs, args); err != nil {
@@ -90,9 +104,13 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return usagef("--speed: %s", err)
 	}
-	log, err := newLogger(e, *level)
+	log, logPath, closeLog, err := demoLogger(e, *level, *logFile, *verbose)
 	if err != nil {
 		return err
+	}
+	defer closeLog()
+	if logPath != "" {
+		fmt.Fprintf(e.stdout, "gpubroker demo: JSON log in %s (--verbose streams it here instead)\n", logPath)
 	}
 	if *runFor > 0 {
 		var cancel context.CancelFunc
@@ -111,10 +129,12 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	}
 	c := demoConfig()
 	c.file.Database.URL = pg.DatabaseURL("gpubroker")
-	group := awssim.GroupSpec{Name: demoPool, Min: 0, Max: 10, InstanceType: "p4d.24xlarge",
-		Tags: map[string]string{"gpubroker.io/pool": demoPool, "gpubroker.io/gpus-per-node": "4", "gpubroker.io/gpu-model": "A100"}}
+	group := awssim.GroupSpec{Name: demoPool, Min: 0, Max: 10, InstanceType: "g5.12xlarge",
+		Tags: map[string]string{"gpubroker.io/pool": demoPool, "gpubroker.io/gpus-per-node": "4", "gpubroker.io/gpu-model": "A10G"}}
+	group8 := awssim.GroupSpec{Name: demoPool8, Min: 0, Max: 4, InstanceType: "p4d.24xlarge",
+		Tags: map[string]string{"gpubroker.io/pool": demoPool8, "gpubroker.io/gpus-per-node": "8", "gpubroker.io/gpu-model": "A100"}}
 	if *nodes > 0 {
-		atSize(c, &group, *nodes)
+		atSize(c, &group, &group8, *nodes)
 	}
 
 	// Simulated YARN: the RM REST API on a loopback port.
@@ -181,8 +201,10 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer aws.Close(context.WithoutCancel(ctx))
-	if err := aws.CreateGroup(group); err != nil {
-		return err
+	for _, g := range []awssim.GroupSpec{group, group8} {
+		if err := aws.CreateGroup(g); err != nil {
+			return err
+		}
 	}
 
 	var secret string // the admin token, made once the store is open
@@ -277,9 +299,16 @@ func (j *demoJoiner) boot(in awssim.Instance) {
 	defer j.mu.Unlock()
 	host := in.PrivateDNSName
 	toYARN := j.yarnPending() > j.k8sPending()
-	labels := map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia", "nvidia.com/gpu.product": "A100"}
+	// The instance's GPUs and model come from its group's tags, as a real
+	// node's device plugin and GPU feature discovery would report them.
+	gpus, err := strconv.Atoi(in.Tags["gpubroker.io/gpus-per-node"])
+	if err != nil || gpus <= 0 {
+		j.log.Warn("demo: instance without a GPU count tag", "node", host, "group", in.Group)
+		return
+	}
+	labels := map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia", "nvidia.com/gpu.product": in.Tags["gpubroker.io/gpu-model"]}
 	taints := []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
-	if err := j.kc.AddNode(j.ctx, k8ssim.NodeSpec{Name: host, GPUs: 4, Labels: labels, Taints: taints,
+	if err := j.kc.AddNode(j.ctx, k8ssim.NodeSpec{Name: host, GPUs: gpus, Labels: labels, Taints: taints,
 		ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil {
 		j.log.Warn("demo: join kubernetes", "node", host, "err", err)
 		return
@@ -290,7 +319,7 @@ func (j *demoJoiner) boot(in awssim.Instance) {
 			return
 		}
 	}
-	if err := j.yadmin.StartNodeManager(yarnsim.NodeSpec{Host: host, GPUs: 4}); err != nil {
+	if err := j.yadmin.StartNodeManager(yarnsim.NodeSpec{Host: host, GPUs: gpus}); err != nil {
 		j.log.Warn("demo: join yarn", "node", host, "err", err)
 		return
 	}

@@ -14,17 +14,20 @@ import (
 // grown to match.
 func TestDemoAtSize(t *testing.T) {
 	c := demoConfig()
-	g := awssim.GroupSpec{Max: 10}
-	atSize(c, &g, 5000)
+	g, g8 := awssim.GroupSpec{Max: 10}, awssim.GroupSpec{Max: 4}
+	atSize(c, &g, &g8, 5000)
 	p := c.pools[0]
 	if p.MinNodes != 2500 || p.MaxNodes != 5000 || g.Min != 2500 || g.Max != 5000 || g.Desired != 5000 {
 		t.Fatalf("pool %d..%d, group %d..%d desired %d; want 2500..5000 and desired 5000", p.MinNodes, p.MaxNodes, g.Min, g.Max, g.Desired)
 	}
-	if c.policy.ClusterMaxGPUs != 20000 {
-		t.Fatalf("cluster max %d GPUs, want 20000", c.policy.ClusterMaxGPUs)
+	if p8 := c.pools[1]; p8.GPUsPerNode != 8 || p8.MinNodes != 0 || p8.MaxNodes != 1250 || g8.Max != 1250 || g8.Desired != 0 {
+		t.Fatalf("8-GPU pool %d..%d of %d GPUs, group max %d desired %d; want 0..1250 of 8, empty", p8.MinNodes, p8.MaxNodes, p8.GPUsPerNode, g8.Max, g8.Desired)
+	}
+	if c.policy.ClusterMaxGPUs != 30000 {
+		t.Fatalf("cluster max %d GPUs, want 30000", c.policy.ClusterMaxGPUs)
 	}
 	for _, tn := range c.tenants {
-		if tn.MaxGPUs != 20000 || tn.GuaranteedGPUs > tn.MaxGPUs || tn.GuaranteedGPUs < 2000 {
+		if tn.MaxGPUs != 30000 || tn.GuaranteedGPUs > tn.MaxGPUs || tn.GuaranteedGPUs < 2000 {
 			t.Fatalf("tenant %s: guaranteed %d, max %d", tn.Name, tn.GuaranteedGPUs, tn.MaxGPUs)
 		}
 	}

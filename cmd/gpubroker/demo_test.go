@@ -23,7 +23,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		e := env{stdout: pw, stderr: &lockedWriter{w: &errOut}, getenv: func(string) string { return "" }}
-		done <- run(ctx, e, []string{"demo", "--listen", "127.0.0.1:0", "--speed", "900", "--duration", "2m", "--log-level", "warn"})
+		done <- run(ctx, e, []string{"demo", "--listen", "127.0.0.1:0", "--speed", "900", "--duration", "2m", "--log-level", "warn", "--verbose"})
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
