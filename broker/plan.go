@@ -16,7 +16,7 @@ import (
 // does not change the plan. (The function cannot be called Plan: that is the
 // name of its result type; Snapshot.Plan is the method form.)
 //
-// The steps, following DESIGN.md's arbitration rules:
+// The steps, following docs/design.md's arbitration rules:
 //  1. demand on a stale side waits; demand no pool or node could ever serve
 //     is unsatisfiable and never buys;
 //  2. quota admits demand in order (quota.go);

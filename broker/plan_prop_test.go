@@ -10,7 +10,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// Property tests for the safety invariants of DESIGN.md, on random small
+// Property tests for the safety invariants of docs/design.md, on random small
 // clusters: pools of random sizes and sides, nodes in every phase with
 // random work, demand with random constraints, in-flight ops, stale sides
 // and random policies.
@@ -369,7 +369,7 @@ type fataler interface {
 	Fatalf(format string, args ...any)
 }
 
-// invariants are the safety invariants of DESIGN.md as plan checks.
+// invariants are the safety invariants of docs/design.md as plan checks.
 var invariants = map[string]func(fataler, *view, Policy, Plan){
 	"max": checkMax, "min": checkMin, "up-and-down": checkUpDown, "scale-down": checkScaleDown,
 	"transfer": checkTransfer, "stale": checkStale, "sound": checkSound, "consolidation": checkConsolidation,

@@ -83,7 +83,7 @@ type Policy struct {
 	Version int64 `json:"version"`
 }
 
-// DefaultPolicy returns the defaults of DESIGN.md: 5 minutes unneeded at or
+// DefaultPolicy returns the defaults of docs/design.md: 5 minutes unneeded at or
 // under 0.5 GPU allocation, 15 minutes max provision time, least-waste.
 func DefaultPolicy() Policy {
 	return Policy{

@@ -518,7 +518,7 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 
 	case broker.StepAwaitReady:
 		// IMPORTANT: the op stays open, serving its demand, until the
-		// pool's machines are gpu-ready (DESIGN rule 4): the planner keeps
+		// pool's machines are gpu-ready (docs/design.md, arbitration rule 4): the planner keeps
 		// the ordered capacity for that demand, so it does not take another
 		// node meanwhile while the new one idles.
 		fresh, err := r.cfg.Pools.Pools(ctx)

@@ -90,7 +90,7 @@ func trainingPod(key string, gpus int, priority int64) broker.Demand {
 			Tolerations: []broker.Toleration{{Key: "nvidia.com/gpu", Operator: "Exists"}}}}
 }
 
-// TestRuntimeReferenceScenario plays DESIGN.md's story: the Job waits, one
+// TestRuntimeReferenceScenario plays docs/design.md's story: the Job waits, one
 // node is bought (and only one while it boots), it joins, the pod runs and
 // finishes, and the idle node is drained and terminated after the
 // unneeded time.

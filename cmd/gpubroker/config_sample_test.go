@@ -25,7 +25,7 @@ import (
 
 // TestSampleConfigReproducesTheReferenceScenario loads deploy/gpubroker.yaml
 // the way "gpubroker plan --config" does and checks the reference setup of
-// DESIGN.md: the Cluster Autoscaler's node groups, limits and scale-down
+// docs/design.md: the Cluster Autoscaler's node groups, limits and scale-down
 // settings, and the training tenant at PriorityClass 1000000.
 func TestSampleConfigReproducesTheReferenceScenario(t *testing.T) {
 	c, err := loadConfig("../../deploy/gpubroker.yaml")
