@@ -47,10 +47,10 @@ staticcheck:
 
 # Warm the caches of the real test components before the tests run, so the
 # per-package test timeouts measure tests rather than cold builds.
+# scripts/test-deps.sh runs the installers in two lanes side by side (those
+# that may take apt's lock in one).
 test-deps:
-	@for s in test/*/install.sh; do \
-		[ -x "$$s" ] || continue; echo "== $$s"; "$$s" || exit 1; \
-	done
+	@scripts/test-deps.sh
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/gpubroker ./cmd/gpubroker
