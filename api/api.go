@@ -65,6 +65,12 @@ type Config struct {
 	// ReadModel, when set, serves /capacity, /demand and /nodes from
 	// memory with ETags (see ReadModel); nil: every read asks the store.
 	ReadModel *ReadModel
+	// AgentAnyNode lets a client certificate with a wildcard DNS name
+	// (*.ec2.internal) report for every node it matches
+	// (api.tls.agent_any_node). Off by default: a certificate reports only
+	// for the node its common name or DNS names name exactly, so one
+	// stolen certificate cannot condemn the fleet.
+	AgentAnyNode bool
 }
 
 // DefaultAuthCacheTTL is how long a checked token is trusted by default:
