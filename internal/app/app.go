@@ -59,6 +59,8 @@ type Config struct {
 	// triggered tick (default 1s); ObserveTimeout bounds each observation
 	// (default 10s); ReportMaxAge bounds agent reports (default 2m).
 	Period, BatchWindow, ObserveTimeout, ReportMaxAge time.Duration
+	// XIDs classifies the XID codes agents report (nil: the defaults).
+	XIDs broker.XIDClasses
 	// Checkpoints reads checkpoint ages for victim choice (default: the
 	// HDFS/WebHDFS reader of yarn.NewCheckpointReader).
 	Checkpoints engine.Checkpoints
@@ -80,6 +82,9 @@ type Config struct {
 // authenticate agents.
 type TLSConfig struct {
 	CertFile, KeyFile, ClientCAFile string
+	// AgentAnyNode lets a wildcard client certificate report for every
+	// node it matches (see api.Config.AgentAnyNode).
+	AgentAnyNode bool
 }
 
 // DefaultAuditRetention is how long audit entries are kept by default.
@@ -394,7 +399,7 @@ func (m *Main) NewRuntime() (*engine.Runtime, error) {
 	ledger = m.withDecisionSinks(ledger)
 	return engine.NewRuntime(engine.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
-		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints, AfterTick: m.afterTick})
+		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, XIDs: c.XIDs, Checkpoints: m.checkpoints, AfterTick: m.afterTick})
 }
 
 // Store is the assembled store.
