@@ -172,3 +172,38 @@ func TestWildcardCertificateNeedsAgentAnyNode(t *testing.T) {
 	}
 	noReport(t, e.st, "gpu-10")
 }
+
+// nodeTokens stands in for the Kubernetes TokenReview (k8s.AgentReviewer,
+// tested on a real API server): each token belongs to one node's pod.
+type nodeTokens map[string]string
+
+func (n nodeTokens) ReviewAgent(_ context.Context, token string) (string, string, error) {
+	node, ok := n[token]
+	if !ok {
+		return "", "", broker.ErrNotFound
+	}
+	return node, "system:serviceaccount:gpubroker:gpubroker-agent on node " + node, nil
+}
+
+// TestServiceAccountAgentReportsOnlyForItsNode: with agent service
+// accounts configured, the projected token of the agent pod on gpu-1
+// reports for gpu-1 and is refused (403) for gpu-2; an unknown token is
+// 401, and gpubroker tokens still work.
+func TestServiceAccountAgentReportsOnlyForItsNode(t *testing.T) {
+	e := newEnv(t)
+	h, err := api.New(api.Config{Store: e.st, Runtime: e.rt, Registry: prometheus.NewRegistry(), AuthCacheTTL: -1,
+		Logger: slog.New(slog.NewJSONHandler(e.logs, nil)), AgentReviewer: nodeTokens{"sa-token-of-gpu-1": "gpu-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewServer(h)
+	t.Cleanup(e.srv.Close)
+	now := time.Now()
+	want(t, e.call("POST", "/api/v1/nodes/gpu-1/report", "sa-token-of-gpu-1", xid79("gpu-1", now)), 202, "own node")
+	r := e.call("POST", "/api/v1/nodes/gpu-2/report", "sa-token-of-gpu-1", xid79("gpu-2", now))
+	want(t, r, 403, "another node's report with the pod token of gpu-1")
+	noReport(t, e.st, "gpu-2")
+	want(t, e.call("GET", "/api/v1/tenants", "sa-token-of-gpu-1", nil), 403, "a pod token reading tenants")
+	want(t, e.call("POST", "/api/v1/nodes/gpu-1/report", "forged", xid79("gpu-1", now)), 401, "an unknown token")
+	want(t, e.call("GET", "/api/v1/tenants", "viewer", nil), 200, "a gpubroker token")
+}

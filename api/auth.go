@@ -208,6 +208,22 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		}
 		h := sha256.Sum256([]byte(secret))
 		tok, ok := s.auth.get(h)
+		if !ok && s.cfg.AgentReviewer != nil && !strings.HasPrefix(secret, "gpb_") {
+			node, name, err := s.cfg.AgentReviewer.ReviewAgent(r.Context(), secret)
+			switch {
+			case errors.Is(err, broker.ErrNotFound):
+				s.metrics.authFailures.WithLabelValues("invalid").Inc()
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gpubroker", error="invalid_token"`)
+				writeErr(w, http.StatusUnauthorized, "unauthorized", "Authorization", "the token is not a gpubroker token, nor an agent service-account token bound to a node")
+				return
+			case err != nil:
+				s.fail(w, r, err)
+				return
+			}
+			// A platform-issued agent credential names its node and only it.
+			tok, ok = store.Token{Name: name, Role: store.RoleAgent, Nodes: []string{node}}, true
+			s.auth.put(h, tok)
+		}
 		if !ok {
 			var err error
 			tok, err = s.st.Authenticate(r.Context(), secret)

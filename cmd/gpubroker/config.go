@@ -39,6 +39,9 @@ type databaseConfig struct {
 type apiConfig struct {
 	Listen string    `yaml:"listen"`
 	TLS    tlsConfig `yaml:"tls"`
+	// AgentServiceAccounts ("namespace/name") authenticate node agents by
+	// their pod's projected service-account token, each for its own node.
+	AgentServiceAccounts []string `yaml:"agent_service_accounts"`
 }
 
 // tlsConfig serves the API over TLS: PEM files, reloaded when they change.
@@ -438,6 +441,11 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	if err := fc.API.TLS.validate(); err != nil {
 		return nil, err
+	}
+	for i, acc := range fc.API.AgentServiceAccounts {
+		if ns, name, ok := strings.Cut(acc, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, broker.Invalid(fmt.Sprintf("api.agent_service_accounts[%d]", i), "must be namespace/name of the agents' service account, such as gpubroker/gpubroker-agent, got %q", acc)
+		}
 	}
 	a := fc.Agents
 	xids, err := broker.NewXIDClasses(a.XIDFatal, a.XIDNeedsReset, a.XIDApplication)

@@ -37,8 +37,9 @@ func appConfig(c *config, log *slog.Logger, getenv func(string) string) (app.Con
 		Logger:     log, Period: yc.PollInterval.D(),
 		TLS: app.TLSConfig{CertFile: c.file.API.TLS.CertFile, KeyFile: c.file.API.TLS.KeyFile, ClientCAFile: c.file.API.TLS.ClientCAFile,
 			AgentAnyNode: c.file.API.TLS.AgentAnyNode},
-		AuditRetention: c.file.Audit.Retention.D(),
-		XIDs:           c.xids,
+		AuditRetention:       c.file.Audit.Retention.D(),
+		XIDs:                 c.xids,
+		AgentServiceAccounts: c.file.API.AgentServiceAccounts,
 	}, nil
 }
 

@@ -61,6 +61,10 @@ type Config struct {
 	Period, BatchWindow, ObserveTimeout, ReportMaxAge time.Duration
 	// XIDs classifies the XID codes agents report (nil: the defaults).
 	XIDs broker.XIDClasses
+	// AgentServiceAccounts ("namespace/name") authenticate node agents by
+	// their pod's projected service-account token (audience gpubroker),
+	// each for the node its pod runs on; needs Kubernetes.
+	AgentServiceAccounts []string
 	// Checkpoints reads checkpoint ages for victim choice (default: the
 	// HDFS/WebHDFS reader of yarn.NewCheckpointReader).
 	Checkpoints engine.Checkpoints
@@ -166,6 +170,7 @@ type Main struct {
 	sinks       []decisionSink // receive the decisions the runtime records (pod Events)
 	trigger     <-chan struct{}
 	checkpoints engine.Checkpoints
+	reviewer    *k8s.AgentReviewer // nil: no service-account agents
 	krb         *yarn.Kerberos
 	cancel      context.CancelFunc
 	// afterTick is the runtimes' AfterTick (Run sets it: the read model).
@@ -331,6 +336,9 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	client := kc.Client
 	if client == nil {
 		if kc.Kubeconfig == "" && !kc.InCluster {
+			if len(m.cfg.AgentServiceAccounts) > 0 {
+				return &UsageError{Msg: "api.agent_service_accounts needs Kubernetes (kubernetes.kubeconfig, or running in a cluster): the broker reviews the agents' tokens there"}
+			}
 			return nil
 		}
 		c, err := KubeClient(kc.Kubeconfig)
@@ -342,6 +350,11 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	obs, err := k8s.NewObserver(client, kc.Adapter, m.log)
 	if err != nil {
 		return err
+	}
+	if len(m.cfg.AgentServiceAccounts) > 0 {
+		if m.reviewer, err = k8s.NewAgentReviewer(client, m.cfg.AgentServiceAccounts); err != nil {
+			return err
+		}
 	}
 	if err := obs.Start(ctx); err != nil {
 		return fmt.Errorf("start kubernetes informers: %w", err)

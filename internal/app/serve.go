@@ -36,8 +36,12 @@ func (m *Main) Run(ctx context.Context) error {
 		if reg == nil {
 			reg = prometheus.NewRegistry()
 		}
-		handler, err := api.New(api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model,
-			AgentAnyNode: m.cfg.TLS.AgentAnyNode})
+		cfg := api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model,
+			AgentAnyNode: m.cfg.TLS.AgentAnyNode}
+		if m.reviewer != nil {
+			cfg.AgentReviewer = m.reviewer
+		}
+		handler, err := api.New(cfg)
 		if err != nil {
 			return err
 		}
