@@ -337,7 +337,9 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	if client == nil {
 		if kc.Kubeconfig == "" && !kc.InCluster {
 			if len(m.cfg.AgentServiceAccounts) > 0 {
-				return &UsageError{Msg: "api.agent_service_accounts needs Kubernetes (kubernetes.kubeconfig, or running in a cluster): the broker reviews the agents' tokens there"}
+				// Fails closed: their tokens authenticate nobody.
+				m.log.Warn("api.agent_service_accounts needs Kubernetes (kubernetes.kubeconfig, or running in a cluster); agents' service-account tokens are refused",
+					"agent_service_accounts", m.cfg.AgentServiceAccounts)
 			}
 			return nil
 		}
