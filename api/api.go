@@ -65,6 +65,24 @@ type Config struct {
 	// ReadModel, when set, serves /capacity, /demand and /nodes from
 	// memory with ETags (see ReadModel); nil: every read asks the store.
 	ReadModel *ReadModel
+	// AgentAnyNode lets a client certificate with a wildcard DNS name
+	// (*.ec2.internal) report for every node it matches
+	// (api.tls.agent_any_node). Off by default: a certificate reports only
+	// for the node its common name or DNS names name exactly, so one
+	// stolen certificate cannot condemn the fleet.
+	AgentAnyNode bool
+	// AgentReviewer, when set, authenticates agents by a credential their
+	// platform issued for their node (a Kubernetes service-account token
+	// bound to the agent's pod): a bearer token that is not a gpubroker
+	// token is reviewed, and authenticates role agent for that node only.
+	AgentReviewer AgentReviewer
+}
+
+// AgentReviewer says which node a platform-issued agent credential belongs
+// to. It answers broker.ErrNotFound for a credential that authenticates
+// nobody.
+type AgentReviewer interface {
+	ReviewAgent(ctx context.Context, token string) (node, who string, err error)
 }
 
 // DefaultAuthCacheTTL is how long a checked token is trusted by default:

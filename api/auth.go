@@ -54,18 +54,79 @@ func who(r *http.Request) actor {
 	return actor{actor: name, kind: store.ActorToken, tok: tok}
 }
 
-// mayReportFor lets a client certificate report only for the node it
-// names: its common name, or one of its DNS names (a wildcard such as
-// *.ec2.internal names every node of that domain). Tokens of role agent
-// may report for any node.
-func mayReportFor(w http.ResponseWriter, r *http.Request, node string) bool {
-	c := clientCert(r)
-	if c == nil || c.Subject.CommonName == node || c.VerifyHostname(node) == nil {
+// mayReportFor lets an agent report only for the nodes its credential is
+// bound to, and answers 403 otherwise: a stolen agent credential must not
+// be able to declare other nodes unhealthy (and have them drained).
+//
+//   - A client certificate names its node: its common name, or one of its
+//     DNS names, exactly. A wildcard DNS name (*.ec2.internal) counts only
+//     with api.tls.agent_any_node.
+//   - An agent token reports for the nodes it was created for (--node), or
+//     for the nodes the broker knows in its pool (--pool). An agent token
+//     bound to neither (made before tokens were bound) reports for none.
+//   - An admin token may report for any node.
+func (s *server) mayReportFor(w http.ResponseWriter, r *http.Request, node string) bool {
+	if c := clientCert(r); c != nil {
+		if certNames(c, node, s.cfg.AgentAnyNode) {
+			return true
+		}
+		msg := "the client certificate " + c.Subject.String() + " names another node; it may report only for the node in its common name or DNS names, not " + node
+		if !s.cfg.AgentAnyNode && slices.ContainsFunc(c.DNSNames, func(n string) bool { return strings.HasPrefix(n, "*.") }) {
+			msg += " (a wildcard DNS name counts only with api.tls.agent_any_node: true; issue one certificate per node instead)"
+		}
+		writeErr(w, http.StatusForbidden, "forbidden", "", msg)
+		return false
+	}
+	tok, _ := principal(r)
+	if tok.Role != store.RoleAgent {
+		return true // admin: the route allows only admin and agent
+	}
+	var pool string
+	if len(tok.Nodes) == 0 && tok.Pool != "" {
+		n, err := s.st.GetNode(r.Context(), node)
+		switch {
+		case err == nil:
+			pool = n.Pool
+		case !errors.Is(err, broker.ErrNotFound):
+			s.fail(w, r, err)
+			return false
+		}
+	}
+	if tok.MayReportFor(node, pool) {
 		return true
 	}
-	writeErr(w, http.StatusForbidden, "forbidden", "",
-		"the client certificate "+c.Subject.String()+" names another node; it may report only for the node in its common name or DNS names, not "+node)
+	var msg string
+	switch {
+	case len(tok.Nodes) > 0:
+		msg = "this agent token is bound to node(s) " + strings.Join(tok.Nodes, ", ") + " and may not report for " + node
+	case tok.Pool != "":
+		msg = "this agent token is bound to pool " + tok.Pool + " and " + node + " is not a node the broker knows in it"
+		if pool != "" {
+			msg += " (it is in pool " + pool + ")"
+		}
+	default:
+		msg = "this agent token is bound to no node and may report for none; create one per node with 'gpubroker token create --role agent --node " + node + "'"
+	}
+	writeErr(w, http.StatusForbidden, "forbidden", "", msg)
 	return false
+}
+
+// certNames reports whether client certificate c names node: its common
+// name or a DNS name equals it (case-insensitively, as DNS names compare);
+// a wildcard DNS name matches only when anyNode allows it.
+func certNames(c *x509.Certificate, node string, anyNode bool) bool {
+	if node == "" {
+		return false
+	}
+	if strings.EqualFold(c.Subject.CommonName, node) {
+		return true
+	}
+	for _, n := range c.DNSNames {
+		if strings.EqualFold(n, node) {
+			return true
+		}
+	}
+	return anyNode && c.VerifyHostname(node) == nil
 }
 
 // authCache remembers authenticated tokens for a short time, so that reads
@@ -147,6 +208,22 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		}
 		h := sha256.Sum256([]byte(secret))
 		tok, ok := s.auth.get(h)
+		if !ok && s.cfg.AgentReviewer != nil && !strings.HasPrefix(secret, "gpb_") {
+			node, name, err := s.cfg.AgentReviewer.ReviewAgent(r.Context(), secret)
+			switch {
+			case errors.Is(err, broker.ErrNotFound):
+				s.metrics.authFailures.WithLabelValues("invalid").Inc()
+				w.Header().Set("WWW-Authenticate", `Bearer realm="gpubroker", error="invalid_token"`)
+				writeErr(w, http.StatusUnauthorized, "unauthorized", "Authorization", "the token is not a gpubroker token, nor an agent service-account token bound to a node")
+				return
+			case err != nil:
+				s.fail(w, r, err)
+				return
+			}
+			// A platform-issued agent credential names its node and only it.
+			tok, ok = store.Token{Name: name, Role: store.RoleAgent, Nodes: []string{node}}, true
+			s.auth.put(h, tok)
+		}
 		if !ok {
 			var err error
 			tok, err = s.st.Authenticate(r.Context(), secret)

@@ -175,9 +175,11 @@ func TestClientCertificateAuthenticatesAnAgentForItsNode(t *testing.T) {
 	if err != nil || len(es) != 1 || es[0].ActorKind != store.ActorCertificate || es[0].Actor != "CN=ip-10-0-0-1" || es[0].Status != 403 {
 		t.Fatalf("the refused write's audit entry: %+v %v", es, err)
 	}
-	// A wildcard DNS name covers the nodes of its domain.
+	// A wildcard DNS name names no node unless api.tls.agent_any_node
+	// says so (TestWildcardCertificateNeedsAgentAnyNode).
 	wild := tlsClient(ca, ca.Issue(t, "agents", "*.ec2.internal").TLS)
-	if code, body := do(wild, "POST", "/api/v1/nodes/ip-10-0-0-9.ec2.internal/report", report, ""); code != 202 {
+	if code, body := do(wild, "POST", "/api/v1/nodes/ip-10-0-0-9.ec2.internal/report", report, ""); code != 403 ||
+		!strings.Contains(body, "agent_any_node") {
 		t.Fatalf("wildcard certificate: %d %s", code, body)
 	}
 	// A token wins over a certificate, and works without one.

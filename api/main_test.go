@@ -120,13 +120,19 @@ func newEnv(t testing.TB) *env {
 		role   store.Role
 		tenant string
 	}{{"admin", store.RoleAdmin, ""}, {"ml-admin", store.RoleTenantAdmin, "ml"},
-		{"viewer", store.RoleViewer, ""}, {"agent", store.RoleAgent, ""}} {
+		{"viewer", store.RoleViewer, ""}} {
 		secret, _, err := st.CreateToken(ctx, tk.name, tk.role, tk.tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.tokens[tk.name] = secret
 	}
+	// The agent token is bound to the nodes the tests report for.
+	secret, _, err := st.CreateAgentToken(ctx, "agent", []string{"ip-10-0-0-1", "ip-10-0-0-2", "n1", "node-a"}, "", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.tokens["agent"] = secret
 	e.handler, err = api.New(api.Config{Store: st, Runtime: e.rt, Registry: prometheus.NewRegistry(),
 		Logger:       slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		AuthCacheTTL: -1, MaxBodyBytes: 64 << 10})

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -315,9 +316,18 @@ func (s *server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := chi.URLParam(r, "name")
-	if !mayReportFor(w, r, name) {
+	if !s.mayReportFor(w, r, name) {
 		return
 	}
+	// IMPORTANT: freshness is the server's receive time; a report dated
+	// ahead of the server is a wrong clock or a forgery, and would
+	// otherwise win over every honest report until its date came.
+	if now := s.cfg.Now(); rep.At.After(now.Add(broker.MaxReportSkew)) {
+		s.fail(w, r, broker.Invalid("at", "is %s ahead of the server's clock (%s); at most %s ahead is accepted: fix the agent's clock (NTP)",
+			rep.At.Sub(now).Round(time.Second), now.UTC().Format(time.RFC3339), broker.MaxReportSkew))
+		return
+	}
+	rep.ReceivedAt = time.Time{} // the store stamps its own
 	if rep.Node == "" {
 		rep.Node = name // the path names the node; the body may leave it out
 	}

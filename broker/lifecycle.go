@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -22,11 +23,21 @@ func (pl *planner) replaceUnhealthy() {
 	if timeout <= 0 {
 		timeout = DefaultPolicy().UnhealthyNodeTimeout.D()
 	}
+	paused := pl.repairsPaused()
 	for i := range pl.nodes {
 		w := &pl.nodes[i]
 		n := w.n
 		if w.pool < 0 || w.busy || w.removed || pl.pools[w.pool].stale != "" ||
 			n.Phase == PhaseTerminating || n.Phase == PhaseGone {
+			continue
+		}
+		if healthy(n) {
+			continue
+		}
+		if why, ok := paused[w.pool]; ok {
+			// IMPORTANT: a fleet-wide alarm (a driver update, an agent
+			// bug, a control-plane outage) must not drain the fleet.
+			pl.kept = append(pl.kept, NodeNote{Node: n.Name, Reason: "not repaired: " + why})
 			continue
 		}
 		var why string
@@ -47,6 +58,13 @@ func (pl *planner) replaceUnhealthy() {
 				continue
 			}
 			if n.Phase != PhaseActive && n.Phase != PhaseGPUReady && n.Phase != PhaseRegistered {
+				continue
+			}
+			if n.NeedsReset && hasWork(n) {
+				// A fault a reset clears never cuts work short: the node
+				// takes no new work and is replaced once its work ends.
+				pl.kept = append(pl.kept, NodeNote{Node: n.Name, Reason: fmt.Sprintf(
+					"not repaired yet: %s; it takes no new work and is replaced once its running work ends", n.HealthReason)})
 				continue
 			}
 			why = fmt.Sprintf("replace unhealthy node %s of pool %s (%s): drain its %d allocated GPUs and terminate it",
@@ -97,6 +115,45 @@ func (pl *planner) replaceUnhealthy() {
 		pl.removals = append(pl.removals, Action{Kind: ActReplace, Pool: pool.Name, Node: n.Name, From: n.Owner,
 			Reason: fmt.Sprintf("replace %s; the pool keeps its %d nodes (min %d)", late, size, pool.MinNodes)})
 	}
+}
+
+// MaxUnhealthyFraction is the share of a pool's nodes that may be
+// unhealthy (down on their side, or faulty by their agent) while the
+// broker still repairs them, rounded up to a whole node as Karpenter's node
+// repair does (so a pool of up to five nodes may repair one). More than
+// that looks like a false alarm (a driver update, an agent bug, an API
+// outage): replacing them would drain the fleet, so repairs pause.
+const MaxUnhealthyFraction = 0.2
+
+// repairsPaused returns, by pool index, why repairs are paused in the
+// pools where more than MaxUnhealthyFraction of the nodes are unhealthy.
+func (pl *planner) repairsPaused() map[int]string {
+	total := make([]int, len(pl.pools))
+	bad := make([]int, len(pl.pools))
+	for i := range pl.nodes {
+		w := &pl.nodes[i]
+		n := w.n
+		if w.pool < 0 || n.Phase == PhaseTerminating || n.Phase == PhaseGone {
+			continue
+		}
+		total[w.pool]++
+		if !healthy(n) {
+			bad[w.pool]++
+		}
+	}
+	var out map[int]string
+	for pi := range pl.pools {
+		allowed := int(math.Ceil(MaxUnhealthyFraction * float64(total[pi])))
+		if bad[pi] <= allowed {
+			continue
+		}
+		if out == nil {
+			out = map[int]string{}
+		}
+		out[pi] = fmt.Sprintf("repairs of pool %s are paused: %d of its %d nodes are unhealthy, more than %.0f%% (%d); so many at once is more likely a false alarm (a driver or agent fault, an API outage) than failing hardware, and replacing them would drain the pool; check the nodes' health reasons",
+			pl.pools[pi].st.Pool.Name, bad[pi], total[pi], MaxUnhealthyFraction*100, allowed)
+	}
+	return out
 }
 
 // canReplace reports whether a node of pool pi can be replaced: the

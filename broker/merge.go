@@ -15,8 +15,57 @@ type MergeInput struct {
 	Stored  map[string]Node
 	Reports map[string]NodeReport
 	Ops     []Op
-	// reportMaxAge bounds how old an agent report may be to count.
+	// ReportMaxAge bounds how long ago (by the server's receive time) an
+	// agent report may have arrived to count as fresh.
 	ReportMaxAge time.Duration
+	// XIDs classifies the XID codes agents report (nil: the defaults).
+	XIDs XIDClasses
+}
+
+// mergeReport applies node n's latest agent report r. Freshness is judged
+// by when the server received the report, never by the agent's "at".
+//
+// IMPORTANT: one report is never enough to condemn a node. A fault makes it
+// unhealthy only when the report before it showed a fault too (two
+// consecutive reports), or when the faulty report has stood for the
+// unhealthy node timeout with no newer report to contradict it (the agent
+// went silent after reporting it). A single report is a transient or a
+// false alarm until then, and the node keeps serving.
+func mergeReport(n *Node, r NodeReport, in MergeInput) {
+	received := r.ReceivedAt
+	if received.IsZero() {
+		// A ledger that does not stamp receive times (a test fake): the
+		// store always does.
+		received = r.At
+	}
+	age := in.Now.Sub(received)
+	fresh := in.ReportMaxAge <= 0 || age <= in.ReportMaxAge
+	util, class, why := r.Assess(in.XIDs)
+	if fresh {
+		n.Utilisation = util
+	}
+	if class == "" {
+		return
+	}
+	timeout := in.Policy.UnhealthyNodeTimeout.D()
+	if timeout <= 0 {
+		timeout = DefaultPolicy().UnhealthyNodeTimeout.D()
+	}
+	prevBad := false
+	if p := r.Previous; p != nil {
+		_, pc, _ := p.Assess(in.XIDs)
+		prevBad = pc != ""
+	}
+	switch {
+	case fresh && prevBad:
+		n.HealthReason = why + "; confirmed by two consecutive reports"
+	case age >= timeout:
+		n.HealthReason = fmt.Sprintf("%s; reported %s ago and not contradicted by a newer report, past the unhealthy node timeout of %s",
+			why, age.Round(time.Second), timeout)
+	default:
+		return // a single report: wait for the next one
+	}
+	n.Healthy, n.NeedsReset = false, class == XIDNeedsReset
 }
 
 // ClaimConflict is a node that both sides list as schedulable for
@@ -201,8 +250,8 @@ func MergeNodesClaims(in MergeInput) ([]Node, []ClaimConflict) {
 		if draining[name] && (n.Phase == PhaseActive || n.Phase == PhaseGPUReady) {
 			n.Phase = PhaseDraining
 		}
-		if r, ok := in.Reports[name]; ok && (in.ReportMaxAge <= 0 || in.Now.Sub(r.At) <= in.ReportMaxAge) {
-			n.Utilisation, n.Healthy, n.HealthReason = r.Health()
+		if r, ok := in.Reports[name]; ok {
+			mergeReport(n, r, in)
 		}
 		// Underused: GPU usage (allocation, or measured utilisation when
 		// the policy says so) at or under the threshold. GPU use decides;

@@ -97,6 +97,10 @@ type Node struct {
 	Healthy bool `json:"healthy"`
 	// HealthReason says why a node is unhealthy.
 	HealthReason string `json:"health_reason,omitempty"`
+	// NeedsReset is set on an unhealthy node whose fault a reset clears
+	// (XIDNeedsReset): it takes no new work and is replaced only once its
+	// running work has ended.
+	NeedsReset bool `json:"needs_reset,omitempty"`
 	// Protected nodes are never chosen for scale-down.
 	Protected bool `json:"protected"`
 	// UnderusedSince is when GPU allocation last dropped to or under the

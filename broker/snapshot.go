@@ -52,7 +52,9 @@ type Plan struct {
 	// Waits explains every pending demand that no action serves.
 	Waits []Wait `json:"waits"`
 	// Kept explains every node that idle reclaim would have taken (underused
-	// for the unneeded time) but keeps because of the work it runs.
+	// for the unneeded time) but keeps because of the work it runs, and
+	// every unhealthy node that is not repaired (its pool's repairs are
+	// paused, or it needs a reset and still runs work).
 	Kept []NodeNote `json:"kept,omitempty"`
 }
 

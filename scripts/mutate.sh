@@ -74,6 +74,22 @@ journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
 executor: a transfer that cannot drain gives the node back~broker/engine/executor.go~if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {~if false {
+agents: a token reports only for its nodes~api/auth.go~if tok.MayReportFor(node, pool) {~if true {~-run TestAgentTokenReportsOnlyForItsNodes ./api/
+agents: a token bound to nothing reports for no node~store/tokens.go~return t.Pool != "" && t.Pool == pool~return t.Pool == pool~-run TestAgentTokenReportsOnlyForItsNodes ./api/
+agents: a certificate names its node exactly, no wildcard by default~api/auth.go~return anyNode && c.VerifyHostname(node) == nil~return c.VerifyHostname(node) == nil~-run TestClientCertificateAuthenticatesAnAgentForItsNode ./api/
+agents: a certificate reports only for its node~api/auth.go~if certNames(c, node, s.cfg.AgentAnyNode) {~if true {~-run TestClientCertificateAuthenticatesAnAgentForItsNode ./api/
+agents: a service-account token reports only for its pod's node~api/auth.go~tok, ok = store.Token{Name: name, Role: store.RoleAgent, Nodes: []string{node}}, true~tok, ok = store.Token{Name: name, Role: store.RoleAdmin, Nodes: []string{node}}, true~-run TestServiceAccountAgentReportsOnlyForItsNode ./api/
+agents: only the agents' service accounts authenticate~k8s/agentreview.go~if st.User.Username == "system:serviceaccount:"+strings.Replace(acc, "/", ":", 1) {~if strings.Contains(acc, "/") {~-run TestAgentReviewerNamesThePodsNode ./k8s/
+agents: a report dated ahead of the server is refused~api/nodes.go~if now := s.cfg.Now(); rep.At.After(now.Add(broker.MaxReportSkew)) {~if now := s.cfg.Now(); false && rep.At.After(now.Add(broker.MaxReportSkew)) {~-run TestReportTimeIsTheServers ./api/
+agents: the server's receive time, not the agent's~store/reports.go~r.ReceivedAt = received~_ = received~-run TestReportTimeIsTheServers ./api/
+agents: a retried sample does not count as a second report~store/reports.go~WHERE node_reports.at < excluded.at`~WHERE node_reports.at <= excluded.at`~-run TestReportsKeepThePreviousAndIgnoreRetries ./store/
+agents: pruning keeps the reports of live nodes~store/reports.go~AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.name = r.node AND n.phase <> 'gone')~AND true~-run TestPruneReports ./store/
+agents: freshness is the receive time~broker/merge.go~received := r.ReceivedAt~received := r.At~-run TestMergeHealthNeedsTwoReports ./broker/
+agents: unhealthy needs two consecutive reports~broker/merge.go~case fresh && prevBad:~case fresh || prevBad:~-run TestMergeHealthNeedsTwoReports ./broker/
+agents: XID 94 is contained, an application error~broker/report.go~94: {XIDApplication, "contained ECC error"}~94: {XIDFatal, "contained ECC error"}~-run TestXIDClasses ./broker/
+agents: repairs pause past 20% of a pool~broker/lifecycle.go~if bad[pi] <= allowed {~if true {~-run TestPlanRepairsPauseWhenMuchOfAPoolIsUnhealthy ./broker/
+agents: a node that needs a reset keeps its work~broker/lifecycle.go~if n.NeedsReset && hasWork(n) {~if false {~-run TestPlanRepairsPauseWhenMuchOfAPoolIsUnhealthy ./broker/
+agents: GPU memory through NVML v2~cmd/gpubroker-agent/internal/gpu/reader.go~m, ret := d.GetMemoryInfo_v2()~m, ret := nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED~-run TestMemoryThroughNVMLv2 ./cmd/gpubroker-agent/internal/gpu/
 EOF
 )
 

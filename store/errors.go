@@ -45,6 +45,8 @@ var constraintFields = map[string]struct{ field, problem string }{
 	"capacity_samples_side_valid":         {"side", "must be yarn, k8s or none"},
 	"api_tokens_role_valid":               {"role", "must be admin, tenant-admin, viewer or agent"},
 	"api_tokens_tenant_admin_has_tenant":  {"tenant", "must be set for role tenant-admin and only for it"},
+	"api_tokens_binding_agent_only":       {"node", "only agent tokens are bound to nodes or a pool"},
+	"api_tokens_binding_one":              {"pool", "bind an agent token to nodes or to a pool, not both"},
 }
 
 // mapError turns PostgreSQL errors into broker errors; what names the

@@ -159,3 +159,65 @@ func TestDemandSeries(t *testing.T) {
 		t.Fatalf("too many steps: %v", err)
 	}
 }
+
+// TestReportsKeepThePreviousAndIgnoreRetries: the report before the latest
+// is kept (an unhealthy verdict needs two consecutive reports); a retry of
+// the latest sample (same "at") is ignored, so one sample sent twice never
+// counts as two reports. Receive times are the database's.
+func TestReportsKeepThePreviousAndIgnoreRetries(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	before := time.Now().Add(-time.Minute)
+	if _, err := s.SaveReport(ctx, report("n1", t0, 0.25)); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.LatestReports(ctx)
+	if err != nil || all["n1"].Previous != nil || all["n1"].ReceivedAt.Before(before) {
+		t.Fatalf("first report: %+v %v", all["n1"], err)
+	}
+	if ok, err := s.SaveReport(ctx, report("n1", t0.Add(time.Minute), 0.75)); err != nil || !ok {
+		t.Fatalf("second: %v %v", ok, err)
+	}
+	if ok, err := s.SaveReport(ctx, report("n1", t0.Add(time.Minute), 0.75)); err != nil || ok {
+		t.Fatalf("a retry of the latest sample: got %v %v, want ignored", ok, err)
+	}
+	all, err = s.LatestReports(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := all["n1"]
+	if got.Previous == nil || !got.Previous.At.Equal(t0) || got.Previous.GPUs[0].Utilisation != 0.25 ||
+		got.Previous.ReceivedAt.IsZero() || got.ReceivedAt.Before(got.Previous.ReceivedAt) {
+		t.Fatalf("latest %+v previous %+v: want the first report as previous, with its receive time", got, got.Previous)
+	}
+}
+
+// TestPruneReports: the report of a node the broker no longer knows (no
+// node row, or a gone one) is deleted once it has not been refreshed for
+// the retention; a live node's report, or a recent one, is kept.
+func TestPruneReports(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := context.Background()
+	now := time.Now()
+	if err := s.UpsertNodes(ctx, []broker.Node{
+		{Name: "live-1", Owner: broker.OwnerK8s, Phase: broker.PhaseActive, Utilisation: -1, Healthy: true},
+		{Name: "gone-2", Owner: broker.OwnerNone, Phase: broker.PhaseGone, Utilisation: -1, Healthy: true},
+	}, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"live-1", "gone-1", "gone-2"} {
+		if _, err := s.SaveReport(ctx, report(n, t0, 0.5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.PruneReports(ctx, now.Add(-store.ReportRetention)); err != nil || n != 0 {
+		t.Fatalf("prune of reports received just now: %d %v, want none", n, err)
+	}
+	if n, err := s.PruneReports(ctx, now.Add(time.Hour)); err != nil || n != 2 {
+		t.Fatalf("prune: %d %v, want the reports of gone-1 and gone-2", n, err)
+	}
+	all, err := s.LatestReports(ctx)
+	if err != nil || len(all) != 1 || all["live-1"].Node != "live-1" {
+		t.Fatalf("left: %+v %v, want live-1's report only", all, err)
+	}
+}

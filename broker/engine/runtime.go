@@ -33,8 +33,11 @@ type RuntimeConfig struct {
 	// BatchWindow delays a triggered tick so a burst of new pods is planned
 	// together (default 1s).
 	BatchWindow time.Duration
-	// ReportMaxAge is how old an agent report may be to count (default 2m).
+	// ReportMaxAge is how long ago an agent report may have been received
+	// to count (default 2m).
 	ReportMaxAge time.Duration
+	// XIDs classifies the XID codes agents report (nil: the defaults).
+	XIDs broker.XIDClasses
 	// StepsPerOp caps executor steps per op and tick (default 8).
 	StepsPerOp int
 	// Checkpoints, when set, fills in the checkpoint age of running work
@@ -464,7 +467,7 @@ func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases
 		return nil, broker.Policy{}, fmt.Errorf("read journal: %w", err)
 	}
 	nodes, conflicts := broker.MergeNodesClaims(broker.MergeInput{Now: now, Policy: policy, Sides: sides, Pools: pools,
-		Stored: stored, Reports: reports, Ops: ops, ReportMaxAge: r.cfg.ReportMaxAge})
+		Stored: stored, Reports: reports, Ops: ops, ReportMaxAge: r.cfg.ReportMaxAge, XIDs: r.cfg.XIDs})
 	if r.cfg.Checkpoints != nil {
 		// A slow or unreachable store must not hold the tick: lookups past
 		// the budget leave the age unknown (the worst case).

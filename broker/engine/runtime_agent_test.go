@@ -46,11 +46,29 @@ func TestRuntimeMeasuredUtilisationReclaimsIdleAllocatedNode(t *testing.T) {
 	}
 }
 
+// twice is report r as the second of two consecutive reports alike: an
+// unhealthy verdict needs two.
+func twice(r broker.NodeReport) broker.NodeReport {
+	p := r
+	p.At = r.At.Add(-30 * time.Second)
+	r.Previous = &p
+	return r
+}
+
+// TestRuntimeUnhealthyReportReplacesNode: one report of XID 79 does not
+// replace a node (a transient or a false alarm); the second consecutive
+// one does.
 func TestRuntimeUnhealthyReportReplacesNode(t *testing.T) {
 	w := agentWorld(t, false)
 	w.ledger.reports["n2"] = broker.NodeReport{Node: "n2", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-x", XIDs: []uint64{79}}}}
 	w.ledger.nodes["n2"] = broker.Node{Name: "n2"}
 	r := w.runtime()
+	for _, a := range w.tick(r).Plan.Actions {
+		if a.Kind == broker.ActReplace {
+			t.Fatalf("one report of XID 79 replaced %s: %s", a.Node, a.Reason)
+		}
+	}
+	w.ledger.reports["n2"] = twice(w.ledger.reports["n2"])
 	rep := w.tick(r)
 	var replaced bool
 	for _, a := range rep.Plan.Actions {

@@ -83,7 +83,7 @@ func TestRuntimeReplaceAtPoolMinBuysTheReplacementFirst(t *testing.T) {
 	w := newRTWorld(t, 5)
 	w.setMin(1)
 	w.machine(w.k8s, "n1")
-	w.ledger.reports["n1"] = broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{79}}}}
+	w.ledger.reports["n1"] = twice(broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{79}}}})
 	r := w.runtime()
 	w.ticks(r, 6, 5*time.Second)
 	for _, o := range w.ledger.ops {
@@ -110,7 +110,7 @@ func TestRuntimeReplaceWithKeepDesiredTerminator(t *testing.T) {
 	w := newRTWorld(t, 1)
 	w.setMin(1)
 	w.machine(w.k8s, "n1")
-	w.ledger.reports["n1"] = broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", ECCUncorrected: 3}}}
+	w.ledger.reports["n1"] = twice(broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", ECCUncorrected: 3}}})
 	r, err := NewRuntime(RuntimeConfig{Observers: []SideObserver{w.yarn, w.k8s}, Actions: []SideActions{w.yarn, w.k8s},
 		Pools: rtKeepCloud{w.cloud}, Ledger: w.ledger, Now: w.clock.Now})
 	if err != nil {

@@ -105,20 +105,24 @@ func TestDaemonSetArgumentsAreAccepted(t *testing.T) {
 	if o.broker != want {
 		t.Fatalf("--broker %q, want the Service %q", o.broker, want)
 	}
-	// The client certificate, its key and the broker's CA are the keys
-	// tls.crt, tls.key and ca.crt of Secret gpubroker-agent-tls, mounted
-	// at /etc/gpubroker/tls; no token.
+	// The broker's CA is key ca.crt of Secret gpubroker-agent-tls, mounted
+	// at /etc/gpubroker/tls; the agent authenticates with its pod's
+	// service-account token (audience gpubroker), bound to its node, not
+	// with a certificate the whole DaemonSet would share.
 	mount := at(t, c, "volumeMounts", 0)
 	vol := at(t, pod, "volumes", 0)
-	dir := at(t, mount, "mountPath")
-	if at(t, mount, "name") != at(t, vol, "name") || dir != "/etc/gpubroker/tls" ||
+	if at(t, mount, "name") != at(t, vol, "name") || at(t, mount, "mountPath") != "/etc/gpubroker/tls" ||
 		at(t, vol, "secret", "secretName") != "gpubroker-agent-tls" {
 		t.Fatalf("mount %v of volume %v, want Secret gpubroker-agent-tls at /etc/gpubroker/tls", mount, vol)
 	}
-	if o.certFile != "/etc/gpubroker/tls/tls.crt" || o.keyFile != "/etc/gpubroker/tls/tls.key" ||
-		o.caFile != "/etc/gpubroker/tls/ca.crt" || o.tokenFile != "" {
-		t.Fatalf("cert %q key %q ca %q token %q, want the Secret's tls.crt, tls.key and ca.crt and no token",
-			o.certFile, o.keyFile, o.caFile, o.tokenFile)
+	tmount, tvol := at(t, c, "volumeMounts", 1), at(t, pod, "volumes", 1)
+	if at(t, tmount, "name") != at(t, tvol, "name") || at(t, tmount, "mountPath") != "/var/run/secrets/gpubroker" ||
+		at(t, tvol, "projected", "sources", 0, "serviceAccountToken", "audience") != "gpubroker" ||
+		at(t, tvol, "projected", "sources", 0, "serviceAccountToken", "path") != "token" {
+		t.Fatalf("mount %v of volume %v, want the pod's service-account token of audience gpubroker", tmount, tvol)
+	}
+	if o.certFile != "" || o.keyFile != "" || o.caFile != "/etc/gpubroker/tls/ca.crt" || o.tokenFile != "/var/run/secrets/gpubroker/token" {
+		t.Fatalf("cert %q key %q ca %q token %q, want the Secret's ca.crt and the projected token", o.certFile, o.keyFile, o.caFile, o.tokenFile)
 	}
 	// NODE_NAME comes from the node the pod runs on.
 	if at(t, c, "env", 0, "name") != "NODE_NAME" || at(t, c, "env", 0, "valueFrom", "fieldRef", "fieldPath") != "spec.nodeName" {

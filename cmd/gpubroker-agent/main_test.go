@@ -49,13 +49,18 @@ func newBroker(t *testing.T) *brokerAPI {
 	}
 	t.Cleanup(st.Close)
 	b := &brokerAPI{st: st, tokens: map[store.Role]string{}}
-	for _, role := range []store.Role{store.RoleAgent, store.RoleViewer} {
-		secret, _, err := st.CreateToken(ctx, string(role), role, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.tokens[role] = secret
+	secret, _, err := st.CreateToken(ctx, "viewer", store.RoleViewer, "")
+	if err != nil {
+		t.Fatal(err)
 	}
+	b.tokens[store.RoleViewer] = secret
+	// The agent token is bound to the nodes the tests report as.
+	secret, _, err = st.CreateAgentToken(ctx, "agent",
+		[]string{"ip-10-0-1-7.ec2.internal", "gpu-7", "gpu-1", "n1", "cpu-1", "flag", "tls-1"}, "", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.tokens[store.RoleAgent] = secret
 	h, err := api.New(api.Config{Store: st, Registry: prometheus.NewRegistry(), AuthCacheTTL: -1,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -100,6 +105,9 @@ func newGPUs(util ...uint32) *gpus {
 	for i, d := range g.srv.Devices {
 		dev := d.(*server.Device)
 		dev.MemoryInfo.Used = uint64(i) << 30
+		dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			return nvml.Memory_v2{Total: dev.MemoryInfo.Total, Used: uint64(i) << 30, Free: dev.MemoryInfo.Total - uint64(i)<<30}, nvml.SUCCESS
+		}
 		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 			g.mu.Lock()
 			defer g.mu.Unlock()

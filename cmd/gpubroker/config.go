@@ -28,6 +28,7 @@ type fileConfig struct {
 	Pools      []poolConfig     `yaml:"pools"`
 	Tenants    []tenantConfig   `yaml:"tenants"`
 	Audit      auditConfig      `yaml:"audit"`
+	Agents     agentsConfig     `yaml:"agents"`
 }
 
 type databaseConfig struct {
@@ -38,6 +39,9 @@ type databaseConfig struct {
 type apiConfig struct {
 	Listen string    `yaml:"listen"`
 	TLS    tlsConfig `yaml:"tls"`
+	// AgentServiceAccounts ("namespace/name") authenticate node agents by
+	// their pod's projected service-account token, each for its own node.
+	AgentServiceAccounts []string `yaml:"agent_service_accounts"`
 }
 
 // tlsConfig serves the API over TLS: PEM files, reloaded when they change.
@@ -47,6 +51,17 @@ type tlsConfig struct {
 	CertFile     string `yaml:"cert_file"`
 	KeyFile      string `yaml:"key_file"`
 	ClientCAFile string `yaml:"client_ca_file"`
+	// AgentAnyNode lets a wildcard client certificate report for every
+	// node it matches; off, a certificate must name its node exactly.
+	AgentAnyNode bool `yaml:"agent_any_node"`
+}
+
+// agentsConfig classifies the XID codes node agents report: a code listed
+// here takes that class instead of its default (broker.DefaultXIDClasses).
+type agentsConfig struct {
+	XIDFatal       []uint64 `yaml:"xid_fatal"`
+	XIDNeedsReset  []uint64 `yaml:"xid_needs_reset"`
+	XIDApplication []uint64 `yaml:"xid_application"`
 }
 
 // auditConfig bounds the audit trail of API and CLI writes.
@@ -170,6 +185,7 @@ type tenantConfig struct {
 // config is the validated configuration, in domain types.
 type config struct {
 	file    fileConfig
+	xids    broker.XIDClasses
 	policy  broker.Policy
 	pools   []broker.Pool
 	tenants []broker.Tenant
@@ -426,6 +442,17 @@ func (fc fileConfig) validate() (*config, error) {
 	if err := fc.API.TLS.validate(); err != nil {
 		return nil, err
 	}
+	for i, acc := range fc.API.AgentServiceAccounts {
+		if ns, name, ok := strings.Cut(acc, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, broker.Invalid(fmt.Sprintf("api.agent_service_accounts[%d]", i), "must be namespace/name of the agents' service account, such as gpubroker/gpubroker-agent, got %q", acc)
+		}
+	}
+	a := fc.Agents
+	xids, err := broker.NewXIDClasses(a.XIDFatal, a.XIDNeedsReset, a.XIDApplication)
+	if err != nil {
+		return nil, broker.WithPrefix("agents", err)
+	}
+	c.xids = xids
 	if r := fc.Audit.Retention; r < 0 || (r > 0 && r.D() < time.Hour) {
 		return nil, broker.Invalid("audit.retention", "must be at least 1h (default 2160h, 90 days), got %s", r)
 	}

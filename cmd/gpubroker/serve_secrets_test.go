@@ -71,7 +71,7 @@ func TestServeLogsNoSecrets(t *testing.T) {
 	}
 	admin := token("--role", "admin")
 	viewer := token("--role", "viewer", "--expires", "1h")
-	agent := token("--role", "agent")
+	agent := token("--role", "agent", "--node", "ip-10-0-0-1")
 	revoked := token("--role", "viewer", "--name", "to-revoke")
 	st, err := store.Open(ctx, store.Config{URL: dbURL})
 	if err != nil {

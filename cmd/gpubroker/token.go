@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 )
 
 // tokenUsage is "gpubroker token"'s synopsis.
-const tokenUsage = "gpubroker token create --role R [--tenant T] [--name N] [--expires D] | revoke ID | list [flags]"
+const tokenUsage = "gpubroker token create --role R [--tenant T | --node NAME ... | --pool P] [--name N] [--expires D] | revoke ID | list [flags]"
 
 // runToken dispatches "gpubroker token <action>".
 func runToken(ctx context.Context, e env, args []string) error {
@@ -26,7 +27,7 @@ func runToken(ctx context.Context, e env, args []string) error {
 		}
 	}
 	if len(args) == 0 || args[0] == "" || args[0][0] == '-' {
-		return usagef("name an action: create (gpubroker token create --role R [--tenant T] [--name N] [--expires D]), revoke ID or list")
+		return usagef("name an action: create (gpubroker token create --role R [--tenant T | --node NAME ... | --pool P] [--name N] [--expires D]), revoke ID or list")
 	}
 	switch args[0] {
 	case "create":
@@ -95,11 +96,14 @@ func runTokenCreate(ctx context.Context, e env, args []string) error {
 	fs := newFlags("token create", e)
 	role := fs.String("role", "", "the token's `role`: admin, tenant-admin, viewer or agent")
 	tenant := fs.String("tenant", "", "the `tenant` a tenant-admin token administers (only for --role tenant-admin)")
-	name := fs.String("name", "", "a `name` to recognise the token by in logs (default: the role, and the tenant)")
+	name := fs.String("name", "", "a `name` to recognise the token by in logs (default: the role, and the tenant or node)")
 	expires := fs.Duration("expires", 0, "the token stops working after this `duration`, e.g. 720h (default: never)")
+	var nodes nodeList
+	fs.Var(&nodes, "node", "the `node` an agent token may report for (its Kubernetes node name or NodeManager host); repeat for several (only for --role agent)")
+	pool := fs.String("pool", "", "the `pool` whose known nodes an agent token may report for, instead of --node (only for --role agent)")
 	db := addDBFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: gpubroker token create --role R [--tenant T] [--name N] [--expires D] [--config FILE | --database-url URL]")
+		fmt.Fprintln(e.stderr, "usage: gpubroker token create --role R [--tenant T | --node NAME ... | --pool P] [--name N] [--expires D] [--config FILE | --database-url URL]")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -118,13 +122,24 @@ func runTokenCreate(ctx context.Context, e env, args []string) error {
 		return usagef("--tenant is required with --role tenant-admin: name the tenant it administers")
 	case r != store.RoleTenantAdmin && *tenant != "":
 		return usagef("--tenant is only for --role tenant-admin, not %s", r)
+	case r == store.RoleAgent && len(nodes) == 0 && *pool == "":
+		return usagef("--node NAME (repeatable) or --pool NAME is required with --role agent: an agent token reports only for the nodes it is bound to")
+	case r == store.RoleAgent && len(nodes) > 0 && *pool != "":
+		return usagef("--node and --pool exclude each other: bind an agent token to nodes or to a pool")
+	case r != store.RoleAgent && (len(nodes) > 0 || *pool != ""):
+		return usagef("--node and --pool are only for --role agent, not %s", r)
 	case *expires < 0 || (*expires > 0 && *expires < time.Minute):
 		return usagef("--expires must be at least 1m, such as 720h for 30 days, got %s", *expires)
 	}
 	if *name == "" {
 		*name = *role
-		if *tenant != "" {
+		switch {
+		case *tenant != "":
 			*name += "@" + *tenant
+		case len(nodes) > 0:
+			*name += "@" + strings.Join(nodes, ",")
+		case *pool != "":
+			*name += "@pool/" + *pool
 		}
 	}
 	st, err := db.open(ctx, e)
@@ -139,11 +154,24 @@ func runTokenCreate(ctx context.Context, e env, args []string) error {
 			return err
 		}
 	}
+	if *pool != "" {
+		if _, err := st.GetPool(ctx, *pool); errors.Is(err, broker.ErrNotFound) {
+			return usagef("--pool %q: no such pool; name one of the config's pools", *pool)
+		} else if err != nil {
+			return err
+		}
+	}
 	var until time.Time
 	if *expires > 0 {
 		until = time.Now().Add(*expires)
 	}
-	secret, tok, err := st.CreateExpiringToken(ctx, *name, r, *tenant, until)
+	var secret string
+	var tok store.Token
+	if r == store.RoleAgent {
+		secret, tok, err = st.CreateAgentToken(ctx, *name, nodes, *pool, until)
+	} else {
+		secret, tok, err = st.CreateExpiringToken(ctx, *name, r, *tenant, until)
+	}
 	var ve *broker.ValidationError
 	if errors.As(err, &ve) {
 		return usagef("--%s %s", ve.Field, ve.Problem)
@@ -155,14 +183,32 @@ func runTokenCreate(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	who := string(tok.Role)
-	if tok.Tenant != "" {
+	switch {
+	case tok.Tenant != "":
 		who += " of tenant " + tok.Tenant
+	case len(tok.Nodes) > 0:
+		who += " for node " + strings.Join(tok.Nodes, ", ")
+	case tok.Pool != "":
+		who += " for the nodes of pool " + tok.Pool
 	}
 	if !tok.ExpiresAt.IsZero() {
 		who += ", expires " + tok.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	fmt.Fprintf(e.stderr, "created token %d %q (%s); it is shown once and cannot be recovered:\n", tok.ID, tok.Name, who)
 	fmt.Fprintln(e.stdout, secret)
+	return nil
+}
+
+// nodeList is a repeatable --node flag.
+type nodeList []string
+
+func (l *nodeList) String() string { return strings.Join(*l, ",") }
+
+func (l *nodeList) Set(s string) error {
+	if s == "" {
+		return errors.New("must name a node")
+	}
+	*l = append(*l, s)
 	return nil
 }
 
@@ -249,7 +295,7 @@ func runTokenList(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tROLE\tTENANT\tCREATED\tEXPIRES\tLAST USED\tREVOKED")
+	fmt.Fprintln(tw, "ID\tNAME\tROLE\tTENANT/NODES\tCREATED\tEXPIRES\tLAST USED\tREVOKED")
 	when := func(t time.Time) string {
 		if t.IsZero() {
 			return "-"
@@ -258,7 +304,14 @@ func runTokenList(ctx context.Context, e env, args []string) error {
 	}
 	for _, t := range ts {
 		tenant := t.Tenant
-		if tenant == "" {
+		switch {
+		case len(t.Nodes) > 0:
+			tenant = "node/" + strings.Join(t.Nodes, ",")
+		case t.Pool != "":
+			tenant = "pool/" + t.Pool
+		case tenant == "" && t.Role == store.RoleAgent:
+			tenant = "(no node)" // reports for none
+		case tenant == "":
 			tenant = "-"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, t.Role, tenant, when(t.CreatedAt),

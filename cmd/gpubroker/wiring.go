@@ -35,8 +35,11 @@ func appConfig(c *config, log *slog.Logger, getenv func(string) string) (app.Con
 		Kubernetes: app.KubernetesConfig{Kubeconfig: kc.Kubeconfig, InCluster: app.InCluster(getenv), Adapter: kubeConfig(kc)},
 		Cloud:      app.CloudConfig{Region: c.file.Cloud.Region, Endpoint: c.file.Cloud.Endpoint},
 		Logger:     log, Period: yc.PollInterval.D(),
-		TLS:            app.TLSConfig{CertFile: c.file.API.TLS.CertFile, KeyFile: c.file.API.TLS.KeyFile, ClientCAFile: c.file.API.TLS.ClientCAFile},
-		AuditRetention: c.file.Audit.Retention.D(),
+		TLS: app.TLSConfig{CertFile: c.file.API.TLS.CertFile, KeyFile: c.file.API.TLS.KeyFile, ClientCAFile: c.file.API.TLS.ClientCAFile,
+			AgentAnyNode: c.file.API.TLS.AgentAnyNode},
+		AuditRetention:       c.file.Audit.Retention.D(),
+		XIDs:                 c.xids,
+		AgentServiceAccounts: c.file.API.AgentServiceAccounts,
 	}, nil
 }
 

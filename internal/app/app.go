@@ -59,6 +59,12 @@ type Config struct {
 	// triggered tick (default 1s); ObserveTimeout bounds each observation
 	// (default 10s); ReportMaxAge bounds agent reports (default 2m).
 	Period, BatchWindow, ObserveTimeout, ReportMaxAge time.Duration
+	// XIDs classifies the XID codes agents report (nil: the defaults).
+	XIDs broker.XIDClasses
+	// AgentServiceAccounts ("namespace/name") authenticate node agents by
+	// their pod's projected service-account token (audience gpubroker),
+	// each for the node its pod runs on; needs Kubernetes.
+	AgentServiceAccounts []string
 	// Checkpoints reads checkpoint ages for victim choice (default: the
 	// HDFS/WebHDFS reader of yarn.NewCheckpointReader).
 	Checkpoints engine.Checkpoints
@@ -80,6 +86,9 @@ type Config struct {
 // authenticate agents.
 type TLSConfig struct {
 	CertFile, KeyFile, ClientCAFile string
+	// AgentAnyNode lets a wildcard client certificate report for every
+	// node it matches (see api.Config.AgentAnyNode).
+	AgentAnyNode bool
 }
 
 // DefaultAuditRetention is how long audit entries are kept by default.
@@ -161,6 +170,7 @@ type Main struct {
 	sinks       []decisionSink // receive the decisions the runtime records (pod Events)
 	trigger     <-chan struct{}
 	checkpoints engine.Checkpoints
+	reviewer    *k8s.AgentReviewer // nil: no service-account agents
 	krb         *yarn.Kerberos
 	cancel      context.CancelFunc
 	// afterTick is the runtimes' AfterTick (Run sets it: the read model).
@@ -326,6 +336,11 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	client := kc.Client
 	if client == nil {
 		if kc.Kubeconfig == "" && !kc.InCluster {
+			if len(m.cfg.AgentServiceAccounts) > 0 {
+				// Fails closed: their tokens authenticate nobody.
+				m.log.Warn("api.agent_service_accounts needs Kubernetes (kubernetes.kubeconfig, or running in a cluster); agents' service-account tokens are refused",
+					"agent_service_accounts", m.cfg.AgentServiceAccounts)
+			}
 			return nil
 		}
 		c, err := KubeClient(kc.Kubeconfig)
@@ -337,6 +352,11 @@ func (m *Main) openKubernetes(ctx context.Context) error {
 	obs, err := k8s.NewObserver(client, kc.Adapter, m.log)
 	if err != nil {
 		return err
+	}
+	if len(m.cfg.AgentServiceAccounts) > 0 {
+		if m.reviewer, err = k8s.NewAgentReviewer(client, m.cfg.AgentServiceAccounts); err != nil {
+			return err
+		}
 	}
 	if err := obs.Start(ctx); err != nil {
 		return fmt.Errorf("start kubernetes informers: %w", err)
@@ -394,7 +414,7 @@ func (m *Main) NewRuntime() (*engine.Runtime, error) {
 	ledger = m.withDecisionSinks(ledger)
 	return engine.NewRuntime(engine.RuntimeConfig{Observers: m.observers, Actions: m.actions, Pools: m.pools,
 		Ledger: ledger, Now: c.Now, Logger: m.log, ObserveTimeout: c.ObserveTimeout, Period: c.Period,
-		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, Checkpoints: m.checkpoints, AfterTick: m.afterTick})
+		BatchWindow: c.BatchWindow, ReportMaxAge: c.ReportMaxAge, XIDs: c.XIDs, Checkpoints: m.checkpoints, AfterTick: m.afterTick})
 }
 
 // Store is the assembled store.

@@ -36,7 +36,12 @@ func (m *Main) Run(ctx context.Context) error {
 		if reg == nil {
 			reg = prometheus.NewRegistry()
 		}
-		handler, err := api.New(api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model})
+		cfg := api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model,
+			AgentAnyNode: m.cfg.TLS.AgentAnyNode}
+		if m.reviewer != nil {
+			cfg.AgentReviewer = m.reviewer
+		}
+		handler, err := api.New(cfg)
 		if err != nil {
 			return err
 		}
@@ -100,6 +105,11 @@ func prune(ctx context.Context, st *store.Store, ar *apiRuntime, audit time.Dura
 		}
 		if err := st.PruneSamples(ctx, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
 			log.Warn("prune samples and decisions", "err", err)
+		}
+		if n, err := st.PruneReports(ctx, time.Now().Add(-store.ReportRetention)); err != nil && ctx.Err() == nil {
+			log.Warn("prune node reports", "err", err)
+		} else if n > 0 {
+			log.Info("pruned node reports", "reports", n, "retention", store.ReportRetention.String())
 		}
 		if n, err := st.PruneAudit(ctx, time.Now().Add(-audit)); err != nil && ctx.Err() == nil {
 			log.Warn("prune audit entries", "err", err)

@@ -295,7 +295,7 @@ type world struct {
 	yex      *yarn.ExcludeFile
 	kc       *k8ssim.Cluster
 	kcfg     k8s.Config
-	token    string // an agent token, for reports
+	tokens   map[string]string // agent tokens by node (each bound to its node), for reports
 
 	mu       sync.Mutex
 	replicas []*replica
@@ -355,9 +355,7 @@ func newWorld(t *testing.T, ctx context.Context, pg *pgServer, seed uint64) *wor
 	if err := app.Seed(ctx, w.check, chaosPools, chaosTenants, chaosPolicy(), w.log); err != nil {
 		t.Fatal(err)
 	}
-	if w.token, _, err = w.check.CreateToken(ctx, "chaos-agent", store.RoleAgent, ""); err != nil {
-		t.Fatal(err)
-	}
+	w.tokens = map[string]string{}
 
 	// YARN: an RM HA pair over one simulator, its admin port, the exclude
 	// file the broker and the machines' bootstrap share.
@@ -649,8 +647,22 @@ func (w *world) report(node string, xids []uint64) error {
 	body, _ := json.Marshal(rep)
 	ctx, cancel := context.WithTimeout(w.ctx, 3*time.Second)
 	defer cancel()
+	// Each node's agent has its own token, bound to its node, as deployed.
+	w.mu.Lock()
+	token, ok := w.tokens[node]
+	w.mu.Unlock()
+	if !ok {
+		secret, _, err := w.check.CreateAgentToken(ctx, "chaos-agent-"+node, []string{node}, "", time.Time{})
+		if err != nil {
+			return err
+		}
+		token = secret
+		w.mu.Lock()
+		w.tokens[node] = token
+		w.mu.Unlock()
+	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+r.api+"/api/v1/nodes/"+node+"/report", strings.NewReader(string(body)))
-	req.Header.Set("Authorization", "Bearer "+w.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

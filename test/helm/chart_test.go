@@ -335,6 +335,9 @@ func fromVolume(vol map[string]any, rel string) string {
 	if p, ok := vol["projected"].(map[string]any); ok {
 		for _, src := range list(p["sources"]) {
 			sm := src.(map[string]any)
+			if sa, ok := sm["serviceAccountToken"].(map[string]any); ok && str(sa["path"]) == rel {
+				return "serviceAccountToken audience " + str(sa["audience"])
+			}
 			for _, kind := range []string{"secret", "configMap"} {
 				if s, ok := sm[kind].(map[string]any); ok {
 					if got := fromItems(kind, str(s["name"]), s, rel); got != "" {
@@ -426,10 +429,12 @@ func TestChartTLSAndKerberos(t *testing.T) {
 	}
 	// Everything else is the configuration without them.
 	delete(api, "tls")
+	saCfg := api["agent_service_accounts"]
 	delete(yarnCfg, "kerberos")
 	if d := cmp.Diff(brokerConfig(t, render(t, "--set", "tls.enabled=false", "--set", "kerberos.enabled=false")), cfg); d != "" {
 		t.Errorf("TLS and Kerberos changed more of the configuration than api.tls and yarn.kerberos (-plain +secure):\n%s", d)
 	}
+	api["agent_service_accounts"] = saCfg
 
 	broker := podSpec(t, find(t, objs, "Deployment", "gpubroker"))
 	for file, want := range map[string]string{
@@ -484,14 +489,17 @@ func TestChartTLSAndKerberos(t *testing.T) {
 	if flags["broker"] != "https://gpubroker.gpubroker.svc" {
 		t.Errorf("agent --broker=%q, want https://gpubroker.gpubroker.svc", flags["broker"])
 	}
-	// The client certificate authenticates the agent instead of a token.
-	if f, ok := flags["token-file"]; ok {
-		t.Errorf("agent --token-file=%s beside its client certificate", f)
+	// The pod's service-account token authenticates the agent for its
+	// node only; no shared certificate names every node.
+	if f, ok := flags["cert-file"]; ok {
+		t.Errorf("agent --cert-file=%s: a DaemonSet-wide certificate names every node", f)
+	}
+	if got, _ := api["agent_service_accounts"].([]any); len(got) != 1 || got[0] != "gpubroker/gpubroker-agent" {
+		t.Errorf("config api.agent_service_accounts %v, want [gpubroker/gpubroker-agent]", api["agent_service_accounts"])
 	}
 	for flag, want := range map[string]string{
-		"ca-file":   "secret gpubroker-agent-tls key ca.crt",
-		"cert-file": "secret gpubroker-agent-tls key tls.crt",
-		"key-file":  "secret gpubroker-agent-tls key tls.key",
+		"ca-file":    "secret gpubroker-agent-tls key ca.crt",
+		"token-file": "serviceAccountToken audience gpubroker",
 	} {
 		if flags[flag] == "" {
 			t.Errorf("agent args %q have no --%s", args, flag)
@@ -531,8 +539,17 @@ func TestChartWithoutTLS(t *testing.T) {
 	if d := cmp.Diff(want, args); d != "" {
 		t.Errorf("agent args (-want +got):\n%s", d)
 	}
+	if got := source(agent, "agent", "/var/run/secrets/gpubroker/token"); got != "serviceAccountToken audience gpubroker" {
+		t.Errorf("agent token from %q, want the pod's service-account token of audience gpubroker", got)
+	}
+	// agent.auth token: the Secret's token (bound to a pool).
+	objs = render(t, "--set", "tls.enabled=false", "--set", "agent.auth=token")
+	agent = podSpec(t, find(t, objs, "DaemonSet", "gpubroker-agent"))
 	if got := source(agent, "agent", "/var/run/secrets/gpubroker/token"); got != "secret gpubroker-agent-token key token" {
-		t.Errorf("agent token from %q, want secret gpubroker-agent-token key token", got)
+		t.Errorf("agent.auth=token: agent token from %q, want secret gpubroker-agent-token key token", got)
+	}
+	if api, _ := brokerConfig(t, objs)["api"].(map[string]any); api["agent_service_accounts"] != nil {
+		t.Errorf("agent.auth=token: config api.agent_service_accounts %v", api["agent_service_accounts"])
 	}
 }
 
@@ -561,7 +578,7 @@ func TestChartRefusesIncompleteValues(t *testing.T) {
 		})
 	}
 	// Existing Secrets replace the chart's.
-	objs := render(t, "--set", "tls.enabled=false", "--set", "database.existingSecret=pg", "--set", "agent.existingSecret=agent-token")
+	objs := render(t, "--set", "tls.enabled=false", "--set", "database.existingSecret=pg", "--set", "agent.auth=token", "--set", "agent.existingSecret=agent-token")
 	for _, o := range objs {
 		if o.GetKind() == "Secret" {
 			t.Errorf("with existing Secrets the chart still renders %s", key(o))

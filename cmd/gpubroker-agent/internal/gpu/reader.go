@@ -296,9 +296,7 @@ func (r *Reader) readDevice(ctx context.Context, d nvml.Device, g *broker.GPURep
 	if v, ret := d.GetName(); check("name", ret) {
 		g.Product = v
 	}
-	if m, ret := d.GetMemoryInfo(); check("memory", ret) {
-		g.MemoryUsed, g.MemoryTotal = m.Used, m.Total
-	}
+	r.readMemory(ctx, d, g, check)
 	if v, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); check("temperature", ret) {
 		g.Temperature = int(v)
 	}
@@ -324,6 +322,30 @@ func (r *Reader) readDevice(ctx context.Context, d nvml.Device, g *broker.GPURep
 	g.XIDs = r.xidsOf(g.UUID)
 	if lost && !contains(g.XIDs, xidGPULost) {
 		g.XIDs = append(g.XIDs, xidGPULost)
+	}
+}
+
+// readMemory reads GPU memory through NVML's v2 memory info, which
+// reports the memory the driver and firmware reserve apart from what is
+// allocated. The v1 call counts that reserve as used: on an H200 with
+// driver 580 an idle GPU showed 615 MiB used where nvidia-smi showed 0,
+// which would make idle GPUs look busy when utilisation is unknown (MIG).
+// A driver without the v2 call (before R510) falls back to v1.
+func (r *Reader) readMemory(ctx context.Context, d nvml.Device, g *broker.GPUReport, check func(string, nvml.Return) bool) {
+	m, ret := d.GetMemoryInfo_v2()
+	switch ret {
+	case nvml.SUCCESS:
+		g.MemoryUsed, g.MemoryReserved, g.MemoryTotal = m.Used, m.Reserved, m.Total
+		return
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_ARGUMENT_VERSION_MISMATCH:
+		r.warnOnce(ctx, fmt.Sprintf("%d/memory_v2", g.Index), "NVML v2 memory info unavailable; reading v1, which counts reserved memory as used",
+			"gpu", g.Index, "error", ret.Error())
+	default:
+		check("memory", ret)
+		return
+	}
+	if m1, ret := d.GetMemoryInfo(); check("memory", ret) {
+		g.MemoryUsed, g.MemoryTotal = m1.Used, m1.Total
 	}
 }
 

@@ -24,7 +24,9 @@ import (
 type metrics struct {
 	util        uint32 // percent
 	utilRet     nvml.Return
-	memUsed     uint64
+	memUsed     uint64 // allocated
+	memReserved uint64 // reserved by the driver and firmware
+	noV2        bool   // the driver lacks nvmlDeviceGetMemoryInfo_v2
 	tempC       uint32
 	powerMW     uint32
 	eccUncorr   uint64
@@ -52,8 +54,21 @@ func newRig(t testing.TB, srv *server.Server, m []metrics) *rig {
 	r := &rig{srv: srv, m: m, events: make(chan nvml.EventData, 16)}
 	for i, d := range srv.Devices {
 		dev := d.(*server.Device)
-		dev.MemoryInfo.Used = m[i].memUsed
-		dev.MemoryInfo.Free = dev.MemoryInfo.Total - m[i].memUsed
+		total := dev.MemoryInfo.Total
+		dev.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+			// v1 counts the driver's reserve as used, as a real driver does.
+			g := r.get(i)
+			used := g.memUsed + g.memReserved
+			return nvml.Memory{Total: total, Used: used, Free: total - used}, nvml.SUCCESS
+		}
+		dev.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) {
+			g := r.get(i)
+			if g.noV2 {
+				return nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
+			}
+			return nvml.Memory_v2{Version: nvml.STRUCT_VERSION(nvml.Memory_v2{}, 2), Total: total, Reserved: g.memReserved,
+				Used: g.memUsed, Free: total - g.memUsed - g.memReserved}, nvml.SUCCESS
+		}
 		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 			g := r.get(i)
 			if g.utilRet != nvml.SUCCESS {
@@ -271,7 +286,7 @@ func TestXIDEventsAreReportedAndKept(t *testing.T) {
 	r.events <- nvml.EventData{Device: dev(5), EventType: nvml.EventTypeXidCriticalError, EventData: 79}
 	got := waitXIDs(t, rd, 5, []uint64{79})
 	_, healthy, reason = broker.NodeReport{Node: "n", At: time.Now(), GPUs: got}.Health()
-	if healthy || reason != "GPU 5 ("+r.uuid(5)+"): XID 79, GPU has fallen off the bus" {
+	if healthy || reason != "GPU 5 ("+r.uuid(5)+"): XID 79, GPU has fallen off the bus (fatal)" {
 		t.Fatalf("health %t %q", healthy, reason)
 	}
 	// The XID stays in later reports: the GPU stays broken until reset.
@@ -427,3 +442,60 @@ func TestWatchSurvivesFailedWaits(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestMemoryThroughNVMLv2: GPU memory is read with the v2 call, which
+// keeps the driver's reserve apart from allocated memory. On an H200 with
+// driver 580 an idle GPU showed 615 MiB "used" through v1 while nvidia-smi
+// showed 0: that was the reserve. A driver without v2 falls back to v1,
+// saying so once.
+func TestMemoryThroughNVMLv2(t *testing.T) {
+	const mib = 1 << 20
+	m := make([]metrics, 8)
+	for i := range m {
+		m[i].memReserved = 615 * mib
+	}
+	m[1].memUsed = 40 * gib
+	r := newRig(t, dgxh200.New(), m)
+	var logs syncBuf
+	rd, err := gpu.Open(context.Background(), gpu.Config{NVML: r.srv, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	got := sample(t, rd)
+	if g := got[0]; g.MemoryUsed != 0 || g.MemoryReserved != 615*mib || g.MemoryTotal != 141*gib {
+		t.Fatalf("idle H200: used %d reserved %d total %d, want 0, 615 MiB reserved apart, 141 GiB", g.MemoryUsed, g.MemoryReserved, g.MemoryTotal)
+	}
+	if g := got[1]; g.MemoryUsed != 40*gib || g.MemoryReserved != 615*mib {
+		t.Fatalf("busy H200: used %d reserved %d", g.MemoryUsed, g.MemoryReserved)
+	}
+	for i := range m {
+		r.set(i, func(m *metrics) { m.noV2 = true })
+	}
+	got = sample(t, rd)
+	sample(t, rd)
+	if g := got[0]; g.MemoryUsed != 615*mib || g.MemoryReserved != 0 {
+		t.Fatalf("v1 fallback: used %d reserved %d, want the reserve counted as used", g.MemoryUsed, g.MemoryReserved)
+	}
+	if n := strings.Count(logs.String(), "NVML v2 memory info unavailable"); n != 8 {
+		t.Fatalf("v1 fallback warned %d times over two samples of 8 GPUs, want once per GPU:\n%s", n, logs.String())
+	}
+}
+
+// syncBuf is a log sink safe for the reader's goroutines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -87,6 +87,11 @@ pointing at the mounted Secrets when those are enabled.
 {{- $_ := set $api "tls" (dict "cert_file" "/etc/gpubroker/tls/tls.crt" "key_file" "/etc/gpubroker/tls/tls.key" "client_ca_file" "/etc/gpubroker/tls/ca.crt") -}}
 {{- $_ := set $cfg "api" $api -}}
 {{- end -}}
+{{- if and .Values.agent.enabled (eq .Values.agent.auth "serviceAccount") -}}
+{{- $api := default (dict) (get $cfg "api") -}}
+{{- $_ := set $api "agent_service_accounts" (list (printf "%s/%s" .Release.Namespace (include "gpubroker.agentName" .))) -}}
+{{- $_ := set $cfg "api" $api -}}
+{{- end -}}
 {{- if .Values.kerberos.enabled -}}
 {{- $yarn := default (dict) (get $cfg "yarn") -}}
 {{- $krb := dict "principal" (required "kerberos.principal is required with kerberos.enabled: the broker's principal, e.g. gpubroker@EXAMPLE.COM" .Values.kerberos.principal) "keytab" "/etc/gpubroker/kerberos/gpubroker.keytab" "krb5_conf" "/etc/krb5.conf" -}}
