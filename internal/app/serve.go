@@ -232,10 +232,17 @@ func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func(
 			}
 			return err
 		}
+		// Releasing talks to the database, which may be unreachable (that
+		// may be why the lease was lost): it must not hold the campaign up.
+		release := func() {
+			rctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer done()
+			lease.Release(rctx)
+		}
 		termCtx, cancel := lease.Context(ctx)
 		if err := lease.Settle(termCtx); err != nil {
 			cancel()
-			lease.Release(context.WithoutCancel(ctx))
+			release()
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -245,7 +252,7 @@ func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func(
 		rt, err := newRuntime()
 		if err != nil {
 			cancel()
-			lease.Release(context.WithoutCancel(ctx))
+			release()
 			return err
 		}
 		ar.rt.Store(rt)
@@ -257,7 +264,7 @@ func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func(
 		}
 		cancel()
 		ar.leader.Store(false)
-		lease.Release(context.WithoutCancel(ctx))
+		release()
 		if ctx.Err() != nil {
 			return nil
 		}
