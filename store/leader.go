@@ -192,6 +192,9 @@ var errRollback = errors.New("rollback")
 // every retry interval. A connection that breaks session locks is refused
 // at once (ErrSessionPooler), not retried.
 func (s *Store) Lead(ctx context.Context, retry, checkEvery time.Duration) (*Lease, error) {
+	if retry <= 0 {
+		retry = 2 * time.Second
+	}
 	t := time.NewTicker(retry)
 	defer t.Stop()
 	for {
