@@ -199,3 +199,31 @@ func TestEpochRisesPerAcquisition(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseLostWhenEpochMoves: a lease whose epoch is no longer the
+// current one (another acquisition raised it) fails its next proof.
+func TestLeaseLostWhenEpochMoves(t *testing.T) {
+	ctx := context.Background()
+	s, url := newStore(t)
+	l, err := s.TryLead(ctx, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "UPDATE leader_epoch SET epoch = epoch + 1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(time.Minute):
+		t.Fatal("a lease whose epoch moved is still held after a minute")
+	}
+	if err := l.Check(); !errors.Is(err, store.ErrLeaseLost) || !strings.Contains(err.Error(), "superseded") {
+		t.Fatalf("Check: %v, want the epoch superseded", err)
+	}
+}
