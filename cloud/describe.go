@@ -25,11 +25,14 @@ type group struct {
 	asgMax    int
 	desired   int
 	instances []groupInstance
+	// newProtected is the group's NewInstancesProtectedFromScaleIn.
+	newProtected bool
 }
 
 type groupInstance struct {
 	id        string
 	lifecycle string
+	protected bool // ProtectedFromScaleIn
 }
 
 // machine is what EC2 says about one instance.
@@ -184,6 +187,8 @@ func (p *Provider) resolve(g asgtypes.AutoScalingGroup, pc *PoolConfig) (*group,
 		asgMin:  int(aws.ToInt32(g.MinSize)),
 		asgMax:  int(aws.ToInt32(g.MaxSize)),
 		desired: int(aws.ToInt32(g.DesiredCapacity)),
+
+		newProtected: aws.ToBool(g.NewInstancesProtectedFromScaleIn),
 	}
 	pool.MinNodes, pool.MaxNodes = out.asgMin, out.asgMax
 	if pc != nil && pc.MinNodes != nil && *pc.MinNodes > pool.MinNodes {
@@ -203,7 +208,8 @@ func (p *Provider) resolve(g asgtypes.AutoScalingGroup, pc *PoolConfig) (*group,
 	}
 	out.pool = pool
 	for _, in := range g.Instances {
-		out.instances = append(out.instances, groupInstance{id: aws.ToString(in.InstanceId), lifecycle: string(in.LifecycleState)})
+		out.instances = append(out.instances, groupInstance{id: aws.ToString(in.InstanceId), lifecycle: string(in.LifecycleState),
+			protected: aws.ToBool(in.ProtectedFromScaleIn)})
 	}
 	return out, ""
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
@@ -17,6 +18,15 @@ import (
 // step can be repeated. A target outside the pool's bounds is a
 // *broker.ValidationError; growing a pool that backs off, or throttling that
 // outlasted the SDK's retries, is a *broker.BackoffError.
+//
+// IMPORTANT: the cloud never picks a victim. Before any change every
+// launched instance of the group is protected from scale in, and a group
+// that grows launches its new instances protected
+// (NewInstancesProtectedFromScaleIn), so only the broker's own Terminate,
+// after a drain, removes one. A lower target never goes below the group's
+// launched instances (Pending or InService): lowering only hands back
+// capacity that was never launched, and a target under that is raised to
+// it (the group re-read here may hold more than the caller planned).
 func (p *Provider) SetDesired(ctx context.Context, pool string, target int) error {
 	g, err := p.group(ctx, pool)
 	if err != nil {
@@ -31,13 +41,31 @@ func (p *Provider) SetDesired(ctx context.Context, pool string, target int) erro
 		return broker.Invalid("target", "pool %q must keep at least %d nodes%s, got %d", pool, b.min, b.minWhy, target)
 	case target > b.max:
 		return broker.Invalid("target", "pool %q may have at most %d nodes%s, got %d", pool, b.max, b.maxWhy, target)
-	case target == g.desired:
+	}
+	if err := p.protect(ctx, pool, g); err != nil {
+		return err
+	}
+	if launched := g.launched(); target < g.desired && target < launched {
+		p.log.Info("not lowering a group below its launched instances", "pool", pool, "group", g.name,
+			"desired", g.desired, "launched", launched, "asked", target)
+		target = launched
+	}
+	if target == g.desired {
 		return nil
 	}
 	now := p.now()
 	if target > g.desired {
 		if err := p.backoffError(pool, now); err != nil {
 			return fmt.Errorf("scale pool %q to %d: %w", pool, target, err)
+		}
+		if !g.newProtected {
+			_, err := p.asg.UpdateAutoScalingGroup(ctx, &autoscaling.UpdateAutoScalingGroupInput{
+				AutoScalingGroupName:             aws.String(g.name),
+				NewInstancesProtectedFromScaleIn: aws.Bool(true),
+			})
+			if err != nil {
+				return p.actionError(pool, fmt.Sprintf("launch the new instances of group %q protected from scale in", g.name), err)
+			}
 		}
 	}
 	_, err = p.asg.SetDesiredCapacity(ctx, &autoscaling.SetDesiredCapacityInput{
@@ -50,6 +78,52 @@ func (p *Provider) SetDesired(ctx context.Context, pool string, target int) erro
 	}
 	p.log.Info("set desired capacity", "pool", pool, "group", g.name, "from", g.desired, "to", target)
 	return nil
+}
+
+// protectionBatch is how many instances one SetInstanceProtection call
+// may name.
+const protectionBatch = 50
+
+// protect protects every launched instance of the group that is not yet
+// protected from scale in, so that no change of the desired capacity (the
+// broker's, or anyone's) lets AWS choose one to terminate.
+func (p *Provider) protect(ctx context.Context, pool string, g *group) error {
+	var ids []string
+	for _, in := range g.instances {
+		if !in.protected && launched(in.lifecycle) {
+			ids = append(ids, in.id)
+		}
+	}
+	for start := 0; start < len(ids); start += protectionBatch {
+		batch := ids[start:min(start+protectionBatch, len(ids))]
+		_, err := p.asg.SetInstanceProtection(ctx, &autoscaling.SetInstanceProtectionInput{
+			AutoScalingGroupName: aws.String(g.name),
+			InstanceIds:          batch,
+			ProtectedFromScaleIn: aws.Bool(true),
+		})
+		if err != nil {
+			return p.actionError(pool, fmt.Sprintf("protect instances %v of group %q from scale in", batch, g.name), err)
+		}
+		p.log.Info("protected instances from scale in", "pool", pool, "group", g.name, "instances", len(batch))
+	}
+	return nil
+}
+
+// launched reports whether an instance in this lifecycle state exists and
+// is not leaving the group: the ones a lower desired capacity could pick.
+func launched(lifecycle string) bool {
+	return strings.HasPrefix(lifecycle, "Pending") || lifecycle == "InService"
+}
+
+// launched counts the group's instances that exist and are not leaving.
+func (g *group) launched() int {
+	n := 0
+	for _, in := range g.instances {
+		if launched(in.lifecycle) {
+			n++
+		}
+	}
+	return n
 }
 
 // Terminate terminates one instance of the pool and decrements the desired

@@ -144,11 +144,16 @@ func TestRaisedMaxNodesThroughAPIIsHonoured(t *testing.T) {
 		if !errors.As(err, &ve) || !strings.Contains(err.Error(), "MaxSize 6") {
 			t.Fatalf("above the group's MaxSize: %v, want a validation error naming MaxSize 6", err)
 		}
-		// The file's min 2 no longer holds: the store says 1.
-		if err := p.SetDesired(ctx, "gpu-a", 2); err != nil {
-			t.Fatal(err)
+		// The file's min 2 no longer holds: the store says 1. (The broker
+		// removes instances only by terminating them, never by a lower
+		// desired capacity that lets AWS choose.)
+		s := poolByName(t, p, "gpu-a")
+		for _, in := range live(s)[:2] {
+			if err := p.Terminate(ctx, "gpu-a", in.ID); err != nil {
+				t.Fatal(err)
+			}
 		}
-		s := waitPool(t, p, "gpu-a", "2 instances", func(s broker.PoolState) bool { return len(live(s)) == 2 && s.Desired == 2 })
+		s = waitPool(t, p, "gpu-a", "2 instances", func(s broker.PoolState) bool { return len(live(s)) == 2 && s.Desired == 2 })
 		if err := p.Terminate(ctx, "gpu-a", live(s)[0].ID); err != nil {
 			t.Fatalf("terminate to the store's min 1: %v", err)
 		}

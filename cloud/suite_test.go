@@ -312,8 +312,19 @@ func TestSetDesiredScalesUpAbsolutely(t *testing.T) {
 		if err := p.SetDesired(ctx, "no-such-pool", 1); !errors.Is(err, broker.ErrNotFound) {
 			t.Errorf("unknown pool: got %v, want ErrNotFound", err)
 		}
+		// A lower target never lets AWS pick instances to terminate: the
+		// group keeps its launched instances, and only the broker's own
+		// terminate removes them.
 		if err := p.SetDesired(ctx, "gpu-a", 0); err != nil {
 			t.Fatal(err)
+		}
+		if s := poolByName(t, p, "gpu-a"); s.Desired != 2 || len(live(s)) != 2 {
+			t.Fatalf("after a target of 0: desired %d, %d live instances; want both kept", s.Desired, len(live(s)))
+		}
+		for _, in := range live(s) {
+			if err := p.Terminate(ctx, "gpu-a", in.ID); err != nil {
+				t.Fatal(err)
+			}
 		}
 		waitPool(t, p, "gpu-a", "scale to zero", func(s broker.PoolState) bool { return s.Desired == 0 && len(live(s)) == 0 })
 	})

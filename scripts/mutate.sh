@@ -90,6 +90,21 @@ agents: XID 94 is contained, an application error~broker/report.go~94: {XIDAppli
 agents: repairs pause past 20% of a pool~broker/lifecycle.go~if bad[pi] <= allowed {~if true {~-run TestPlanRepairsPauseWhenMuchOfAPoolIsUnhealthy ./broker/
 agents: a node that needs a reset keeps its work~broker/lifecycle.go~if n.NeedsReset && hasWork(n) {~if false {~-run TestPlanRepairsPauseWhenMuchOfAPoolIsUnhealthy ./broker/
 agents: GPU memory through NVML v2~cmd/gpubroker-agent/internal/gpu/reader.go~m, ret := d.GetMemoryInfo_v2()~m, ret := nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED~-run TestMemoryThroughNVMLv2 ./cmd/gpubroker-agent/internal/gpu/
+fencing: an op update carries the leader's epoch~store/ops.go~AND ($8::bigint = 0 OR epoch = $8)`~AND true`~-run TestStaleLeaderOpWritesAreFenced ./store/
+fencing: a journal insert carries the leader's epoch~store/ops.go~WHERE $11::bigint = 0 OR le.epoch = $11 FOR SHARE OF le~WHERE true FOR SHARE OF le~-run TestStaleLeaderOpWritesAreFenced ./store/
+fencing: a new epoch adopts the open ops~store/leader.go~UPDATE ops SET epoch = $1 WHERE state IN ('pending', 'running')~UPDATE ops SET epoch = $1 WHERE false~-run TestStaleLeaderOpWritesAreFenced ./store/
+fencing: a fenced write ends the lease~store/leader.go~l.markLost(err.Error())~_ = l~-run TestStaleLeaderOpWritesAreFenced ./store/
+fencing: a lost lease cancels the acting context~store/leader.go~c(fmt.Errorf("%s: %w", why, ErrLeaseLost))~_ = c~-run TestStaleLeaderOpWritesAreFenced|TestLeaseWithoutProofStopsActing ./store/
+fencing: no proof within the bound ends the lease~store/leader.go~l.markLost(fmt.Sprintf("no proof of the leader lock for %s", l.bound))~_ = l~-run TestLeaseWithoutProofStopsActing ./store/
+fencing: a lease whose epoch moved is lost~store/leader.go~case epoch != l.epoch:~case false:~-run TestLeaseLostWhenEpochMoves ./store/
+fencing: a pooler that breaks session locks is refused~store/leader.go~if err := s.checkSession(ctx, conn, pid); err != nil {~if err := error(nil); err != nil {~-run TestLeaderRefusesTransactionPooler ./store/
+fencing: a new leader waits out the bound before acting~internal/app/serve.go~if err := lease.Settle(termCtx); err != nil {~if err := error(nil); err != nil {~-run TestFencedLeaderNeverOverlaps ./test/chaos/
+fencing: the tick loop runs under the lease's context~internal/app/serve.go~termCtx, cancel := lease.Context(ctx)~termCtx, cancel := context.WithCancel(ctx)~-run TestFencedLeaderNeverOverlaps ./test/chaos/
+victim: instances are protected from scale in~cloud/scale.go~if err := p.protect(ctx, pool, g); err != nil {~if err := error(nil); err != nil {~-run TestCloudNeverPicksAVictim ./cloud/
+victim: a group the broker grows launches protected~cloud/scale.go~if !g.newProtected {~if false {~-run TestCloudNeverPicksAVictim ./cloud/
+victim: a lower target never goes below the launched instances~cloud/scale.go~target < g.desired && target < launched {~false {~-run TestCloudNeverPicksAVictim|TestHandBackLowersOnlyUnlaunchedCapacity ./cloud/
+victim: a scale-up never lowers a raised group~broker/engine/executor.go~if found && ps.Desired > target {~if false {~-run TestScaleUpNeverLowersARaisedGroup ./broker/engine/
+victim: awssim never scales in a protected instance~cloud/awssim/groups.go~(in.lifecycle == "Pending" || in.lifecycle == "InService") && !in.protected {~(in.lifecycle == "Pending" || in.lifecycle == "InService") {~-run TestSetInstanceProtectionShape|TestCloudNeverPicksAVictim ./cloud/awssim/ ./cloud/
 EOF
 )
 

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,12 +31,23 @@ func (s *Store) InsertOp(ctx context.Context, op broker.Op) (broker.Op, error) {
 	if op.State == "" {
 		op.State = broker.OpPending
 	}
+	// IMPORTANT: the insert holds the epoch row (FOR SHARE) and names the
+	// writer's epoch, so it either lands before a new leader raises the
+	// epoch (and is adopted by it) or finds the new epoch and inserts
+	// nothing. A store that never led (a CLI) inserts for the current
+	// leader.
+	mine := s.epoch.Load()
 	var id int64
 	err := s.pool.QueryRow(ctx, `
-		INSERT INTO ops (kind, pool, node, target, to_owner, serves, reason, state, step, data)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
+		INSERT INTO ops (kind, pool, node, target, to_owner, serves, reason, state, step, data, epoch)
+		SELECT $1::text, $2::text, $3::text, $4::integer, $5::text, $6::text[], $7::text, $8::text, $9::text, $10::jsonb, le.epoch
+		FROM leader_epoch le WHERE $11::bigint = 0 OR le.epoch = $11 FOR SHARE OF le
+		RETURNING id`,
 		string(op.Kind), op.Pool, op.Node, op.Target, string(op.To), nonNil(op.Serves), op.Reason,
-		string(op.State), op.Step, []byte(data)).Scan(&id)
+		string(op.State), op.Step, []byte(data), mine).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return broker.Op{}, s.fenced(fmt.Sprintf("journal %s", op.Kind), mine, s.currentEpoch(ctx))
+	}
 	if err != nil {
 		return broker.Op{}, mapError(fmt.Sprintf("journal %s", op.Kind), err)
 	}
@@ -44,7 +56,9 @@ func (s *Store) InsertOp(ctx context.Context, op broker.Op) (broker.Op, error) {
 
 // AdvanceOp records the outcome of a step: the new state, step and data,
 // and on failure the error and when to retry. It succeeds only if the op is
-// still unfinished (a terminal op is never revived).
+// still unfinished (a terminal op is never revived) and still belongs to
+// this store's leader epoch: after a newer leader took the lock, the
+// update fails with ErrFenced and this store's lease ends.
 func (s *Store) AdvanceOp(ctx context.Context, op broker.Op) (broker.Op, error) {
 	data := op.Data
 	if len(data) == 0 {
@@ -54,22 +68,41 @@ func (s *Store) AdvanceOp(ctx context.Context, op broker.Op) (broker.Op, error) 
 	if !op.NextAttempt.IsZero() {
 		next = op.NextAttempt
 	}
+	mine := s.epoch.Load()
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE ops SET state = $2, step = $3, data = $4, attempts = $5, next_attempt = $6,
 			last_error = $7, updated_at = now()
-		WHERE id = $1 AND state IN ('pending', 'running')`,
-		op.ID, string(op.State), op.Step, []byte(data), op.Attempts, next, op.LastError)
+		WHERE id = $1 AND state IN ('pending', 'running') AND ($8::bigint = 0 OR epoch = $8)`,
+		op.ID, string(op.State), op.Step, []byte(data), op.Attempts, next, op.LastError, mine)
 	if err != nil {
 		return broker.Op{}, mapError(fmt.Sprintf("advance op %d", op.ID), err)
 	}
 	if tag.RowsAffected() == 0 {
-		cur, err := s.GetOp(ctx, op.ID)
-		if err != nil {
-			return broker.Op{}, err
+		var state string
+		var epoch int64
+		err := s.pool.QueryRow(ctx, `SELECT state, epoch FROM ops WHERE id = $1`, op.ID).Scan(&state, &epoch)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return broker.Op{}, fmt.Errorf("op %d: %w", op.ID, broker.ErrNotFound)
 		}
-		return broker.Op{}, fmt.Errorf("op %d is already %s: %w", op.ID, cur.State, broker.ErrConflict)
+		if err != nil {
+			return broker.Op{}, mapError(fmt.Sprintf("op %d", op.ID), err)
+		}
+		if mine != 0 && epoch != mine {
+			return broker.Op{}, s.fenced(fmt.Sprintf("advance op %d", op.ID), mine, epoch)
+		}
+		return broker.Op{}, fmt.Errorf("op %d is already %s: %w", op.ID, state, broker.ErrConflict)
 	}
 	return s.GetOp(ctx, op.ID)
+}
+
+// currentEpoch reads the leader epoch for an error message; 0 when it
+// cannot be read.
+func (s *Store) currentEpoch(ctx context.Context) int64 {
+	var e int64
+	if err := s.pool.QueryRow(ctx, `SELECT epoch FROM leader_epoch`).Scan(&e); err != nil {
+		return 0
+	}
+	return e
 }
 
 const opSelect = `SELECT id, kind, pool, node, target, to_owner, serves, reason, state, step, data,

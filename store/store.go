@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -52,6 +53,11 @@ type Store struct {
 	log  *slog.Logger
 	// seen caches the last observation applied per source (see obscache.go).
 	seen obsCache
+	// epoch is the leader epoch this store last took (0: it never led);
+	// lease is the lease that took it. Op writes carry the epoch, and a
+	// write refused for a stale epoch ends the lease (see leader.go).
+	epoch atomic.Int64
+	lease atomic.Pointer[Lease]
 }
 
 // Open connects to the database and checks that it answers.

@@ -678,6 +678,12 @@ func (r *Runtime) setDesired(ctx context.Context, s *stepCtx, pools []broker.Poo
 	}
 	pending, first := pendingRemovals(op, open)
 	target := op.Target + pending
+	if found && ps.Desired > target {
+		// IMPORTANT: a scale-up never lowers the group. Its desired
+		// capacity went above what this op planned (raised outside the
+		// broker): end the op, so the next plan starts from the group.
+		return s.fail(fmt.Sprintf("pool %s wants %d nodes, more than the %d this scale-up planned: not lowering it; planning again", op.Pool, ps.Desired, target))
+	}
 	if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {
 		return s.waitFor(2*time.Second, fmt.Sprintf("waiting for the removal of node %s (op %d) before resizing: %d would pass the pool's max of %d",
 			first.Node, first.ID, target, ps.Pool.MaxNodes))

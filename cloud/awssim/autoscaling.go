@@ -22,6 +22,10 @@ func (s *Server) autoscaling(action string, form url.Values) (any, *apiError) {
 		return s.terminateInGroup(form)
 	case "DescribeScalingActivities":
 		return s.describeActivities(form)
+	case "SetInstanceProtection":
+		return s.setInstanceProtection(form)
+	case "UpdateAutoScalingGroup":
+		return s.updateGroup(form)
 	case "CreateAutoScalingGroup":
 		return s.createGroup(form)
 	case "CreateLaunchConfiguration":
@@ -186,25 +190,27 @@ func (s *Server) describeGroups(form url.Values) (any, *apiError) {
 
 func (s *Server) xmlGroup(g *group) xmlGroup {
 	x := xmlGroup{
-		AutoScalingGroupName:    g.name,
-		AutoScalingGroupARN:     g.arn,
-		LaunchConfigurationName: g.launchConfig,
-		MinSize:                 g.min,
-		MaxSize:                 g.max,
-		DesiredCapacity:         g.desired,
-		DefaultCooldown:         300,
-		AvailabilityZones:       g.zones,
-		HealthCheckType:         "EC2",
-		HealthCheckGracePeriod:  300,
-		CreatedTime:             timestamp(g.created),
-		TerminationPolicies:     []string{"Default"},
-		ServiceLinkedRoleARN:    fmt.Sprintf("arn:aws:iam::%s:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling", s.cfg.AccountID),
-		Instances:               make([]xmlGroupInstance, 0, len(g.members)),
+		AutoScalingGroupName:             g.name,
+		AutoScalingGroupARN:              g.arn,
+		LaunchConfigurationName:          g.launchConfig,
+		MinSize:                          g.min,
+		MaxSize:                          g.max,
+		DesiredCapacity:                  g.desired,
+		DefaultCooldown:                  300,
+		AvailabilityZones:                g.zones,
+		NewInstancesProtectedFromScaleIn: g.newProtected,
+		HealthCheckType:                  "EC2",
+		HealthCheckGracePeriod:           300,
+		CreatedTime:                      timestamp(g.created),
+		TerminationPolicies:              []string{"Default"},
+		ServiceLinkedRoleARN:             fmt.Sprintf("arn:aws:iam::%s:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling", s.cfg.AccountID),
+		Instances:                        make([]xmlGroupInstance, 0, len(g.members)),
 	}
 	for _, in := range g.members {
 		x.Instances = append(x.Instances, xmlGroupInstance{
 			InstanceID: in.ID, InstanceType: in.InstanceType, AvailabilityZone: in.zone,
 			LifecycleState: in.lifecycle, HealthStatus: "Healthy", LaunchConfigurationName: g.launchConfig,
+			ProtectedFromScaleIn: in.protected,
 		})
 	}
 	keys := make([]string, 0, len(g.tags))
@@ -473,8 +479,16 @@ func (s *Server) createGroup(form url.Values) (any, *apiError) {
 		}
 		tags[k[0]] = tag{value: form.Get(p + ".Value"), propagate: form.Get(p+".PropagateAtLaunch") == "true"}
 	}
+	protect := false
+	if v := form.Get("NewInstancesProtectedFromScaleIn"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, validation("NewInstancesProtectedFromScaleIn must be true or false, got %q", v)
+		}
+		protect = b
+	}
 	if aerr := s.createGroupLocked(name, minSize, maxSize, desired, instanceType, lc,
-		members(form, "AvailabilityZones.member"), tags); aerr != nil {
+		members(form, "AvailabilityZones.member"), tags, protect); aerr != nil {
 		return nil, aerr
 	}
 	return &emptyResponse{XMLName: xml.Name{Local: "CreateAutoScalingGroupResponse"}, Xmlns: asgNamespace}, nil

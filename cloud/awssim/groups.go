@@ -9,18 +9,21 @@ import (
 
 // group is one simulated autoscaling group.
 type group struct {
-	name          string
-	arn           string
-	launchConfig  string
-	instanceType  string
-	min, max      int
-	desired       int
-	zones         []string
-	created       time.Time
-	tags          map[string]tag
-	members       []*instance // in the group, in launch order
-	activities    []activity  // newest last
-	retryPending  bool
+	name         string
+	arn          string
+	launchConfig string
+	instanceType string
+	min, max     int
+	desired      int
+	zones        []string
+	created      time.Time
+	tags         map[string]tag
+	members      []*instance // in the group, in launch order
+	activities   []activity  // newest last
+	retryPending bool
+	// newProtected is NewInstancesProtectedFromScaleIn: launches start
+	// protected from scale in.
+	newProtected  bool
 	activitySeq   int
 	nextLaunchSeq int
 }
@@ -38,6 +41,9 @@ type instance struct {
 	zone          string
 	neverRegister bool
 	registered    bool
+	// protected is ProtectedFromScaleIn: a lower desired capacity never
+	// picks this instance.
+	protected bool
 }
 
 // activity is one scaling activity.
@@ -66,7 +72,7 @@ func (s *Server) CreateGroup(spec GroupSpec) error {
 	for k, v := range spec.Tags {
 		tags[k] = tag{value: v, propagate: true}
 	}
-	if err := s.createGroupLocked(spec.Name, spec.Min, spec.Max, spec.Desired, spec.InstanceType, "", nil, tags); err != nil {
+	if err := s.createGroupLocked(spec.Name, spec.Min, spec.Max, spec.Desired, spec.InstanceType, "", nil, tags, false); err != nil {
 		return err
 	}
 	return nil
@@ -104,7 +110,7 @@ func (s *Server) Group(name string) (GroupState, bool) {
 	return st, true
 }
 
-func (s *Server) createGroupLocked(name string, minSize, maxSize, desired int, instanceType, launchConfig string, zones []string, tags map[string]tag) *apiError {
+func (s *Server) createGroupLocked(name string, minSize, maxSize, desired int, instanceType, launchConfig string, zones []string, tags map[string]tag, protect bool) *apiError {
 	switch {
 	case name == "" || len(name) > 255:
 		return validation("AutoScalingGroupName must be 1 to 255 characters")
@@ -132,6 +138,7 @@ func (s *Server) createGroupLocked(name string, minSize, maxSize, desired int, i
 		zones:        zones,
 		created:      s.cfg.Now(),
 		tags:         tags,
+		newProtected: protect,
 	}
 	s.groups[name] = g
 	s.reconcileLocked(g)
@@ -157,15 +164,17 @@ func (s *Server) reconcileLocked(g *group) {
 		}
 	}
 	if active > g.desired {
-		// Scale-in chooses the newest instances first.
+		// Scale-in chooses the newest instances first, never one protected
+		// from scale in: with too few unprotected ones the group stays
+		// above its desired capacity.
 		cands := make([]*instance, 0, len(g.members))
 		for _, in := range g.members {
-			if in.lifecycle == "Pending" || in.lifecycle == "InService" {
+			if (in.lifecycle == "Pending" || in.lifecycle == "InService") && !in.protected {
 				cands = append(cands, in)
 			}
 		}
 		sort.SliceStable(cands, func(i, j int) bool { return cands[i].LaunchTime.After(cands[j].LaunchTime) })
-		for _, in := range cands[:active-g.desired] {
+		for _, in := range cands[:min(active-g.desired, len(cands))] {
 			s.terminateLocked(g, in, fmt.Sprintf("an instance was taken out of service in response to a difference between desired and actual capacity, shrinking the capacity from %d to %d", active, g.desired))
 		}
 	}
@@ -228,6 +237,7 @@ func (s *Server) launchLocked(g *group, active int) bool {
 		lifecycle: "Pending",
 		state:     "pending",
 		zone:      zone,
+		protected: g.newProtected,
 	}
 	for k, t := range g.tags {
 		if t.propagate {

@@ -214,43 +214,71 @@ func (a *apiRuntime) Transfer(ctx context.Context, node string, to broker.Owner)
 	return rt.Transfer(ctx, node, to)
 }
 
+// Leader lease timings: the lease is proved every leaseCheck and a proof
+// stays valid for store.LeaseBoundFactor of them (3 s), the longest a
+// replica that lost the lock may go on acting; a standby campaigns every
+// leadRetry.
+const (
+	leaseCheck = time.Second
+	leadRetry  = 2 * time.Second
+)
+
 // lead runs the tick loop while this replica holds the leader lock, and
 // campaigns again when it loses it, until ctx ends. Each term gets a fresh
 // runtime that resumes from the journal.
+//
+// IMPORTANT: the runtime runs under the lease's context, which is
+// cancelled the moment the lease cannot be proved (a failed check, no
+// proof within the bound, an op write fenced by a newer epoch): no cloud
+// call, drain, decommission or signal starts on a proof older than the
+// bound. A new leader first waits out the bound (Settle), so a replica
+// that lost the lock without knowing it has stopped before this one acts.
 func lead(ctx context.Context, st *store.Store, ar *apiRuntime, newRuntime func() (*engine.Runtime, error), trigger <-chan struct{}, log *slog.Logger) error {
 	for {
-		lease, err := st.Lead(ctx, 2*time.Second, 2*time.Second)
+		lease, err := st.Lead(ctx, leadRetry, leaseCheck)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
+		// Releasing talks to the database, which may be unreachable (that
+		// may be why the lease was lost): it must not hold the campaign up.
+		release := func() {
+			rctx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer done()
+			lease.Release(rctx)
+		}
+		termCtx, cancel := lease.Context(ctx)
+		if err := lease.Settle(termCtx); err != nil {
+			cancel()
+			release()
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Warn("leader lease lost before acting", "err", err)
+			continue
+		}
 		rt, err := newRuntime()
 		if err != nil {
-			lease.Release(context.WithoutCancel(ctx))
+			cancel()
+			release()
 			return err
 		}
 		ar.rt.Store(rt)
 		ar.leader.Store(true)
-		log.Info("leading: planning and acting")
-		termCtx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-lease.Lost():
-				log.Warn("leader lock lost; stopping the tick loop")
-			case <-termCtx.Done():
-			}
-			cancel()
-		}()
+		log.Info("leading: planning and acting", "epoch", lease.Epoch(), "lease_bound", lease.Bound().String())
 		err = rt.Run(termCtx, trigger)
+		if cause := context.Cause(termCtx); errors.Is(cause, store.ErrLeaseLost) {
+			log.Warn("leader lease lost; stopped the tick loop", "err", cause)
+		}
 		cancel()
 		ar.leader.Store(false)
-		lease.Release(context.WithoutCancel(ctx))
+		release()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("tick loop stopped", "err", err)
 		}
 	}
