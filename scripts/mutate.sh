@@ -73,7 +73,25 @@ executor: a scale-up counts the removals still to come~broker/engine/executor.go
 journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~if o.Kind != broker.ActScaleUp || o.Pool != next.Pool || o.Step != broker.StepAwaitReady ||~if true ||
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
-executor: a transfer that cannot drain gives the node back~broker/engine/executor.go~if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {~if false {
+executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn true~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn false {
+drain limits: a PDB allowing no disruption keeps its node~broker/scaledown.go~case budgetBlock(n) != "": // disruption.go~case false:~-run TestConsolidationKnowsDrainLimits|TestConsolidationKeepsNodeWhosePDBAllowsNoDisruption ./broker/ ./test/e2e/
+drain limits: the planner sees the PDBs (observer)~k8s/observer.go~attachBudgets(obs.Nodes, obs.PDBs)~_ = obs.PDBs~-run TestBudgetsReachThePlanner|TestObserverReadsWhatAnEvictionCosts|TestConsolidationKeepsNodeWhosePDBAllowsNoDisruption ./k8s/ ./test/e2e/
+drain limits: work with local storage is not moved~broker/disruption.go~case w.LocalStorage != "":~case false:~-run TestConsolidationKnowsDrainLimits|TestConsolidationKeepsPodWithLocalScratch ./broker/ ./test/e2e/
+drain limits: an emptyDir on disk is local storage~k8s/disruption.go~case v.EmptyDir != nil && v.EmptyDir.Medium != corev1.StorageMediumMemory:~case false:~-run TestLocalStorage|TestObserverReadsWhatAnEvictionCosts|TestConsolidationKeepsPodWithLocalScratch ./k8s/ ./test/e2e/
+drain limits: the informer keeps the volumes~k8s/observer.go~pod.Spec.Volumes = keepVolumes(pod.Spec.Volumes)~pod.Spec.Volumes = nil~-run TestLocalStorage|TestObserverReadsWhatAnEvictionCosts ./k8s/
+drain limits: Fatal work is not moved~broker/disruption.go~case w.Fatal != "":~case false:~-run TestConsolidationKnowsDrainLimits|TestFatalVictimCostsItsWholeJob|TestConsolidationMovesTheDeploymentNotTheJobAtItsBackoffLimit ./broker/ ./test/e2e/
+drain limits: a Fatal victim costs its Job's whole run~broker/cost.go~if w.Fatal != "" {\n\t\treturn w.fatalLost(now)~if false {\n\t\treturn w.fatalLost(now)~-run TestFatalVictimCostsItsWholeJob ./broker/
+drain limits: a Job at its backoffLimit is Fatal~k8s/disruption.go~if j.Status.Failed < limit {~if true {~-run TestFatalEviction|TestObserverReadsWhatAnEvictionCosts|TestConsolidationMovesTheDeploymentNotTheJobAtItsBackoffLimit ./k8s/ ./test/e2e/
+drain limits: an eviction counts unless podFailurePolicy ignores DisruptionTarget~k8s/disruption.go~return r.Action == batchv1.PodFailurePolicyActionIgnore~return true~-run TestFatalEviction ./k8s/
+drain limits: an exit-code rule first may count the eviction~k8s/disruption.go~if r.OnExitCodes != nil {~if false {~-run TestFatalEviction ./k8s/
+drain limits: a Job not observed is Fatal~k8s/disruption.go~w.Fatal = fmt.Sprintf("its Job %s/%s is not observed~_ = fmt.Sprintf("its Job %s/%s is not observed~-run TestFatalEviction ./k8s/
+drain limits: a pod on a local PersistentVolume is Fatal~k8s/disruption.go~if pv.Spec.Local != nil || pv.Spec.HostPath != nil {~if false {~-run TestFatalEviction|TestObserverReadsWhatAnEvictionCosts ./k8s/
+drain limits: the drain stops at a pod the plan did not see~k8s/drain.go~if unplanned := unplannedPods(left, opts.Planned); len(unplanned) > 0 {~if unplanned := unplannedPods(left, opts.Planned); false && len(unplanned) > 0 {~-run TestReleaseComparesLivePodsWithPlan ./k8s/
+drain limits: a planned release compares with the plan~broker/engine/drainlimits.go~if pr, ok := act.(PlannedReleaser); ok && data.Guarded~if pr, ok := act.(PlannedReleaser); false && ok && data.Guarded~-run TestRuntimeDrainGivesBackOnWorkThePlanDidNotSee|TestRuntimeDrainGoesOnWithThePlannedCPUWork ./broker/engine/
+drain limits: unplanned work gives the node back~broker/engine/executor.go~if len(st.Unplanned) > 0 {~if false {~-run TestRuntimeDrainGivesBackOnWorkThePlanDidNotSee ./broker/engine/
+drain limits: the plan's work includes CPU pods~broker/engine/fence.go~if !w.System && !slices.Contains(ids, workID(w)) {~if w.GPUs > 0 && !w.System && !slices.Contains(ids, workID(w)) {~-run TestRuntimeDrainGoesOnWithThePlannedCPUWork ./broker/engine/
+drain limits: the fence trusts only an observation showing the cordon~broker/engine/drainlimits.go~return side != broker.SourceK8s || n.Owner != broker.OwnerK8s~return true~-run TestRuntimeFenceWaitsForAnObservationShowingTheCordon ./broker/engine/
+drain limits: a PDB-blocked scale-down gives its node back~broker/engine/drainlimits.go~return !policy.ForceAfterDrainTimeout && strings.HasPrefix(st.BlockedBy, "PodDisruptionBudget")~return false~-run TestRuntimePDBBlockedScaleDownGivesNodeBack|TestPDBBlockedScaleDownGivesNodeBack ./broker/engine/ ./test/e2e/
 EOF
 )
 

@@ -134,3 +134,20 @@ func TestRuntimePDBBlockedScaleDownGivesNodeBack(t *testing.T) {
 		t.Fatalf("cordoned %v, admitted %v, terminated %v: want the node given back", w.k8s.released["busy"], w.k8s.admitted, w.cloud.terminated)
 	}
 }
+
+// TestRuntimeDrainGoesOnWithThePlannedCPUWork: the plan's work includes
+// CPU pods, so a drain comparing the live work with it does not take a CPU
+// pod the plan saw for work that landed after it.
+func TestRuntimeDrainGoesOnWithThePlannedCPUWork(t *testing.T) {
+	w, lag, r := lagWorld(t)
+	w.k8s.nodes["n1"].Work = []broker.Workload{{Source: broker.SourceK8s, Key: "uid-cpu", Name: "default/cpu", CheckpointAge: -1, Class: broker.WorkService}}
+	w.ticks(r, 1, 2*time.Minute)
+	w.ticks(r, 4, 5*time.Second)
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State != broker.OpDone || len(w.cloud.terminated) != 1 {
+		t.Fatalf("scale-downs %+v, terminated %v: want the node drained and terminated", downs, w.cloud.terminated)
+	}
+	if len(lag.planned) == 0 || !slices.Contains(lag.planned[0], "k8s/uid-cpu") {
+		t.Fatalf("plans released with %v: want the CPU pod in the plan's work", lag.planned)
+	}
+}
