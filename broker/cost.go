@@ -30,7 +30,10 @@ type EvictionCost struct {
 //   - batch work (WorkBatch, or an unknown class) loses the work since its
 //     last checkpoint, its whole run time when that is unknown (WorkAtRisk);
 //   - bare pods (WorkBare) and work with DoNotDisrupt set also lose their
-//     work at risk, and consolidation never evicts them.
+//     work at risk, and consolidation never evicts them;
+//   - nor work with local storage or whose eviction fails its controller
+//     for good (Fatal), which loses its controller's whole run time
+//     (disruption.go).
 func (w *Workload) Cost(now time.Time) EvictionCost {
 	c := EvictionCost{Lost: w.lost(now)}
 	c.GPUHours = gpuHoursOf(c.Lost, w.GPUs)
@@ -39,12 +42,17 @@ func (w *Workload) Cost(now time.Time) EvictionCost {
 		c.Never = fmt.Sprintf("%s is marked do-not-disrupt (%s)", w.label(), w.DoNotDisrupt)
 	case w.Class == WorkBare:
 		c.Never = fmt.Sprintf("%s is a bare pod that nothing would recreate", w.label())
+	case w.unmovable() != "": // disruption.go
+		c.Never = w.unmovable()
 	}
 	return c
 }
 
 // lost is Cost's Lost without the rest, for the planner's hot paths.
 func (w *Workload) lost(now time.Time) time.Duration {
+	if w.Fatal != "" {
+		return w.fatalLost(now) // disruption.go
+	}
 	if w.Class == WorkService {
 		return 0
 	}

@@ -166,6 +166,22 @@ type Workload struct {
 	// (an annotation such as karpenter.sh/do-not-disrupt); empty if nothing.
 	// Only a recorded preemption for higher-priority demand may stop it.
 	DoNotDisrupt string `json:"do_not_disrupt,omitempty"`
+	// Budgets are the PodDisruptionBudgets that select the pod, with the
+	// disruptions each allows now: a drain blocked by one is never
+	// planned (disruption.go).
+	Budgets []Budget `json:"budgets,omitempty"`
+	// LocalStorage names the node-local volume (an emptyDir not declared
+	// safe to evict, a hostPath) whose data an eviction throws away; such
+	// work is not moved for consolidation, as the cluster autoscaler does
+	// not move it. Empty if none.
+	LocalStorage string `json:"local_storage,omitempty"`
+	// Fatal says why evicting the work fails its controller for good (a
+	// Job at its backoffLimit, a pod on a PersistentVolume local to the
+	// node); empty when its controller recreates it. Such work is never
+	// moved for consolidation, and a preemption loses its controller's
+	// whole work: the time since FatalSince (the Job's start).
+	Fatal      string    `json:"fatal,omitempty"`
+	FatalSince time.Time `json:"fatal_since,omitzero"`
 }
 
 // WorkClass says how costly it is to move running work off a node.

@@ -43,6 +43,11 @@ type ReleaseStatus struct {
 	// and then fails the op; it never terminates such a node, whatever the
 	// policy says about forcing after a drain timeout.
 	Unknown string
+	// Unplanned names work on the node that the plan did not see (a pod
+	// bound after the observation the plan was made from), found by a
+	// release that compares the live work with the plan; the drain evicted
+	// nothing of it, and the executor gives the node back.
+	Unplanned []string
 }
 
 // CapacitySample is GPUs by state on one side at one time, for the

@@ -53,7 +53,9 @@ type Policy struct {
 	// DrainTimeout bounds a Kubernetes drain or YARN graceful decommission.
 	DrainTimeout Duration `json:"drain_timeout"`
 	// ForceAfterDrainTimeout terminates a node whose drain timed out; when
-	// false it is reported and left cordoned for an operator.
+	// false it is reported and given back to its side if disruption
+	// budgets held it (engine.givesBackOnTimeout), else left cordoned for
+	// an operator.
 	ForceAfterDrainTimeout bool `json:"force_after_drain_timeout"`
 	// Preemption allows preempting lower-priority work.
 	Preemption bool `json:"preemption"`

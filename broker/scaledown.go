@@ -263,6 +263,8 @@ func (pl *planner) consolidation(w *wnode, nc nodeCost) (string, bool) {
 		}
 		return fmt.Sprintf("runs %d YARN GPU containers (%d GPUs); idle reclaim never stops YARN work (yarn_drain_by_attrition is off)",
 			nc.gpuWork, nc.gpusHeld), false
+	case budgetBlock(n) != "": // disruption.go
+		return budgetBlock(n) + "; a drain would only wait on it", false
 	case nc.never != "":
 		if attrition {
 			return nc.never, true

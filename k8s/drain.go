@@ -30,6 +30,10 @@ const (
 	// DrainTimedOut: the timeout passed with pods still terminating or
 	// evictions failing for other reasons.
 	DrainTimedOut DrainOutcome = "timed-out"
+	// DrainUnplanned: the node runs a pod the caller's plan did not see
+	// (DrainOptions.Planned); the drain stopped before evicting it and
+	// names it in DrainResult.Unplanned.
+	DrainUnplanned DrainOutcome = "unplanned"
 )
 
 // DrainOptions bound and tune a drain. Zero values mean the defaults.
@@ -46,6 +50,10 @@ type DrainOptions struct {
 	// PollInterval is how often the node's pods are listed while waiting
 	// for evicted pods to go (default 250ms).
 	PollInterval time.Duration
+	// Planned, when not nil, holds the UIDs of the pods the caller's plan
+	// saw on the node: a pod the drain would evict that is not in it
+	// stops the drain before any further eviction (DrainUnplanned).
+	Planned map[types.UID]bool
 }
 
 func (o DrainOptions) defaults() DrainOptions {
@@ -78,6 +86,9 @@ type DrainResult struct {
 	Evicted []string `json:"evicted,omitempty"`
 	// Skipped are DaemonSet and mirror pods, which a drain leaves.
 	Skipped []string `json:"skipped,omitempty"`
+	// Unplanned are the pods outside DrainOptions.Planned that stopped
+	// the drain.
+	Unplanned []string `json:"unplanned,omitempty"`
 	// Message is one sentence for logs, events and the decision record.
 	Message string        `json:"message"`
 	Took    time.Duration `json:"took"`
@@ -150,6 +161,15 @@ func (a *Actuator) Drain(ctx context.Context, node string, opts DrainOptions) (D
 			res.Message = fmt.Sprintf("node %s drained: %d pods evicted, %d DaemonSet or mirror pods left", node, len(evicted), len(res.Skipped))
 			break
 		}
+		if unplanned := unplannedPods(left, opts.Planned); len(unplanned) > 0 {
+			// IMPORTANT: compared on every live list, before any eviction
+			// of it: a pod bound after the plan's observation (before the
+			// cordon reached the scheduler) is work nobody decided to move.
+			res.Outcome, res.Unplanned = DrainUnplanned, unplanned
+			res.Message = fmt.Sprintf("node %s not drained: %s not seen by the plan; nothing of it evicted",
+				node, strings.Join(unplanned, ", "))
+			break
+		}
 		if !now.Before(deadline) {
 			a.timeout(&res, left, states, opts.Timeout)
 			break
@@ -210,7 +230,7 @@ func (a *Actuator) Drain(ctx context.Context, node string, opts DrainOptions) (D
 	switch res.Outcome {
 	case DrainBlockedByPDB:
 		reason, typ = EventDrainBlocked, corev1.EventTypeWarning
-	case DrainTimedOut:
+	case DrainTimedOut, DrainUnplanned:
 		reason, typ = EventDrainTimeout, corev1.EventTypeWarning
 	}
 	if err := a.NodeEvent(ctx, node, typ, reason, res.Message); err != nil {
@@ -291,4 +311,20 @@ func (a *Actuator) blockingPDBs(ctx context.Context, p *corev1.Pod) []string {
 		names = []string{"(a budget in namespace " + p.Namespace + ")"}
 	}
 	return names
+}
+
+// unplannedPods names ("namespace/name", sorted) the pods of left that are
+// not in planned; none when planned is nil (no plan to compare with).
+func unplannedPods(left []*corev1.Pod, planned map[types.UID]bool) []string {
+	if planned == nil {
+		return nil
+	}
+	var out []string
+	for _, p := range left {
+		if !planned[p.UID] {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -67,6 +68,10 @@ type Observer struct {
 	nodes   cache.SharedIndexInformer
 	pdbs    cache.SharedIndexInformer
 	classes cache.SharedIndexInformer
+	// jobs, claims and volumes say what an eviction costs (disruption.go).
+	jobs    cache.SharedIndexInformer
+	claims  cache.SharedIndexInformer
+	volumes cache.SharedIndexInformer
 	cls     *classifier
 	notify  chan struct{}
 	now     func() time.Time
@@ -99,7 +104,21 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	o.nodes = o.factory.Core().V1().Nodes().Informer()
 	o.pdbs = o.factory.Policy().V1().PodDisruptionBudgets().Informer()
 	o.classes = o.factory.Scheduling().V1().PriorityClasses().Informer()
-	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache(), now: func() time.Time { return o.now() }}
+	o.jobs = o.factory.Batch().V1().Jobs().Informer()
+	o.claims = o.factory.Core().V1().PersistentVolumeClaims().Informer()
+	o.volumes = o.factory.Core().V1().PersistentVolumes().Informer()
+	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache(), now: func() time.Time { return o.now() },
+		objs: objects{
+			job: func(ns, name string) (*batchv1.Job, bool) {
+				return cached[*batchv1.Job](o.jobs, ns+"/"+name)
+			},
+			claim: func(ns, name string) (*corev1.PersistentVolumeClaim, bool) {
+				return cached[*corev1.PersistentVolumeClaim](o.claims, ns+"/"+name)
+			},
+			volume: func(name string) (*corev1.PersistentVolume, bool) {
+				return cached[*corev1.PersistentVolume](o.volumes, name)
+			},
+		}}
 	o.health = &health{client: client, staleAfter: cfg.StaleAfter, now: func() time.Time { return o.now() },
 		failing: map[string]watchFailure{}}
 	for name, inf := range o.informers() {
@@ -118,7 +137,19 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 
 // informers names the observer's informers.
 func (o *Observer) informers() map[string]cache.SharedIndexInformer {
-	return map[string]cache.SharedIndexInformer{"pods": o.pods, "nodes": o.nodes, "pdbs": o.pdbs, "priorityclasses": o.classes}
+	return map[string]cache.SharedIndexInformer{"pods": o.pods, "nodes": o.nodes, "pdbs": o.pdbs, "priorityclasses": o.classes,
+		"jobs": o.jobs, "persistentvolumeclaims": o.claims, "persistentvolumes": o.volumes}
+}
+
+// cached looks key up in inf's store.
+func cached[T any](inf cache.SharedIndexInformer, key string) (T, bool) {
+	var zero T
+	obj, ok, err := inf.GetStore().GetByKey(key)
+	if err != nil || !ok {
+		return zero, false
+	}
+	t, ok := obj.(T)
+	return t, ok
 }
 
 // stripManagedFields drops what Observe never reads, to keep 20,000 pods
@@ -133,7 +164,8 @@ func stripManagedFields(obj any) (any, error) {
 			pod.Spec.Containers[i].Command = nil
 			pod.Spec.Containers[i].Args = nil
 		}
-		pod.Spec.Volumes = nil
+		// Only local and claim-backed volumes say what an eviction costs.
+		pod.Spec.Volumes = keepVolumes(pod.Spec.Volumes)
 		delete(pod.Annotations, corev1.LastAppliedConfigAnnotation)
 	}
 	return obj, nil
@@ -362,6 +394,8 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
+	// The planner sees what each budget allows (disruption.go).
+	attachBudgets(obs.Nodes, obs.PDBs)
 	return obs, nil
 }
 

@@ -101,6 +101,9 @@ type classifier struct {
 	// now is the observation clock, for checkpoint ages (classifyWork);
 	// nil leaves annotated checkpoint ages unknown.
 	now func() time.Time
+	// objs looks up the Jobs, claims and volumes that say whether an
+	// eviction fails a pod's controller for good (disruption.go).
+	objs objects
 }
 
 func (c *classifier) request(pod *corev1.Pod) GPURequest {
@@ -298,6 +301,9 @@ func (c *classifier) workload(pod *corev1.Pod) broker.Workload {
 	w := f.w
 	w.Priority = podPriority(pod, c.classes)
 	w.Preemptible = c.preemptible(pod, w.Priority)
+	if !w.System {
+		c.fatal(pod, &w) // the Job's failures and the claims change without the pod
+	}
 	if f.hasCheckpoint && c.now != nil {
 		if now := c.now(); !now.IsZero() {
 			w.CheckpointAge = max(now.Sub(f.checkpoint), 0)
@@ -511,7 +517,8 @@ const (
 // ReplicaSet or StatefulSet → service, none → bare; the training
 // annotation makes any controlled pod batch; other controllers stay unknown, which
 // costs like batch), the application (the controller as
-// "<kind>/<namespace>/<name>"), what forbids disrupting it, and the age of
+// "<kind>/<namespace>/<name>"), what forbids disrupting it, the local volumes whose data an eviction
+// throws away (localStorage), and the age of
 // its last checkpoint when the workload annotates it.
 func classifyWork(pod *corev1.Pod, w *broker.Workload, now time.Time) {
 	var ctrl *metav1.OwnerReference
@@ -546,6 +553,7 @@ func classifyWork(pod *corev1.Pod, w *broker.Workload, now time.Time) {
 			w.DoNotDisrupt = DoNotDisruptAnnotation
 		}
 	}
+	w.LocalStorage = localStorage(pod) // disruption.go
 	if v, ok := pod.Annotations[LastCheckpointAnnotation]; ok && !now.IsZero() {
 		if at, err := time.Parse(time.RFC3339, strings.TrimSpace(v)); err == nil {
 			w.CheckpointAge = max(now.Sub(at), 0)

@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -32,6 +33,8 @@ type Side struct {
 var (
 	_ engine.SideObserver = (*Side)(nil)
 	_ engine.SideActions  = (*Side)(nil)
+	// The drain compares the node's live pods with the plan's.
+	_ engine.PlannedReleaser = (*Side)(nil)
 )
 
 // NewSide wires an observer and an actuator on the same client. Side maps
@@ -181,21 +184,40 @@ func mapTenantsOwned(o *Observation, idx broker.TenantIndex) {
 // Release cordons node with the owner taint and drains it for at most one
 // drain step. It reports drained, or what is left and which budget blocks.
 func (s *Side) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
+	return s.release(ctx, node, nil)
+}
+
+// release is Release, comparing the node's pods with planned when not nil.
+func (s *Side) release(ctx context.Context, node string, planned map[types.UID]bool) (broker.ReleaseStatus, error) {
 	if err := s.act.Cordon(ctx, node, string(broker.OwnerNone)); err != nil {
 		if errors.Is(err, broker.ErrNotFound) {
 			return broker.ReleaseStatus{Drained: true}, nil // the node is gone
 		}
 		return broker.ReleaseStatus{}, err
 	}
-	res, err := s.act.Drain(ctx, node, DrainOptions{Timeout: s.drainStep})
+	res, err := s.act.Drain(ctx, node, DrainOptions{Timeout: s.drainStep, Planned: planned})
 	if err != nil {
 		return broker.ReleaseStatus{}, err
 	}
-	st := broker.ReleaseStatus{Drained: res.Outcome == DrainDrained, Remaining: res.PodsLeft}
+	st := broker.ReleaseStatus{Drained: res.Outcome == DrainDrained, Remaining: res.PodsLeft, Unplanned: res.Unplanned}
 	if len(res.PDBs) > 0 {
 		st.BlockedBy = "PodDisruptionBudget " + strings.Join(res.PDBs, ", ")
 	}
 	return st, nil
+}
+
+// ReleasePlanned is Release for a drain the planner chose: planned lists
+// the work ("k8s/<pod UID>") the plan saw on the node. The drain compares
+// every live list of the node's pods with it and stops, evicting nothing
+// more, at a pod the plan did not see; the status names it in Unplanned.
+func (s *Side) ReleasePlanned(ctx context.Context, node string, deadline time.Time, planned []string) (broker.ReleaseStatus, error) {
+	uids := make(map[types.UID]bool, len(planned))
+	for _, id := range planned {
+		if uid, ok := strings.CutPrefix(id, string(broker.SourceK8s)+"/"); ok {
+			uids[types.UID(uid)] = true
+		}
+	}
+	return s.release(ctx, node, uids)
 }
 
 // Cordon marks node unschedulable with the owner taint, evicting nothing.

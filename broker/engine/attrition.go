@@ -69,7 +69,7 @@ func (r *Runtime) recommissionStep(ctx context.Context, op broker.Op, data broke
 // work is left on it in the latest observation.
 func (r *Runtime) releaseStep(ctx context.Context, act SideActions, side broker.Source, node string, data broker.OpData, policy broker.Policy, now time.Time) (broker.ReleaseStatus, error) {
 	if !data.Attrition {
-		return act.Release(ctx, node, data.Deadline)
+		return release(ctx, act, node, data.Deadline, data) // drainlimits.go
 	}
 	if side == broker.SourceYARN {
 		// IMPORTANT: the zero deadline is the YARN side's infinite graceful
@@ -101,5 +101,5 @@ func (r *Runtime) releaseStep(ctx context.Context, act SideActions, side broker.
 	if len(left) > 0 {
 		return broker.ReleaseStatus{Remaining: left, BlockedBy: "cordon-and-wait: batch work still running"}, nil
 	}
-	return act.Release(ctx, node, now.Add(policy.DrainTimeout.D()))
+	return release(ctx, act, node, now.Add(policy.DrainTimeout.D()), data)
 }

@@ -822,6 +822,9 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			return s.retry(err)
 		}
 		s.data.Remaining, s.data.BlockedBy = st.Remaining, st.BlockedBy
+		if len(st.Unplanned) > 0 {
+			return r.unplannedWork(s, side, st.Unplanned) // drainlimits.go
+		}
 		if st.Unknown != "" {
 			// IMPORTANT: unknown is never drained, and never forced: wait
 			// for the side to tell, until the op's deadline.
@@ -837,11 +840,12 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			if st.BlockedBy != "" {
 				why += ", blocked by " + st.BlockedBy
 			}
-			if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {
+			if givesBackOnTimeout(op, st, policy) { // drainlimits.go
 				// IMPORTANT: a transfer (or a preemption handing the node
-				// across) that cannot drain gives the node back to its
-				// side, so no node stays half-drained. The why is kept:
-				// giveBack records it as the op's failure.
+				// across, or a scale-down blocked by a disruption budget)
+				// that cannot drain gives the node back to its side, so no
+				// node stays half-drained and owned by nobody. The why is
+				// kept: giveBack records it as the op's failure.
 				s.op.Step, s.op.Attempts, s.op.LastError, s.op.NextAttempt = broker.StepGiveBack, 0, why, time.Time{}
 				return s.save(), true
 			}

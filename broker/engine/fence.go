@@ -99,6 +99,9 @@ func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (
 		if n.Name != node {
 			continue
 		}
+		if !fenceSeen(side, n) { // drainlimits.go
+			return nil, false
+		}
 		for _, w := range n.Work {
 			if w.System || w.GPUs == 0 || slices.Contains(d.Planned, workID(w)) {
 				continue
@@ -114,8 +117,10 @@ func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (
 	return nil, true
 }
 
-// plannedWork is the GPU work the plan saw on an action's node (the
-// tick's observations, which the plan was made from), and its victims.
+// plannedWork is the work the plan saw on an action's node (the tick's
+// observations, which the plan was made from), and its victims: all
+// non-system work, since a drain that compares the live work with it
+// (PlannedReleaser) must not take a CPU pod for unplanned work.
 func (r *Runtime) plannedWork(a broker.Action) []string {
 	var ids []string
 	for _, v := range a.Victims {
@@ -129,7 +134,7 @@ func (r *Runtime) plannedWork(a broker.Action) []string {
 				continue
 			}
 			for _, w := range n.Work {
-				if w.GPUs > 0 && !w.System && !slices.Contains(ids, workID(w)) {
+				if !w.System && !slices.Contains(ids, workID(w)) {
 					ids = append(ids, workID(w))
 				}
 			}

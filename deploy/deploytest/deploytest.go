@@ -304,6 +304,10 @@ func (c *Cluster) Check(t *testing.T, objs []*unstructured.Unstructured) {
 			{"update", "", "nodes", "", "", true},
 			{"watch", "policy", "poddisruptionbudgets", "", "", true},
 			{"watch", "scheduling.k8s.io", "priorityclasses", "", "", true},
+			{"watch", "batch", "jobs", "", "", true},
+			{"watch", "", "persistentvolumeclaims", "", "", true},
+			{"watch", "", "persistentvolumes", "", "", true},
+			{"delete", "batch", "jobs", "", "ml", false},
 			{"create", "", "pods", "eviction", "ml", true},
 			{"create", "", "events", "", "ml", true},
 			// Nothing more.

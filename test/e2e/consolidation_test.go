@@ -97,6 +97,8 @@ type workKind int
 const (
 	deploymentWork workKind = iota // a Deployment of one replica
 	jobWork                        // a batch/v1 Job whose pod keeps running
+	noRetryJobWork                 // the same Job with backoffLimit 0 (drainlimits_test.go)
+	scratchWork                    // the Deployment with an emptyDir on disk (drainlimits_test.go)
 )
 
 // createWork creates the workload "work" of one 1-GPU pod labelled
@@ -106,7 +108,7 @@ func createWork(t *testing.T, w *world, kind workKind, annotations map[string]st
 	labels := map[string]string{"app": "work"}
 	spec := gpuPodSpec(1, "")
 	switch kind {
-	case jobWork:
+	case jobWork, noRetryJobWork:
 		a := map[string]string{k8senv.KeepRunningAnnotation: "true"}
 		for k, v := range annotations {
 			a[k] = v
@@ -114,10 +116,16 @@ func createWork(t *testing.T, w *world, kind workKind, annotations map[string]st
 		spec.RestartPolicy = corev1.RestartPolicyNever
 		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: w.ns},
 			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: a}, Spec: spec}}}
+		if kind == noRetryJobWork {
+			j.Spec.BackoffLimit = new(int32)
+		}
 		if _, err := kubeEnv.Client.BatchV1().Jobs(w.ns).Create(w.ctx, j, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	default:
+		if kind == scratchWork {
+			spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}
 		one := int32(1)
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "work", Namespace: w.ns},
 			Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
