@@ -43,6 +43,10 @@ type ReleaseStatus struct {
 	// and then fails the op; it never terminates such a node, whatever the
 	// policy says about forcing after a drain timeout.
 	Unknown string
+	// Lost names work that was running on the node at the side's last
+	// look and ended without the release stopping it (YARN: a NodeManager
+	// an RM failover shut down). The executor records it in the op.
+	Lost []string
 }
 
 // CapacitySample is GPUs by state on one side at one time, for the
