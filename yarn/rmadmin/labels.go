@@ -72,13 +72,14 @@ func (c *Client) RemoveFromClusterNodeLabels(ctx context.Context, names []string
 // host, port 0 on the wire as Hadoop's CLI sends it) or "host:port" (one
 // NodeManager); an empty label list puts the node back in the default
 // partition. YARN allows at most one label per node. With
-// failOnUnknownNodes the RM refuses hosts it does not know.
+// failOnUnknownNodes the RM refuses hosts it does not know. The RPC method
+// is replaceLabelsOnNodes (the service's name, plural), not the request's.
 func (c *Client) ReplaceLabelsOnNode(ctx context.Context, nodeToLabels map[string][]string, failOnUnknownNodes bool) error {
 	req, err := replaceLabelsOnNodeRequest(nodeToLabels, failOnUnknownNodes)
 	if err != nil {
 		return err
 	}
-	_, err = c.call(ctx, "replaceLabelsOnNode", req)
+	_, err = c.call(ctx, "replaceLabelsOnNodes", req)
 	return err
 }
 

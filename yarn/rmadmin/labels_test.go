@@ -202,7 +202,7 @@ func TestLabelWireBytes(t *testing.T) {
 			"\x07\x0a\x02cx\x0a\x01s"},
 		{"replace", func(c *rmadmin.Client) error {
 			return c.ReplaceLabelsOnNode(ctx, map[string][]string{"h2:8041": nil, "h1": {"cx"}}, true)
-		}, "replaceLabelsOnNode",
+		}, "replaceLabelsOnNodes",
 			// nodeToLabels (1) {nodeId (1) {host "h1", port 0}, nodeLabels (2) "cx"},
 			// {nodeId {host "h2", port 8041}}, failOnUnknownNodes (2) true
 			"\x1b\x0a\x0c\x0a\x06\x0a\x02h1\x10\x00\x12\x02cx\x0a\x09\x0a\x07\x0a\x02h2\x10\xe9\x3e\x10\x01"},

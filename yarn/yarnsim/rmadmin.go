@@ -590,7 +590,7 @@ func (a *AdminServer) dispatch(protocol, declared, method string, req []byte) (s
 			return classYarn, err.Error()
 		}
 		return "", ""
-	case "replaceLabelsOnNode":
+	case "replaceLabelsOnNodes": // the service method; the request is ReplaceLabelsOnNode
 		m, fail := map[string][]string{}, false
 		_ = walk(req, func(num protowire.Number, v uint64, b []byte) {
 			switch num {
