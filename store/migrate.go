@@ -87,8 +87,27 @@ func (m *Migrations) Up(ctx context.Context) ([]int64, error) {
 	return applied, nil
 }
 
-// Version returns the current schema version (0 for an empty database).
+// versionTable is goose's bookkeeping table.
+const versionTable = "goose_db_version"
+
+// hasVersionTable reports whether goose's version table exists. goose's
+// Status and GetDBVersion create it when it is missing, so a read-only
+// caller (plan, a dry run) asks first and leaves an empty database empty.
+func (m *Migrations) hasVersionTable(ctx context.Context) (bool, error) {
+	var exists bool
+	err := m.db.QueryRowContext(ctx, "SELECT to_regclass($1) IS NOT NULL", versionTable).Scan(&exists)
+	if err != nil {
+		return false, fmt.Errorf("look for the schema version table at %s: %w", Address(m.url), err)
+	}
+	return exists, nil
+}
+
+// Version returns the current schema version (0 for an empty database). It
+// writes nothing.
 func (m *Migrations) Version(ctx context.Context) (int64, error) {
+	if ok, err := m.hasVersionTable(ctx); err != nil || !ok {
+		return 0, err
+	}
 	v, err := m.provider.GetDBVersion(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("read schema version at %s: %w", Address(m.url), err)
@@ -96,8 +115,22 @@ func (m *Migrations) Version(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
-// Status lists every known migration and whether it is applied.
+// Status lists every known migration and whether it is applied. It writes
+// nothing: on a database that was never migrated every migration is
+// pending and the database stays empty.
 func (m *Migrations) Status(ctx context.Context) ([]MigrationStatus, error) {
+	ok, err := m.hasVersionTable(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		src := m.provider.ListSources()
+		out := make([]MigrationStatus, 0, len(src))
+		for _, s := range src {
+			out = append(out, MigrationStatus{Version: s.Version, Name: s.Path})
+		}
+		return out, nil
+	}
 	st, err := m.provider.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migration status at %s: %w", Address(m.url), err)

@@ -23,6 +23,21 @@ func TestMigrateUpStatusIdempotent(t *testing.T) {
 	if err != nil || len(st) == 0 || st[0].Applied {
 		t.Fatalf("status of an empty database: %+v %v", st, err)
 	}
+	if v, err := m.Version(ctx); err != nil || v != 0 {
+		t.Fatalf("version of an empty database: %d %v", v, err)
+	}
+	// Reading the status is a dry run's check: it must leave an empty
+	// database empty (goose creates its version table when asked).
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables int
+	err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')").Scan(&tables)
+	conn.Close(ctx)
+	if err != nil || tables != 0 {
+		t.Fatalf("reading the status of an empty database created %d table(s) (err %v)", tables, err)
+	}
 	applied, err := m.Up(ctx)
 	if err != nil || len(applied) != len(st) {
 		t.Fatalf("up: applied %v, err %v", applied, err)
