@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpubroker/gpubroker/yarn/rmadmin"
 )
 
 // The YARN cordon. The exclude file cannot hold a busy node: a new active
@@ -39,7 +41,7 @@ const DefaultCordonLabel = "gpubroker-cordon"
 const DefaultCordonHold = 10*time.Minute + 30*time.Second
 
 // Labeler is the part of the RM admin protocol the cordon uses;
-// *rmadmin.Client implements it (through RMAdminLabeler).
+// RMAdminLabeler implements it on *rmadmin.Client.
 type Labeler interface {
 	// AddExclusiveLabel adds name to the cluster's node labels as an
 	// exclusive label; an existing exclusive label is no error.
@@ -192,15 +194,31 @@ func (c *Cordon) probe(ctx context.Context) (ok, final bool, why string) {
 		}
 		return false, false, fmt.Sprintf("add node label %s: %s", c.cfg.Label, err)
 	}
-	// An empty replacement changes no host: it only meets the check that
-	// refuses replaceLabelsOnNode under a distributed configuration.
-	if err := c.cfg.Admin.ReplaceLabelsOnNode(ctx, map[string][]string{}, false); err != nil {
+	// A replacement on a host no RM knows, refused for that (failOn-
+	// UnknownNodes), changes nothing: it only meets the AdminService's
+	// check that refuses replaceLabelsOnNode unless the node-label
+	// configuration is centralized, which comes first.
+	err := c.cfg.Admin.ReplaceLabelsOnNode(ctx, map[string][]string{probeHost: {}}, true)
+	if err != nil && !strings.Contains(strings.ToLower(err.Error()), "unknown nodes") {
 		if why, known := labelRefusal(err); known {
 			return false, true, why
 		}
-		return false, false, fmt.Sprintf("replace labels on no node: %s", err)
+		return false, false, fmt.Sprintf("replace labels on a host no RM knows: %s", err)
 	}
 	return true, true, ""
+}
+
+// probeHost is a host name no cluster has (.invalid, RFC 2606).
+const probeHost = "gpubroker-probe.invalid"
+
+// RMAdminLabeler is the RM admin client as the cordon's Labeler.
+type RMAdminLabeler struct{ *rmadmin.Client }
+
+var _ Labeler = RMAdminLabeler{}
+
+// AddExclusiveLabel adds name as an exclusive cluster node label.
+func (l RMAdminLabeler) AddExclusiveLabel(ctx context.Context, name string) error {
+	return l.AddToClusterNodeLabels(ctx, []rmadmin.NodeLabel{{Name: name, Exclusive: true}})
 }
 
 // labelRefusal recognises the RM's answers that mean the cluster cannot

@@ -1,6 +1,7 @@
 package yarn_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -24,22 +25,45 @@ import (
 // reach is asked again later.
 func TestCordonProbeRecognisesWhatIsMissing(t *testing.T) {
 	ctx := testCtx(t)
+	// Through the admin protocol: an RM without yarn.node-labels.enabled.
+	sim, err := yarnsim.New(yarnsim.Config{NodeLabelsDisabled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	as, _ := yarnsim.NewAdminServer(sim, yarnsim.AdminConfig{ExcludePath: filepath.Join(t.TempDir(), "exclude.xml")})
+	addr, err := as.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = as.Close() })
+	client, _ := yarn.NewClient(yarn.Config{RMs: []string{srv.URL}})
+	admin, _ := rmadmin.New(rmadmin.Config{Addrs: []string{addr}})
+	c, err := yarn.NewCordon(yarn.CordonConfig{Client: client, Admin: yarn.RMAdminLabeler{Client: admin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := c.Available(ctx); ok || !strings.Contains(why, "yarn.node-labels.enabled=true") {
+		t.Fatalf("Available on an RM without node labels = %v, %q", ok, why)
+	}
+
 	cases := []struct {
 		refuse, want string
 	}{
-		// AdminService / CommonNodeLabelsManager's messages (Hadoop 3.3.6, 3.5.0).
-		{"org.apache.hadoop.yarn.exceptions.YarnException: java.io.IOException: Node-label-based scheduling is disabled. Please check yarn.node-labels.enabled", "yarn.node-labels.enabled=true"},
-		{"java.io.IOException: Error when invoke method=addToClusterNodeLabels because distributed node label configuration is enabled.", "configuration-type=centralized"},
+		// AdminService's and CommonNodeLabelsManager's messages (Hadoop 3.3.6, 3.5.0).
+		{"java.io.IOException: Error when invoke method=replaceLabelsOnNode because distributed node label configuration is enabled.", "configuration-type=centralized"},
 		{"java.io.IOException: Exclusivity cannot be modified for an existing label with : gpubroker-cordon", "non-exclusive"},
 	}
 	for _, tc := range cases {
-		e := newCordonEnv(t, []string{"g1"}, time.Minute, yarn.DecommissionConfig{})
-		e.labeler.refuse = tc.refuse
+		e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{})
+		l := &simLabeler{sim: e.sim, refuse: tc.refuse}
+		e.withLabeler(t, l, time.Minute)
 		ok, why := e.cordon.Available(ctx)
 		if ok || !strings.Contains(why, tc.want) {
 			t.Errorf("Available with %q = %v, %q; want false naming %q", tc.refuse, ok, why, tc.want)
 		}
-		e.labeler.refuse = ""
+		l.refuse = ""
 		if ok, _ := e.cordon.Available(ctx); ok {
 			t.Errorf("a recognised refusal was probed again")
 		}
@@ -48,15 +72,16 @@ func TestCordonProbeRecognisesWhatIsMissing(t *testing.T) {
 		}
 	}
 	// An unknown failure (the RM down) is no verdict: probed again.
-	e := newCordonEnv(t, []string{"g1"}, time.Minute, yarn.DecommissionConfig{})
-	e.labeler.refuse = "connection refused"
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{})
+	l := &simLabeler{sim: e.sim, refuse: "connection refused"}
+	e.withLabeler(t, l, time.Minute)
 	if ok, _ := e.cordon.Available(ctx); ok {
 		t.Fatal("Available through a failing admin port")
 	}
-	e.labeler.refuse = ""
+	l.refuse = ""
 	e.clk.Add(2 * time.Minute)
 	if ok, why := e.cordon.Available(ctx); !ok {
-		t.Fatalf("Available after the RM came back = false, %q", why)
+		t.Fatalf("Available after the RM came back = %v, %q", ok, why)
 	}
 }
 
@@ -70,7 +95,7 @@ func TestCordonProbeRefusesFairScheduler(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	client, _ := yarn.NewClient(yarn.Config{RMs: []string{srv.URL}})
-	l := &simLabeler{}
+	l := &countingLabeler{}
 	c, err := yarn.NewCordon(yarn.CordonConfig{Client: client, Admin: l})
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +106,19 @@ func TestCordonProbeRefusesFairScheduler(t *testing.T) {
 	if len(l.calls) != 0 {
 		t.Fatalf("label calls %q under the FairScheduler: want none", l.calls)
 	}
+}
+
+// countingLabeler counts the label calls it gets and answers none.
+type countingLabeler struct{ calls []string }
+
+func (l *countingLabeler) AddExclusiveLabel(_ context.Context, name string) error {
+	l.calls = append(l.calls, "add "+name)
+	return nil
+}
+
+func (l *countingLabeler) ReplaceLabelsOnNode(context.Context, map[string][]string, bool) error {
+	l.calls = append(l.calls, "replace")
+	return nil
 }
 
 // TestCordonEnsureReappliesAMissingLabel: a host the observation lists
@@ -107,7 +145,7 @@ func TestCordonEnsureReappliesAMissingLabel(t *testing.T) {
 		t.Fatalf("EnsureCordon on a cordoned host = %v, %v; want nothing done", again, err)
 	}
 	// The label store lost it.
-	if err := e.sim.SetNodeLabels("g1", nil); err != nil {
+	if err := e.sim.ReplaceNodeLabels(map[string][]string{"g1": {}}, true); err != nil {
 		t.Fatal(err)
 	}
 	observe()

@@ -3,7 +3,6 @@ package yarn_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -51,7 +50,8 @@ type decomEnv struct {
 
 	// cordon, set by newCordonEnv, labels hosts in the simulator.
 	cordon  *yarn.Cordon
-	labeler *simLabeler
+	labeler yarn.Labeler
+	rmadmin *rmadmin.Client
 	cfg     yarn.DecommissionConfig
 
 	mu       sync.Mutex
@@ -125,53 +125,51 @@ func newDecomEnv(t *testing.T, exName string, hosts []string, cfg yarn.Decommiss
 	if e.d, err = yarn.NewDecommissioner(cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.cfg = cfg
+	e.cfg, e.rmadmin = cfg, admin
 	return e
 }
 
-// simLabeler sets node labels in yarnsim as the RM's replaceLabelsOnNode
-// does; refuse, when set, is the RM's answer to adding a label.
+// simLabeler calls yarnsim's label store in process, as the RM's admin
+// protocol would; refuse, when set, is the RM's answer to every call
+// instead (a refusal yarnsim does not model, an unreachable RM).
 type simLabeler struct {
 	sim    *yarnsim.Sim
 	refuse string
-	mu     sync.Mutex
-	calls  []string
 }
 
 func (l *simLabeler) AddExclusiveLabel(_ context.Context, name string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls = append(l.calls, "add "+name)
 	if l.refuse != "" {
 		return errors.New(l.refuse)
 	}
-	return nil
+	return l.sim.AddClusterLabels([]yarnsim.ClusterLabel{{Name: name, Exclusive: true}})
 }
 
-func (l *simLabeler) ReplaceLabelsOnNode(_ context.Context, m map[string][]string, _ bool) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for host, labels := range m {
-		l.calls = append(l.calls, fmt.Sprintf("replace %s %v", host, labels))
-		if err := l.sim.SetNodeLabels(host, labels); err != nil {
-			return err
-		}
+func (l *simLabeler) ReplaceLabelsOnNode(_ context.Context, m map[string][]string, failOnUnknown bool) error {
+	if l.refuse != "" {
+		return errors.New(l.refuse)
 	}
-	return nil
+	return l.sim.ReplaceNodeLabels(m, failOnUnknown)
 }
 
-// newCordonEnv is newDecomEnv with the cordon: labels set in yarnsim, a
-// hold on the test's clock.
+// newCordonEnv is newDecomEnv with the cordon: node labels set through
+// the admin protocol (yarnsim's addToClusterNodeLabels and
+// replaceLabelsOnNodes), a hold on the test's clock.
 func newCordonEnv(t *testing.T, hosts []string, hold time.Duration, cfg yarn.DecommissionConfig) *decomEnv {
 	t.Helper()
 	e := newDecomEnv(t, "exclude.xml", hosts, cfg)
-	e.labeler = &simLabeler{sim: e.sim}
+	return e.withLabeler(t, yarn.RMAdminLabeler{Client: e.rmadmin}, hold)
+}
+
+// withLabeler gives e a cordon that sets labels through l.
+func (e *decomEnv) withLabeler(t *testing.T, l yarn.Labeler, hold time.Duration) *decomEnv {
+	t.Helper()
+	e.labeler = l
 	c, err := yarn.NewCordon(yarn.CordonConfig{Client: e.client, Admin: e.labeler, Hold: hold, Now: e.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.cordon = c
-	cfg = e.cfg
+	cfg := e.cfg
 	cfg.Cordon = c
 	if e.d, err = yarn.NewDecommissioner(cfg); err != nil {
 		t.Fatal(err)

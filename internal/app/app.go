@@ -341,17 +341,12 @@ func (m *Main) openYARN(ctx context.Context) error {
 // the cluster offers it: the cordon logs one warning naming what is
 // missing when it does not (and the broker then leaves busy YARN nodes
 // alone). An RM that cannot be reached now is probed again when the
-// cordon is next needed. Nil when nothing can set node labels.
+// cordon is next needed.
 func (m *Main) openCordon(ctx context.Context, client *yarn.Client, admin *rmadmin.Client) (*yarn.Cordon, error) {
 	yc := m.cfg.YARN
 	labeler := yc.Labeler
 	if labeler == nil {
 		labeler = rmadminLabeler(admin)
-	}
-	if labeler == nil {
-		m.log.Warn("yarn cordon unavailable: busy YARN nodes are left alone (no drain by attrition, no fence or preemption of a busy node)",
-			"missing", "the RM admin client cannot set node labels")
-		return nil, nil
 	}
 	c, err := yarn.NewCordon(yarn.CordonConfig{Client: client, Admin: labeler, Label: yc.CordonLabel, Hold: yc.CordonHold, Logger: m.log})
 	if err != nil {
@@ -558,6 +553,5 @@ func StoreBounds(st *store.Store) func(ctx context.Context, pool string) (int, i
 	}
 }
 
-// rmadminLabeler returns the RM admin client as the cordon's Labeler, or
-// nil while the client cannot set node labels.
-func rmadminLabeler(*rmadmin.Client) yarn.Labeler { return nil }
+// rmadminLabeler returns the RM admin client as the cordon's Labeler.
+func rmadminLabeler(c *rmadmin.Client) yarn.Labeler { return yarn.RMAdminLabeler{Client: c} }
