@@ -74,6 +74,22 @@ journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
 executor: a transfer that cannot drain gives the node back~broker/engine/executor.go~if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {~if false {
+yarncordon: a cordon's prior is journaled before it is applied~broker/engine/cordon.go~return s.save(), true, false\n\t}\n\tif err := act.Cordon(ctx, s.op.Node)~rec = s.data.Cordon\n\t}\n\tif err := act.Cordon(ctx, s.op.Node)~./broker/engine/
+yarncordon: undoing a cordon restores the journaled labels~broker/engine/cordon.go~if err := c.Uncordon(ctx, s.op.Node, rec.Prior); err != nil {~if err := c.Uncordon(ctx, s.op.Node, nil); err != nil {~./broker/engine/
+yarncordon: a missing cordon is re-applied after each observation~broker/engine/runtime.go~r.ensureCordons(ctx)~_ = ctx~./broker/engine/
+yarncordon: without a cordon, drain by attrition is off~broker/engine/cordon.go~p.YARNDrainByAttrition = false~p.YARNDrainByAttrition = true~./broker/engine/
+yarncordon: a YARN preemption cordons before signalling victims~broker/engine/executor.go~if next, progressed, done := r.cordonNode(ctx, s, broker.SourceYARN, act); !done {\n\t\treturn next, progressed, false\n\t}~_ = act~./broker/engine/
+yarncordon: the fence is the cordon, not the exclude file~broker/engine/fence.go~if labelled && r.cordonUnavailable(ctx, side) == "" {~if labelled && false {~./broker/engine/
+yarncordon: the fence counts every YARN container~broker/engine/fence.go~return w.GPUs > 0 || side == broker.SourceYARN~return w.GPUs > 0~./broker/engine/
+yarncordon: the cordon comes off once the node is released~broker/engine/executor.go~if err := r.uncordonNode(ctx, s, side); err != nil {\n\t\t\t\treturn s.retry(err)\n\t\t\t}\n\t\t\tr.log.Info(~if false {\n\t\t\t\treturn s.retry(nil)\n\t\t\t}\n\t\t\tr.log.Info(~./broker/engine/
+yarncordon: give-back restores the labels~broker/engine/executor.go~if err := r.uncordonNode(ctx, s, from); err != nil {~if err := r.uncordonNode(ctx, s, broker.Source("none")); err != nil {~./broker/engine/
+yarncordon: work lost on a released node is recorded~broker/engine/executor.go~if len(st.Lost) > 0 && s.data.Lost == nil {~if false {~./broker/engine/
+yarncordon: a busy host never enters the exclude file~yarn/decommission.go~if len(running) > 0 {\n\t\trs := broker.ReleaseStatus{Remaining: running}~if len(running) > 0 && false {\n\t\trs := broker.ReleaseStatus{Remaining: running}~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
+yarncordon: a DECOMMISSIONED placeholder is never a release~yarn/decommission.go~case placeholder(n):~case false:~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
+yarncordon: the exclude file only after the cordon held the empty host~yarn/decommission.go~if d.cordonAvailable(ctx) && held < hold {~if false {~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
+yarncordon: a released host's last-seen work is reported lost~yarn/decommission.go~return broker.ReleaseStatus{Drained: true, Lost: lost}, nil~return broker.ReleaseStatus{Drained: true}, nil~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
+yarncordon: a cordon missing from the RM is re-applied~yarn/cordon.go~if !listed || slices.Contains(labels, c.cfg.Label) {~if !listed || true {~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
+yarncordon: the probe names a cluster without node labels~yarn/cordon.go~if why, known := labelRefusal(err); known {\n\t\t\treturn false, true, why\n\t\t}\n\t\treturn false, false, fmt.Sprintf("add node label~if why, known := labelRefusal(err); known && false {\n\t\t\treturn false, true, why\n\t\t}\n\t\treturn false, false, fmt.Sprintf("add node label~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
 EOF
 )
 
