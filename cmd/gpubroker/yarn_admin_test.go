@@ -136,7 +136,10 @@ func TestYARNCommandsGoThroughTheJournal(t *testing.T) {
 	// The leader: the broker assembled as serve assembles it.
 	m, err := app.Open(ctx, app.Config{Store: st, Cloud: app.CloudConfig{NodePool: noPools{}},
 		YARN: app.YARNConfig{RM: []string{srv.URL}, AdminAddress: []string{addr}, ExcludeFile: exclude,
-			RestartNodeManager: admin.RestartNodeManager},
+			RestartNodeManager: admin.RestartNodeManager,
+			// yarnsim launches a container as it allocates it: the
+			// cordon's hold may be a second here.
+			CordonHold: time.Second},
 		Period: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
