@@ -48,6 +48,10 @@ type ReleaseStatus struct {
 	// release that compares the live work with the plan; the drain evicted
 	// nothing of it, and the executor gives the node back.
 	Unplanned []string
+	// Lost names work that was running on the node at the side's last
+	// look and ended without the release stopping it (YARN: a NodeManager
+	// an RM failover shut down). The executor records it in the op.
+	Lost []string
 }
 
 // CapacitySample is GPUs by state on one side at one time, for the

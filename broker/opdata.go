@@ -92,6 +92,46 @@ type OpData struct {
 	Fenced   []Owner   `json:"fenced,omitempty"`
 	FencedAt time.Time `json:"fenced_at,omitzero"`
 	Checked  []Owner   `json:"checked,omitempty"`
+	// Cordon is the side cordon that keeps new work off the node while
+	// its running work stays (YARN: the broker's exclusive node label),
+	// journaled before it is applied so that a crash still undoes it
+	// exactly. Nil while the op has not cordoned the node.
+	Cordon *CordonRecord `json:"cordon,omitempty"`
+	// Lost records work that ended on the node while the op held it
+	// although nothing the op did could stop it (an RM failover that shut
+	// a NodeManager down): the release goes on, but never silently.
+	Lost *WorkLost `json:"lost,omitempty"`
+}
+
+// CordonRecord is a cordon an op put on a node, and what it replaced.
+type CordonRecord struct {
+	// Side is the side whose scheduler the cordon holds off.
+	Side Source `json:"side"`
+	// Prior is the node's state the cordon replaces (YARN: the host's node
+	// labels, empty for the default partition): undoing the cordon puts
+	// back exactly this.
+	Prior []string `json:"prior"`
+	// Applied is set once the side accepted the cordon; Undone once Prior
+	// was restored.
+	Applied bool `json:"applied,omitempty"`
+	Undone  bool `json:"undone,omitempty"`
+}
+
+// Holds reports whether the cordon is on the node as far as the journal
+// knows: applied and not undone.
+func (c *CordonRecord) Holds() bool { return c != nil && c.Applied && !c.Undone }
+
+// WorkLost is work that ended on a node an op held, not by the op's doing.
+type WorkLost struct {
+	// At is when the side reported the work gone.
+	At time.Time `json:"at"`
+	// Containers and Apps name what was lost; GPUHours is the GPU time
+	// the lost work had run, from the last observation that held it.
+	Containers []string `json:"containers,omitempty"`
+	Apps       []string `json:"apps,omitempty"`
+	GPUHours   float64  `json:"gpu_hours"`
+	// Why is what the side reported.
+	Why string `json:"why"`
 }
 
 // EncodeOpData encodes an op's step data for the journal. json.Marshal fails

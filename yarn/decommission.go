@@ -36,9 +36,15 @@ type DecommissionConfig struct {
 	Admin Admin
 	// Exclude is the exclude file the RM reads at refresh.
 	Exclude *ExcludeFile
-	// CordonTimeout is the graceful timeout of a decommission started by
-	// Cordon, which has no deadline of its own (default 24h).
-	CordonTimeout time.Duration
+	// Cordon is the cordon (an exclusive node label) that holds a busy
+	// node: Cordon applies it, Release decommissions only a host that it
+	// has held empty for its Hold. Nil: there is no cordon, busy nodes are
+	// left alone, and Release decommissions only a host that is empty.
+	Cordon *Cordon
+	// ShortTimeout is the graceful timeout a decommission gets once its
+	// DECOMMISSIONING host is empty (default 1s): the RM otherwise keeps
+	// it DECOMMISSIONING while any application that ran there runs.
+	ShortTimeout time.Duration
 	// HTTP reaches NodeManager REST APIs for container names (default: a
 	// client with a 3s timeout). A NodeManager that does not answer is
 	// reported by its container count alone.
@@ -87,6 +93,12 @@ type Decommissioner struct {
 	// GRACEFUL_SHUTDOWN (see preempt.go). It is a cache: after a restart
 	// the grace period starts again.
 	evicting map[string]eviction
+	// running is, per host being released, the containers at the last
+	// look that found any, and decomSince since when Release has seen the
+	// host DECOMMISSIONING without a gap. Caches: after a restart a loss is
+	// not named and the wait before a short timeout starts again.
+	running    map[string][]string
+	decomSince map[string]time.Time
 }
 
 type restartRun struct {
@@ -106,11 +118,11 @@ func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 	if cfg.Client == nil || cfg.Admin == nil || cfg.Exclude == nil {
 		return nil, errors.New("yarn decommissioner: Client, Admin and Exclude must be set")
 	}
-	if cfg.CordonTimeout == 0 {
-		cfg.CordonTimeout = 24 * time.Hour
+	if cfg.ShortTimeout == 0 {
+		cfg.ShortTimeout = time.Second
 	}
-	if cfg.CordonTimeout < 0 {
-		return nil, errors.New("yarn decommissioner: CordonTimeout must not be negative")
+	if cfg.ShortTimeout < time.Second {
+		return nil, errors.New("yarn decommissioner: ShortTimeout must be at least 1s")
 	}
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 3 * time.Second}
@@ -134,7 +146,7 @@ func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 		return nil, errors.New("yarn decommissioner: RestartInterval, EvictGrace and DeadlineMargin must not be negative")
 	}
 	return &Decommissioner{cfg: cfg, seen: map[string]*decomState{}, restarted: map[string]restartRun{},
-		evicting: map[string]eviction{}}, nil
+		evicting: map[string]eviction{}, running: map[string][]string{}, decomSince: map[string]time.Time{}}, nil
 }
 
 // Source reports the YARN side.
@@ -261,28 +273,34 @@ func (d *Decommissioner) status(ctx context.Context, host string, n nodeInfo) De
 // in state s, i.e. a refresh has not taken effect.
 func schedulable(s string) bool { return s == "RUNNING" || s == "UNHEALTHY" || s == "NEW" }
 
-// Release decommissions node gracefully with the time left until deadline,
-// less DeadlineMargin, as its timeout, and reports the containers still
-// running. A zero
-// deadline asks for an infinite graceful timeout (-1 in the exclude file):
-// the node takes no new containers and leaves YARN when its running work
-// ends, which is how idle reclaim drains a busy node by attrition. A
-// deadline already past gives the shortest timeout (1s), never an
-// infinite one.
+// Release takes node out of YARN without killing anything, one step per
+// call, and reports how far it has come. The deadline bounds only the
+// executor's wait: no finite graceful timeout is ever given to a host that
+// runs a container.
 //
-// Drained is reported only once the RM lists the host DECOMMISSIONED (or
-// LOST or SHUTDOWN with no containers). When the RM does not list the
-// host (an RM restart or HA failover: the new active RM lists
-// NodeManagers as they re-register) or cannot be asked (refreshNodes
-// failed or reached only a standby, the REST API failed), the status is
-// Unknown with the reason and nil error: unknown is never drained, and the
-// executor waits, never terminates.
-func (d *Decommissioner) Release(ctx context.Context, node string, deadline time.Time) (broker.ReleaseStatus, error) {
-	timeout := InfiniteTimeout
-	if !deadline.IsZero() {
-		timeout = max(deadline.Sub(d.cfg.Now())-d.cfg.DeadlineMargin, time.Second)
-	}
-	st, err := d.Decommission(ctx, node, timeout)
+//   - While the RM lists any container on the host (numContainers, any
+//     application, ApplicationMasters included) or its NodeManager does,
+//     the host stays out of the exclude file: Remaining names them. The
+//     cordon (Cordon, applied by the executor before Release) keeps new
+//     ones off it and survives an RM failover; an excluded busy host
+//     would not (a new active RM shuts its NodeManager down).
+//   - An empty host enters the exclude file with an infinite timeout (-1)
+//     only once the cordon has held for its Hold (see DefaultCordonHold:
+//     no allocated-but-not-launched container can be there then); without
+//     a cordon, at once.
+//   - A DECOMMISSIONING host that is empty gets the ShortTimeout (the RM
+//     otherwise waits for every application that ran there to end) once it
+//     has been cordoned or DECOMMISSIONING for the Hold.
+//   - Drained comes only from a real DECOMMISSIONED entry (or LOST or
+//     SHUTDOWN with no containers). A DECOMMISSIONED placeholder (node id
+//     host:-1, no HTTP address, version unknown) means an RM restarted
+//     and listed the exclude file: Unknown, so the executor re-observes.
+//     A host the RM does not list, or an RM that cannot be asked, is
+//     Unknown too. Containers seen at the last look that are gone when
+//     the host is found released were lost to something other than this
+//     release (a failover's SHUTDOWN): Lost names them.
+func (d *Decommissioner) Release(ctx context.Context, node string, _ time.Time) (broker.ReleaseStatus, error) {
+	st, err := d.release(ctx, node)
 	if err != nil {
 		var re rmError
 		if !errors.As(err, &re) || ctx.Err() != nil {
@@ -291,27 +309,202 @@ func (d *Decommissioner) Release(ctx context.Context, node string, deadline time
 		d.cfg.Logger.Warn("yarn release state unknown", "node", node, "err", err)
 		return broker.ReleaseStatus{Unknown: err.Error()}, nil
 	}
-	if st.Done {
-		if st.TimedOut {
-			d.cfg.Logger.Warn("yarn graceful decommission timed out", "node", node, "cut_off", st.CutOff)
-		}
-		return broker.ReleaseStatus{Drained: true}, nil
-	}
-	if st.State == "" {
-		return broker.ReleaseStatus{Unknown: fmt.Sprintf("the RM does not list host %s (an RM restart or failover lists NodeManagers only as they register again)", node)}, nil
-	}
-	rs := broker.ReleaseStatus{Remaining: st.Containers}
-	if st.State != "DECOMMISSIONING" {
-		rs.BlockedBy = "node is " + st.State
-	}
-	return rs, nil
+	return st, nil
 }
 
-// Cordon starts a graceful decommission with the configured CordonTimeout:
-// no new containers land on node; running ones finish.
+func (d *Decommissioner) release(ctx context.Context, host string) (broker.ReleaseStatus, error) {
+	n, err := d.node(ctx, host)
+	if err != nil {
+		return broker.ReleaseStatus{}, rmError{err}
+	}
+	now := d.cfg.Now()
+	if d.cfg.Cordon != nil && n.State != "" && !placeholder(n) {
+		d.cfg.Cordon.seen(host, n.NodeLabels, now)
+	}
+	switch {
+	case n.State == "":
+		return broker.ReleaseStatus{Unknown: fmt.Sprintf("the RM does not list host %s (an RM restart or failover lists NodeManagers only as they register again)", host)}, nil
+	case placeholder(n):
+		// IMPORTANT: never a release. The RM made this entry from the
+		// exclude file when it became active; the NodeManager has not
+		// registered with it yet (or was told to shut down).
+		return broker.ReleaseStatus{Unknown: fmt.Sprintf("the RM lists host %s only as a DECOMMISSIONED placeholder (%s): it restarted or failed over; waiting for the NodeManager's own entry", host, n.ID)}, nil
+	case n.State == "DECOMMISSIONED", (n.State == "LOST" || n.State == "SHUTDOWN") && n.NumContainers == 0:
+		d.mu.Lock()
+		lost := d.running[host]
+		delete(d.running, host)
+		delete(d.decomSince, host)
+		d.mu.Unlock()
+		if len(lost) > 0 {
+			d.cfg.Logger.Warn("yarn node released with work lost", "node", host, "state", n.State, "lost", lost)
+		}
+		return broker.ReleaseStatus{Drained: true, Lost: lost}, nil
+	}
+	var running []string
+	if n.NumContainers > 0 {
+		running = d.containers(ctx, n)
+	} else if nm, ok := d.nmContainers(ctx, n); ok {
+		running = nm // the NodeManager knows containers the RM does not count yet
+	}
+	d.mu.Lock()
+	if len(running) > 0 {
+		d.running[host] = slices.Clone(running)
+	}
+	if n.State == "DECOMMISSIONING" {
+		if _, ok := d.decomSince[host]; !ok {
+			d.decomSince[host] = now
+		}
+	} else {
+		delete(d.decomSince, host)
+	}
+	decomFor := now.Sub(d.decomSince[host])
+	d.mu.Unlock()
+	if len(running) > 0 {
+		rs := broker.ReleaseStatus{Remaining: running}
+		if n.State == "DECOMMISSIONING" {
+			rs.BlockedBy = "node is DECOMMISSIONING with containers (its graceful timeout stays infinite)"
+		} else {
+			rs.BlockedBy = "waiting for its containers to end under the cordon (the host enters the exclude file only when empty)"
+		}
+		return rs, nil
+	}
+	held, listed, hold := d.cordonHeld(ctx, host)
+	if n.State == "DECOMMISSIONING" {
+		// Empty: a short timeout ends the RM's wait for the applications
+		// that ran there. IMPORTANT: only after the hold, so nothing
+		// allocated before the node stopped taking work can be there.
+		if held < hold && decomFor < hold {
+			return broker.ReleaseStatus{BlockedBy: fmt.Sprintf("empty and DECOMMISSIONING for %s; the short timeout waits for %s", decomFor.Round(time.Second), hold)}, nil
+		}
+		if err := d.decommission(ctx, host, n, d.cfg.ShortTimeout); err != nil {
+			return broker.ReleaseStatus{}, err
+		}
+		return broker.ReleaseStatus{BlockedBy: "empty and DECOMMISSIONING with the short timeout " + d.cfg.ShortTimeout.String()}, nil
+	}
+	if !schedulable(n.State) {
+		return broker.ReleaseStatus{BlockedBy: "node is " + n.State}, nil
+	}
+	if d.cordonAvailable(ctx) && held < hold {
+		// IMPORTANT: the exclude file only for a host the cordon has held
+		// empty for the hold; an excluded host loses its work at the next
+		// RM failover, and the hold rules out an allocation not yet
+		// launched.
+		why := fmt.Sprintf("empty under the cordon for %s of the %s hold before it may be decommissioned", held.Round(time.Second), hold)
+		if !listed {
+			why = "empty, but the RM does not list the cordon on it"
+		}
+		return broker.ReleaseStatus{BlockedBy: why}, nil
+	}
+	if err := d.decommission(ctx, host, n, InfiniteTimeout); err != nil {
+		return broker.ReleaseStatus{}, err
+	}
+	return broker.ReleaseStatus{BlockedBy: "empty; graceful decommission requested without a timeout"}, nil
+}
+
+// cordonHeld reports how long the cordon has held host (listed: the RM
+// lists the label on it), and the hold Release needs before a
+// decommission: the cordon's, or without one DefaultCordonHold, which a
+// DECOMMISSIONING host must then have been empty for before its short
+// timeout (an older scheduler may still place containers on it).
+func (d *Decommissioner) cordonHeld(ctx context.Context, host string) (held time.Duration, listed bool, hold time.Duration) {
+	if !d.cordonAvailable(ctx) {
+		return 0, false, DefaultCordonHold
+	}
+	held, listed = d.cfg.Cordon.HeldFor(host)
+	return held, listed, d.cfg.Cordon.Hold()
+}
+
+// cordonAvailable reports whether the cordon is configured and the
+// cluster offers it.
+func (d *Decommissioner) cordonAvailable(ctx context.Context) bool {
+	if d.cfg.Cordon == nil {
+		return false
+	}
+	ok, _ := d.cfg.Cordon.Available(ctx)
+	return ok
+}
+
+// decommission writes host into the exclude file with timeout (an
+// infinite entry is shortened to a finite one, never lengthened) and asks
+// the RM to refresh gracefully.
+func (d *Decommissioner) decommission(ctx context.Context, host string, n nodeInfo, timeout time.Duration) error {
+	// IMPORTANT: the exclude file is written before refreshNodes: the RM
+	// reads the file at refresh.
+	changed, err := d.cfg.Exclude.Add(host, timeout)
+	if err != nil {
+		return err
+	}
+	if !changed && !schedulable(n.State) {
+		return nil // the RM has it already
+	}
+	if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
+		return rmError{fmt.Errorf("decommission %s: %w", host, err)}
+	}
+	d.cfg.Logger.Info("yarn node decommission requested", "node", host, "timeout", timeoutText(timeout), "state", n.State)
+	d.mu.Lock()
+	delete(d.restarted, host) // a new cycle: the next Admit restarts it
+	d.mu.Unlock()
+	return nil
+}
+
+// placeholder reports whether n is the entry an RM makes from its exclude
+// file when it becomes active (NodesListManager.setDecommissionedNMs: an
+// RMNodeImpl for host:-1 with no HTTP port and version "unknown"), not a
+// NodeManager it decommissioned.
+func placeholder(n nodeInfo) bool {
+	if n.State != "DECOMMISSIONED" {
+		return false
+	}
+	_, port, _ := strings.Cut(n.ID, ":")
+	_, httpPort, _ := strings.Cut(n.NodeHTTPAddress, ":")
+	return port == "-1" || httpPort == "-1" || n.NodeHTTPAddress == "" || strings.EqualFold(n.Version, "unknown")
+}
+
+// Cordon stops new containers from landing on node, keeping running ones:
+// the cordon label (see Cordon). Without a cordon it fails: the exclude
+// file is no cordon (a failover kills what runs on an excluded host).
 func (d *Decommissioner) Cordon(ctx context.Context, node string) error {
-	_, err := d.Decommission(ctx, node, d.cfg.CordonTimeout)
-	return err
+	if d.cfg.Cordon == nil {
+		return fmt.Errorf("cordon %s: no yarn cordon is configured (yarn.cordon_label)", node)
+	}
+	return d.cfg.Cordon.Apply(ctx, node)
+}
+
+var _ engine.Cordoner = (*Decommissioner)(nil)
+
+// CordonAvailable reports whether the cluster offers the cordon, and if
+// not, what is missing.
+func (d *Decommissioner) CordonAvailable(ctx context.Context) (bool, string) {
+	if d.cfg.Cordon == nil {
+		return false, "no yarn cordon is configured"
+	}
+	return d.cfg.Cordon.Available(ctx)
+}
+
+// CordonPrior returns node's labels less the cordon label, for the
+// executor to journal before Cordon replaces them.
+func (d *Decommissioner) CordonPrior(ctx context.Context, node string) ([]string, error) {
+	if d.cfg.Cordon == nil {
+		return nil, fmt.Errorf("cordon %s: no yarn cordon is configured", node)
+	}
+	return d.cfg.Cordon.Prior(ctx, node)
+}
+
+// Uncordon restores node's labels to prior.
+func (d *Decommissioner) Uncordon(ctx context.Context, node string, prior []string) error {
+	if d.cfg.Cordon == nil {
+		return fmt.Errorf("uncordon %s: no yarn cordon is configured", node)
+	}
+	return d.cfg.Cordon.Undo(ctx, node, prior)
+}
+
+// EnsureCordon re-applies the cordon on node when the latest observation
+// lists it without the label.
+func (d *Decommissioner) EnsureCordon(ctx context.Context, node string) (bool, error) {
+	if d.cfg.Cordon == nil {
+		return false, nil
+	}
+	return d.cfg.Cordon.Ensure(ctx, node)
 }
 
 // Admit recommissions node: it leaves the exclude file and the RM
@@ -522,12 +715,18 @@ func resourceValue(r *resourceInfo, name string, legacy func(*resourceInfo) flex
 	return int64(legacy(r))
 }
 
-// node returns host's RM record; State is "" when the RM does not know it.
-// A host that appears twice (a restarted NodeManager) is taken in its
-// live entry.
+// node returns host's RM record (see nodeOf).
 func (d *Decommissioner) node(ctx context.Context, host string) (nodeInfo, error) {
+	return nodeOf(ctx, d.cfg.Client, host)
+}
+
+// nodeOf returns host's RM record; State is "" when the RM does not know
+// it. A host that appears twice (a restarted NodeManager; a placeholder
+// beside the entry of the NodeManager that registered again) is taken in
+// its live entry, else its real one.
+func nodeOf(ctx context.Context, c *Client, host string) (nodeInfo, error) {
 	var resp nodesResponse
-	if _, err := d.cfg.Client.Get(ctx, PathNodes, &resp); err != nil {
+	if _, err := c.Get(ctx, PathNodes, &resp); err != nil {
 		return nodeInfo{}, fmt.Errorf("read state of node %s: %w", host, err)
 	}
 	var found nodeInfo
@@ -542,7 +741,9 @@ func (d *Decommissioner) node(ctx context.Context, host string) (nodeInfo, error
 		if h != host {
 			continue
 		}
-		if found.State == "" || (!liveNodeState(found.State) && liveNodeState(n.State)) || found.State == "DECOMMISSIONED" && n.State == "DECOMMISSIONING" {
+		if found.State == "" || (!liveNodeState(found.State) && liveNodeState(n.State)) ||
+			found.State == "DECOMMISSIONED" && n.State == "DECOMMISSIONING" ||
+			placeholder(found) && n.State == "DECOMMISSIONED" && !placeholder(n) {
 			found = n
 		}
 	}
@@ -550,20 +751,29 @@ func (d *Decommissioner) node(ctx context.Context, host string) (nodeInfo, error
 }
 
 // containers names the containers running on n from its NodeManager's
-// REST API (/ws/v1/node/containers); when that does not answer, a count.
+// REST API (/ws/v1/node/containers); when that does not answer, or lists
+// none while the RM still counts some, a count.
 func (d *Decommissioner) containers(ctx context.Context, n nodeInfo) []string {
-	count := []string{strconv.Itoa(int(n.NumContainers)) + " containers"}
+	if out, ok := d.nmContainers(ctx, n); ok && len(out) > 0 {
+		return out
+	}
+	return []string{strconv.Itoa(int(n.NumContainers)) + " containers"}
+}
+
+// nmContainers lists the live containers n's NodeManager reports, and
+// false when it does not answer.
+func (d *Decommissioner) nmContainers(ctx context.Context, n nodeInfo) ([]string, bool) {
 	if n.NodeHTTPAddress == "" {
-		return count
+		return nil, false
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.NodeHTTPAddress+"/ws/v1/node/containers", nil)
 	if err != nil {
-		return count
+		return nil, false
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := d.cfg.HTTP.Do(req)
 	if err != nil {
-		return count
+		return nil, false
 	}
 	defer resp.Body.Close()
 	var body struct {
@@ -574,22 +784,21 @@ func (d *Decommissioner) containers(ctx context.Context, n nodeInfo) []string {
 			}] `json:"container"`
 		} `json:"containers"`
 	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil || body.Containers == nil {
-		return count
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return nil, false
 	}
 	var out []string
-	for _, c := range body.Containers.Container {
-		switch c.State {
-		case "COMPLETE", "DONE", "EXITED_WITH_SUCCESS", "EXITED_WITH_FAILURE":
-			continue
+	if body.Containers != nil {
+		for _, c := range body.Containers.Container {
+			switch c.State {
+			case "COMPLETE", "DONE", "EXITED_WITH_SUCCESS", "EXITED_WITH_FAILURE":
+				continue
+			}
+			out = append(out, c.ID)
 		}
-		out = append(out, c.ID)
 	}
 	slices.Sort(out)
-	if len(out) == 0 {
-		return count // the RM still counts them: not yet reported done
-	}
-	return out
+	return out, true
 }
 
 // NodeManagerRestartCommand returns a RestartNodeManager hook that runs

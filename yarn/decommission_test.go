@@ -48,6 +48,12 @@ type decomEnv struct {
 	d      *yarn.Decommissioner
 	clk    *clock
 
+	// cordon, set by newCordonEnv, labels hosts in the simulator.
+	cordon  *yarn.Cordon
+	labeler yarn.Labeler
+	rmadmin *rmadmin.Client
+	cfg     yarn.DecommissionConfig
+
 	mu       sync.Mutex
 	requests []string
 	// noSignal makes the RM answer the container signal API with 404, as
@@ -119,6 +125,55 @@ func newDecomEnv(t *testing.T, exName string, hosts []string, cfg yarn.Decommiss
 	if e.d, err = yarn.NewDecommissioner(cfg); err != nil {
 		t.Fatal(err)
 	}
+	e.cfg, e.rmadmin = cfg, admin
+	return e
+}
+
+// simLabeler calls yarnsim's label store in process, as the RM's admin
+// protocol would; refuse, when set, is the RM's answer to every call
+// instead (a refusal yarnsim does not model, an unreachable RM).
+type simLabeler struct {
+	sim    *yarnsim.Sim
+	refuse string
+}
+
+func (l *simLabeler) AddExclusiveLabel(_ context.Context, name string) error {
+	if l.refuse != "" {
+		return errors.New(l.refuse)
+	}
+	return l.sim.AddClusterLabels([]yarnsim.ClusterLabel{{Name: name, Exclusive: true}})
+}
+
+func (l *simLabeler) ReplaceLabelsOnNode(_ context.Context, m map[string][]string, failOnUnknown bool) error {
+	if l.refuse != "" {
+		return errors.New(l.refuse)
+	}
+	return l.sim.ReplaceNodeLabels(m, failOnUnknown)
+}
+
+// newCordonEnv is newDecomEnv with the cordon: node labels set through
+// the admin protocol (yarnsim's addToClusterNodeLabels and
+// replaceLabelsOnNodes), a hold on the test's clock.
+func newCordonEnv(t *testing.T, hosts []string, hold time.Duration, cfg yarn.DecommissionConfig) *decomEnv {
+	t.Helper()
+	e := newDecomEnv(t, "exclude.xml", hosts, cfg)
+	return e.withLabeler(t, yarn.RMAdminLabeler{Client: e.rmadmin}, hold)
+}
+
+// withLabeler gives e a cordon that sets labels through l.
+func (e *decomEnv) withLabeler(t *testing.T, l yarn.Labeler, hold time.Duration) *decomEnv {
+	t.Helper()
+	e.labeler = l
+	c, err := yarn.NewCordon(yarn.CordonConfig{Client: e.client, Admin: e.labeler, Hold: hold, Now: e.clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cordon = c
+	cfg := e.cfg
+	cfg.Cordon = c
+	if e.d, err = yarn.NewDecommissioner(cfg); err != nil {
+		t.Fatal(err)
+	}
 	return e
 }
 
@@ -142,61 +197,104 @@ func until(t *testing.T, what string, cond func() bool) {
 
 // TestDecommissionerSideActions drives the SideActions contract the way
 // the executor does (repeated calls) against yarnsim's REST and admin
-// ports.
+// ports: a busy host never enters the exclude file, whatever the
+// deadline; an empty one does, without a timeout, and is released only
+// once DECOMMISSIONED; Cordon labels a host without stopping its work.
 func TestDecommissionerSideActions(t *testing.T) {
 	ctx := testCtx(t)
-	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2"}, yarn.DecommissionConfig{})
+	e := newCordonEnv(t, []string{"g1", "g2", "g3"}, time.Minute, yarn.DecommissionConfig{})
 	var act engine.SideActions = e.d
 
-	// g1 runs a container for 300 ms: Release waits for it.
+	// g1 runs a container for 300 ms: Release waits for it under the
+	// cordon, with a deadline already past too.
 	if _, err := e.admin.RunOn("a", "g1", 2, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	deadline := e.clk.Now().Add(time.Minute)
-	st, err := act.Release(ctx, "g1", deadline)
-	if err != nil {
+	if err := act.Cordon(ctx, "g1"); err != nil {
 		t.Fatal(err)
 	}
-	if st.Drained || len(st.Remaining) != 1 || st.Unknown != "" {
-		t.Fatalf("first Release = %+v, want one container remaining", st)
+	for _, deadline := range []time.Time{{}, e.clk.Now().Add(-time.Hour)} {
+		st, err := act.Release(ctx, "g1", deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Drained || len(st.Remaining) != 1 || st.Unknown != "" {
+			t.Fatalf("Release of a busy host = %+v, want one container remaining", st)
+		}
+		if hs, _ := e.ex.Hosts(); len(hs) != 0 {
+			t.Fatalf("exclude file = %+v while g1 runs a container: want it empty", hs)
+		}
 	}
+	until(t, "g1 empty", func() bool {
+		st, err := act.Release(ctx, "g1", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Remaining) == 0
+	})
+	// Empty, but the cordon has not held for the hold: not excluded yet.
+	if st, _ := act.Release(ctx, "g1", time.Time{}); st.Drained || !strings.Contains(st.BlockedBy, "hold") {
+		t.Fatalf("Release of g1 empty before the hold = %+v", st)
+	}
+	if hs, _ := e.ex.Hosts(); len(hs) != 0 {
+		t.Fatalf("exclude file = %+v before the hold", hs)
+	}
+	e.clk.Add(time.Minute)
 	until(t, "drained g1", func() bool {
-		if st, err = act.Release(ctx, "g1", deadline); err != nil {
+		st, err := act.Release(ctx, "g1", time.Time{})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return st.Drained
 	})
-	// The RM's timeout ends before the executor's deadline (by the 30s
-	// margin), so the node is DECOMMISSIONED before the executor gives up.
-	if hs, _ := e.ex.Hosts(); len(hs) != 1 || hs[0].Name != "g1" || hs[0].Timeout != 30*time.Second {
-		t.Fatalf("exclude file = %+v, want g1 with the minute left less 30s", hs)
+	if to, ok := excluded(t, e.ex, "g1"); !ok || to >= 0 && to > time.Second {
+		t.Fatalf("g1 excluded %v with %s, want -1 (or the short timeout once empty)", ok, to)
 	}
 
-	// Cordon starts a graceful decommission; Admit before it ends makes
-	// the node RUNNING again without a restart.
+	// Cordon labels g2: its container runs on, and a new default-partition
+	// ask does not land there.
 	if _, err := e.admin.RunOn("a", "g2", 1, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := act.Cordon(ctx, "g2"); err != nil {
-		t.Fatal(err)
+	prior, err := e.d.CordonPrior(ctx, "g2")
+	if err != nil || len(prior) != 0 {
+		t.Fatalf("CordonPrior(g2) = %v, %v; want the default partition", prior, err)
 	}
-	if err := act.Cordon(ctx, "g2"); err != nil {
-		t.Fatal(err)
-	}
-	if s := state(t, ctx, e.client, "g2"); s != "DECOMMISSIONING" {
-		t.Fatalf("g2 is %s after Cordon, want DECOMMISSIONING", s)
-	}
-	if err := act.Admit(ctx, "g2"); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if err := act.Cordon(ctx, "g2"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if s := state(t, ctx, e.client, "g2"); s != "RUNNING" {
-		t.Fatalf("g2 is %s after Admit, want RUNNING", s)
+		t.Fatalf("g2 is %s after Cordon, want RUNNING", s)
+	}
+	obs, err := e.client.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := obs.Node("g2"); n.Containers != 1 || !slices.Equal(n.Labels, []string{yarn.DefaultCordonLabel}) {
+		t.Fatalf("g2 after Cordon: %d containers, labels %v", n.Containers, n.Labels)
+	}
+	if err := e.d.Uncordon(ctx, "g2", prior); err != nil {
+		t.Fatal(err)
+	}
+	if obs, _ = e.client.Observe(ctx); len(mustNode(t, obs, "g2").Labels) != 0 {
+		t.Fatalf("g2 labels after Uncordon: %v, want none", mustNode(t, obs, "g2").Labels)
 	}
 	// An unreachable admin port is an error, not a silent success.
 	e.admin.Close()
 	if _, err := e.d.Decommission(ctx, "g2", time.Minute); err == nil {
 		t.Fatal("decommission with the admin port closed succeeded")
 	}
+}
+
+func mustNode(t *testing.T, obs *yarn.Observation, host string) yarn.Node {
+	t.Helper()
+	n, ok := obs.Node(host)
+	if !ok {
+		t.Fatalf("no node %s", host)
+	}
+	return n
 }
 
 // TestReleaseDrainedOnlyWhenDecommissioned: an idle node is reported
@@ -301,58 +399,43 @@ func TestReleaseUnknownIsNeverDrained(t *testing.T) {
 	})
 }
 
-// TestReleaseInfiniteTimeout: a zero deadline writes -1 into the exclude
-// file and the RM never cuts the node's container off, while a finite
-// timeout on another node runs out; a past deadline is never infinite.
-func TestReleaseInfiniteTimeout(t *testing.T) {
+// TestReleaseWithoutCordonLeavesBusyHostsAlone: without a cordon a busy
+// host never enters the exclude file (an RM failover would shut its
+// NodeManager down with its containers), whatever the deadline, while an
+// idle one is decommissioned without a timeout; the plain exclude file,
+// which cannot say -1, is refused.
+func TestReleaseWithoutCordonLeavesBusyHostsAlone(t *testing.T) {
 	ctx := testCtx(t)
-	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2", "g3"}, yarn.DecommissionConfig{})
-	for _, h := range []string{"g1", "g2"} {
-		if _, err := e.admin.RunOn("a", h, 1, time.Hour); err != nil {
-			t.Fatal(err)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1", "g2"}, yarn.DecommissionConfig{})
+	if _, err := e.admin.RunOn("a", "g1", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, deadline := range []time.Time{{}, e.clk.Now().Add(time.Second), e.clk.Now().Add(-time.Hour)} {
+		st, err := e.d.Release(ctx, "g1", deadline)
+		if err != nil || st.Drained || len(st.Remaining) != 1 {
+			t.Fatalf("Release(g1, %s) = %+v, %v", deadline, st, err)
 		}
 	}
-	st, err := e.d.Release(ctx, "g1", time.Time{})
-	if err != nil || st.Drained || len(st.Remaining) != 1 {
-		t.Fatalf("Release(g1, infinite) = %+v, %v", st, err)
-	}
-	b, _ := os.ReadFile(e.ex.Path())
-	if !strings.Contains(string(b), "<name>g1</name>\n    <timeout>-1</timeout>") {
-		t.Fatalf("exclude file, want g1 with timeout -1:\n%s", b)
+	e.clk.Add(5 * time.Hour)
+	if s := state(t, ctx, e.client, "g1"); s != "RUNNING" {
+		t.Fatalf("busy g1 is %s, want left RUNNING", s)
 	}
 	if _, err := e.d.Release(ctx, "g2", e.clk.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	// Hours pass; g2's timeout ends it (the same pass of the RM looks at
-	// g1), g1 keeps its container.
-	e.clk.Add(5 * time.Hour)
-	until(t, "g2 decommissioned", func() bool { return state(t, ctx, e.client, "g2") == "DECOMMISSIONED" })
-	obs, err := e.client.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if to, ok := excluded(t, e.ex, "g2"); !ok || to >= 0 {
+		t.Fatalf("idle g2 excluded %v with %s, want -1", ok, to)
 	}
-	if n, _ := obs.Node("g1"); n.State != "DECOMMISSIONING" || n.Containers != 1 {
-		t.Fatalf("g1 after hours with an infinite timeout: %s with %d containers, want DECOMMISSIONING with 1", n.State, n.Containers)
+	if hs, _ := e.ex.Hosts(); len(hs) != 1 {
+		t.Fatalf("exclude file = %+v, want g2 alone", hs)
 	}
-	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || st.Drained {
-		t.Fatalf("Release(g1) again = %+v, %v", st, err)
-	}
-	// A deadline already past asks for the shortest timeout, not -1.
-	if _, err := e.d.Release(ctx, "g3", e.clk.Now().Add(-time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	hs, _ := e.ex.Hosts()
-	want := []yarn.ExcludedHost{{Name: "g1", Timeout: -time.Second}, {Name: "g2", Timeout: time.Second}, {Name: "g3", Timeout: time.Second}}
-	if !slices.Equal(hs, want) {
-		t.Fatalf("exclude file = %+v, want %+v", hs, want)
-	}
-	// A preemption shortens the infinite timeout.
-	if _, err := e.d.Decommission(ctx, "g1", 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if hs, _ := e.ex.Hosts(); hs[0] != (yarn.ExcludedHost{Name: "g1", Timeout: 30 * time.Second}) {
-		t.Fatalf("g1 after a finite decommission: %+v, want 30s", hs[0])
-	}
+	until(t, "g2 released", func() bool {
+		st, err := e.d.Release(ctx, "g2", time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Drained
+	})
 
 	// The plain exclude file has no timeouts: an infinite one is refused
 	// rather than left to the RM's default, which would cut work off.
@@ -634,8 +717,8 @@ func TestEvictOnDecommissioningNodeWaitsItsGraceThenKillsApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs, _ := e.sim.Containers(app)
-	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || st.Drained {
-		t.Fatalf("Release(g1, infinite) = %+v, %v", st, err)
+	if st, err := e.d.Decommission(ctx, "g1", yarn.InfiniteTimeout); err != nil || st.Done {
+		t.Fatalf("Decommission(g1, infinite) = %+v, %v", st, err)
 	}
 	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app}
 	for range 2 {
@@ -663,26 +746,20 @@ func TestEvictOnDecommissioningNodeWaitsItsGraceThenKillsApp(t *testing.T) {
 	if got := e.calls("PUT"); len(got) != 1 || !strings.Contains(got[0], app) {
 		t.Fatalf("PUT calls: %q, want %s killed", got, app)
 	}
-	until(t, "g1 drained by attrition", func() bool {
-		st, err := e.d.Release(ctx, "g1", time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Drained
-	})
+	until(t, "g1 decommissioned", func() bool { return state(t, ctx, e.client, "g1") == "DECOMMISSIONED" })
 }
 
-// TestEvictSignalledBeforeDecommissionStopsOnlyTheContainer: the order
-// the executor uses for a preemption taking a YARN node. GRACEFUL_SHUTDOWN
-// sent while the node is RUNNING and the decommission right after: the RM
-// still delivers the queued signal, so the container stops without its
-// app killed; the freed space takes no pending container of another
-// application (the node is DECOMMISSIONING); and once the node is empty
-// the finite timeout, counted from the decommission's start, ends the
-// RM's wait at once.
-func TestEvictSignalledBeforeDecommissionStopsOnlyTheContainer(t *testing.T) {
+// TestEvictUnderCordonStopsOnlyTheContainer: the order the executor uses
+// for a preemption taking a YARN node. The cordon first (the node stays
+// RUNNING, so the RM delivers GRACEFUL_SHUTDOWN), then the signal: the
+// container stops without its app killed, the freed space takes no
+// pending container of another application (no ask names the cordon
+// label), and only once the cordon has held the empty node for the hold
+// does it enter the exclude file, and then get the short timeout that
+// ends the RM's wait for the victim's application.
+func TestEvictUnderCordonStopsOnlyTheContainer(t *testing.T) {
 	ctx := testCtx(t)
-	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{EvictGrace: 30 * time.Second})
+	e := newCordonEnv(t, []string{"g1"}, time.Minute, yarn.DecommissionConfig{EvictGrace: 30 * time.Second})
 	victim, err := e.sim.Submit(yarnsim.AppSpec{Queue: "a", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
 	if err != nil {
 		t.Fatal(err)
@@ -695,48 +772,45 @@ func TestEvictSignalledBeforeDecommissionStopsOnlyTheContainer(t *testing.T) {
 	if len(cs) != 1 || cs[0].Host != "g1" {
 		t.Fatalf("victim containers %+v, want one on g1", cs)
 	}
+	if err := e.d.Cordon(ctx, "g1"); err != nil {
+		t.Fatal(err)
+	}
 	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: victim, GPUs: 4}
-	if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
-		t.Fatalf("Evict = %v, want in progress after GRACEFUL_SHUTDOWN", err)
-	}
-	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || st.BlockedBy != "" || st.Drained {
-		t.Fatalf("Release(g1, infinite) = %+v, %v: want g1 decommissioning", st, err)
-	}
 	for i := 0; ; i++ {
 		err := e.d.Evict(ctx, "g1", w)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, broker.ErrInProgress) || i > 2000 {
-			t.Fatalf("Evict after the decommission = %v", err)
+			t.Fatalf("Evict under the cordon = %v", err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	if got := e.calls("PUT"); len(got) != 0 {
-		t.Fatalf("kills %q: want the container stopped by its queued signal", got)
+		t.Fatalf("kills %q: want the container stopped by its signal", got)
 	}
 	if q, _ := e.sim.Containers(queued); len(q) != 0 {
-		t.Fatalf("queued app %s got %+v on the decommissioning node", queued, q)
+		t.Fatalf("queued app %s got %+v on the cordoned node", queued, q)
 	}
-	// The victim's app runs on (its ask pending again): the RM waits for it.
 	st, err := e.d.Release(ctx, "g1", time.Time{})
-	if err != nil || st.Drained || len(st.Remaining) != 0 || st.BlockedBy != "" {
-		t.Fatalf("Release(g1, infinite) on the empty node = %+v, %v: want it decommissioning, empty", st, err)
+	if err != nil || st.Drained || len(st.Remaining) != 0 {
+		t.Fatalf("Release(g1) on the empty node = %+v, %v", st, err)
 	}
-	if to, ok := excluded(t, e.ex, "g1"); !ok || to >= 0 {
-		t.Fatalf("g1 excluded %v with %s, want an infinite timeout", ok, to)
+	if ok, _ := e.ex.Contains("g1"); ok {
+		t.Fatal("g1 excluded before the cordon held it for the hold")
 	}
 	e.clk.Add(time.Minute)
-	if _, err := e.d.Release(ctx, "g1", e.clk.Now().Add(31*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	until(t, "g1 DECOMMISSIONED at its shortened timeout", func() bool {
+	until(t, "g1 DECOMMISSIONED", func() bool {
 		st, err := e.d.Release(ctx, "g1", time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		e.clk.Add(time.Second) // the short timeout runs on the RM's clock
 		return st.Drained
 	})
+	if to, ok := excluded(t, e.ex, "g1"); !ok || to != time.Second {
+		t.Fatalf("g1 excluded %v with %s, want the short timeout once empty", ok, to)
+	}
 }
 
 // TestEvictKillsApplication: an AM (the whole app is the victim), and any

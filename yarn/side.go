@@ -28,6 +28,10 @@ import (
 type Side struct {
 	client *Client
 	opts   MapOptions
+	// cordon, when set, learns each host's labels from every observation
+	// (for its hold and re-apply), and a host under the cordon is reported
+	// as no side's, in its pool's partition.
+	cordon *Cordon
 
 	mu sync.Mutex
 	// down remembers since when each down node has been down: an
@@ -41,6 +45,13 @@ var _ engine.SideObserver = (*Side)(nil)
 // NewSide observes through client.
 func NewSide(client *Client, opts MapOptions) *Side {
 	return &Side{client: client, opts: opts, down: map[string]time.Time{}}
+}
+
+// WithCordon makes s report the hosts under c's label released (owner
+// none) and tell c every host's labels. It returns s.
+func (s *Side) WithCordon(c *Cordon) *Side {
+	s.cordon = c
+	return s
 }
 
 // Source reports the YARN side.
@@ -57,6 +68,26 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 	demand, unmapped := MapDemand(obs, queues, s.opts)
 	out := broker.SideObservation{Source: broker.SourceYARN, At: obs.At, Demand: demand,
 		Nodes: BrokerNodes(obs, queues), Departed: departed(obs)}
+	if s.cordon != nil {
+		s.cordon.Observed(obs.Nodes)
+		for i := range out.Nodes {
+			n := &out.Nodes[i]
+			yn, ok := obs.Node(n.Name)
+			if !ok || !s.cordon.Cordoned(yn.Labels) {
+				continue
+			}
+			// The cordon label is no partition of its own: the host
+			// belongs to no side while it holds, and the partition it
+			// returns to is its pool's (the journal keeps its own).
+			n.Owner = broker.OwnerNone
+			if n.Partition == s.cordon.Label() {
+				n.Partition = ""
+			}
+			if n.Phase == broker.PhaseActive {
+				n.Phase = broker.PhaseDraining
+			}
+		}
+	}
 	for _, u := range unmapped {
 		out.Ignored = append(out.Ignored, broker.Wait{Demand: "yarn/" + u.AppID, Reason: broker.WaitUnmapped,
 			Detail: fmt.Sprintf("queue %s maps to no tenant (%d GPUs pending); add it to a tenant's yarn_queues", u.Queue, u.GPUs)})

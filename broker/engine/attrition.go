@@ -44,36 +44,43 @@ func (r *Runtime) cancelAttrition(ctx context.Context, a broker.Action) {
 }
 
 // recommissionStep gives a node whose attrition was cancelled back to the
-// side it was leaving (remove from the exclude file and refresh; uncordon)
-// and ends the op cancelled.
-func (r *Runtime) recommissionStep(ctx context.Context, op broker.Op, data broker.OpData, now time.Time) (broker.Op, bool) {
+// side it was leaving (YARN: the journaled labels restored in place of the
+// cordon, and the host out of the exclude file should an older release
+// have put it there; Kubernetes: uncordon) and ends the op cancelled.
+func (r *Runtime) recommissionStep(ctx context.Context, s *stepCtx) (broker.Op, bool) {
+	op, data, now := s.op, s.data, s.now
 	if side, ok := data.From.Side(); ok && r.actions[side] != nil {
-		if err := r.actions[side].Admit(ctx, op.Node); err != nil {
-			op.Attempts++
-			op.LastError = err.Error()
-			op.NextAttempt = now.Add(backoff(op.Attempts))
-			r.log.Warn("op step failed, will retry", "op", op.ID, "kind", op.Kind, "step", op.Step, "attempt", op.Attempts, "err", err)
-			return op, false
+		err := r.actions[side].Admit(ctx, op.Node)
+		if err == nil {
+			err = r.uncordonNode(ctx, s, side)
+		}
+		if err != nil {
+			s.op.Attempts++
+			s.op.LastError = err.Error()
+			s.op.NextAttempt = now.Add(backoff(s.op.Attempts))
+			r.log.Warn("op step failed, will retry", "op", op.ID, "kind", op.Kind, "step", op.Step, "attempt", s.op.Attempts, "err", err)
+			return s.save(), false
 		}
 	}
-	op.State, op.NextAttempt = broker.OpCancelled, time.Time{}
-	op.LastError = "attrition cancelled: " + data.CancelReason
+	s.op.State, s.op.NextAttempt = broker.OpCancelled, time.Time{}
+	s.op.LastError = "attrition cancelled: " + data.CancelReason
 	r.log.Info("attrition cancelled", "op", op.ID, "node", op.Node, "reason", data.CancelReason)
-	return op, false
+	return s.save(), false
 }
 
 // releaseStep releases op's node from side. An attrition release evicts
-// nothing: on YARN it is a graceful decommission with an infinite timeout
-// (a zero deadline); on Kubernetes the node is cordoned, and drained (its
-// remaining services evicted) only once no batch, bare or do-not-disrupt
-// work is left on it in the latest observation.
+// nothing: on YARN the node is held by the cordon (applied by the release
+// step before this) and decommissioned once it is empty; on Kubernetes
+// the node is cordoned, and drained (its remaining services evicted) only
+// once no batch, bare or do-not-disrupt work is left on it in the latest
+// observation.
 func (r *Runtime) releaseStep(ctx context.Context, act SideActions, side broker.Source, node string, data broker.OpData, policy broker.Policy, now time.Time) (broker.ReleaseStatus, error) {
 	if !data.Attrition {
 		return release(ctx, act, node, data.Deadline, data) // drainlimits.go
 	}
 	if side == broker.SourceYARN {
-		// IMPORTANT: the zero deadline is the YARN side's infinite graceful
-		// timeout: the RM never kills the node's containers.
+		// IMPORTANT: the zero deadline: an attrition has none, and the
+		// YARN release never gives a busy host a finite timeout.
 		return act.Release(ctx, node, time.Time{})
 	}
 	if err := act.Cordon(ctx, node); err != nil {

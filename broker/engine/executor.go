@@ -572,6 +572,12 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 		if err := f.Forget(ctx, op.Node); err != nil {
 			return s.retry(err)
 		}
+		// IMPORTANT: a cordon still on the terminated host (a release
+		// forced after the drain timeout) comes off too: a later machine
+		// that reuses the host name would otherwise start cordoned.
+		if err := r.uncordonNode(ctx, s, broker.SourceYARN); err != nil {
+			return s.retry(err)
+		}
 		return s.done()
 
 	case broker.StepAdmit:
@@ -614,10 +620,9 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 			// sides cordons it before evicting the victims, as a drain
 			// does: otherwise the scheduler binds pending pods to the
 			// space a victim frees, and the release's drain evicts them,
-			// work no preemption names. (A YARN node is decommissioned
-			// right after its victims are signalled: see
-			// decommissionYARNVictimsNode.) Prepared: a giving up now
-			// gives the node back.
+			// work no preemption names. (A YARN node is cordoned before
+			// its victims are signalled: see cordonYARNVictimsNode.)
+			// Prepared: a giving up now gives the node back.
 			if err := r.actions[from].Cordon(ctx, op.Node); err != nil {
 				return s.retry(err)
 			}
@@ -625,12 +630,8 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 			s.op = s.save()
 		}
 		if yarnPreemptAcross(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
-			why, err := r.decommissionYARNVictimsNode(ctx, s)
-			if err != nil {
-				return s.retry(err)
-			}
-			if why != "" {
-				return s.waitFor(2*time.Second, why)
+			if next, progressed, done := r.cordonYARNVictimsNode(ctx, s); !done {
+				return next, progressed
 			}
 			s.data.Prepared = true
 			s.op = s.save()
@@ -659,7 +660,7 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 		return s.done()
 
 	case broker.StepRecommission:
-		return r.recommissionStep(ctx, s.save(), s.data, s.now)
+		return r.recommissionStep(ctx, s)
 	}
 	return s.fail(fmt.Sprintf("unknown step %q", op.Step))
 }
@@ -802,14 +803,27 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		if s.data.CordonOnly || (s.data.Down && r.nodeDown(op.Node) != "") {
 			// A manual cordon; or a replace of a node that is down, whose
 			// work is already lost: nothing can drain from a dead machine.
-			if err := act.Cordon(ctx, op.Node); err != nil {
-				return s.retry(err)
+			if next, progressed, done := r.cordonNode(ctx, s, side, act); !done {
+				return next, progressed
 			}
 			if s.data.CordonOnly {
 				return s.done()
 			}
 			s.data.Released = append(s.data.Released, o)
 			continue
+		}
+		if _, labelled := r.cordoner(side); labelled {
+			// IMPORTANT: a side with a cordon holds the node with it while
+			// its work ends; the release decommissions only what is empty.
+			// Without one, a busy node is left alone: an attrition has
+			// nothing to hold it with and is given back.
+			if why := r.cordonUnavailable(ctx, side); why == "" {
+				if next, progressed, done := r.cordonNode(ctx, s, side, act); !done {
+					return next, progressed
+				}
+			} else if s.data.Attrition {
+				return s.giveUp(fmt.Sprintf("drain by attrition of node %s needs the %s cordon: %s", op.Node, side, why))
+			}
 		}
 		var st broker.ReleaseStatus
 		var err error
@@ -831,6 +845,17 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			return s.waitFor(5*time.Second, fmt.Sprintf("%s cannot tell whether node %s is released: %s", side, op.Node, st.Unknown))
 		}
 		if st.Drained {
+			if len(st.Lost) > 0 && s.data.Lost == nil {
+				// IMPORTANT: never silently: what the side lost is in the
+				// op and the decisions before the node goes on.
+				r.recordLoss(ctx, s, side, st.Lost)
+			}
+			// The side keeps the released node out (YARN: the exclude
+			// file, its NodeManager DECOMMISSIONED): the cordon is undone
+			// now, so the host's labels are its own again.
+			if err := r.uncordonNode(ctx, s, side); err != nil {
+				return s.retry(err)
+			}
 			r.log.Info("node released", "op", op.ID, "node", op.Node, "side", side)
 			s.data.Released = append(s.data.Released, o)
 			continue
@@ -882,24 +907,28 @@ func yarnPreemptAcross(op broker.Op, data broker.OpData) bool {
 	return op.Kind == broker.ActPreempt && data.From == broker.OwnerYARN && op.To == broker.OwnerK8s
 }
 
-// decommissionYARNVictimsNode starts a preemption taking a YARN node: it
-// signals every YARN victim (Evict's first call sends GRACEFUL_SHUTDOWN)
-// and then decommissions the node gracefully without a timeout. It
-// returns why to wait when the RM could not be told yet.
+// cordonYARNVictimsNode starts a preemption taking a YARN node: it
+// cordons the node (journaled, see cordonNode) and then signals every YARN
+// victim (Evict's first call sends GRACEFUL_SHUTDOWN). It reports done once
+// both are under way.
 //
-// IMPORTANT: this order. The RM drops container signals to a
-// DECOMMISSIONING node, so the victims are signalled while it is RUNNING;
-// the RM queues a signal on the node and hands it to the NodeManager with
-// its next heartbeat, also once the node is DECOMMISSIONING (Hadoop 3.3.6
-// and 3.5.0: RMNodeImpl keeps containersToSignal across the transition and
-// ResourceTrackerService sends it with every heartbeat of a node not yet
-// ready to leave). The decommission lands in the RM before that heartbeat,
-// so the RM places nothing of another application in the space a victim
-// frees (3.5.0 schedules on RUNNING nodes only), where the release's
-// timeout would kill it. Without a timeout the RM kills nothing: the
-// release shortens it only once the node is empty (releaseYARNPreempted).
-func (r *Runtime) decommissionYARNVictimsNode(ctx context.Context, s *stepCtx) (string, error) {
+// IMPORTANT: the cordon, never the exclude file, holds the node while the
+// victims exit: the RM places nothing of another application in the space
+// a victim frees (no request names the cordon label), the node stays
+// RUNNING so the RM delivers container signals to it (it drops them for a
+// DECOMMISSIONING node), and an RM failover keeps the label where it would
+// shut an excluded NodeManager down with everything on it. Without a
+// cordon the preemption is refused: nothing would keep the freed GPUs for
+// the other side.
+func (r *Runtime) cordonYARNVictimsNode(ctx context.Context, s *stepCtx) (broker.Op, bool, bool) {
 	act := r.actions[broker.SourceYARN]
+	if why := r.cordonUnavailable(ctx, broker.SourceYARN); why != "" {
+		op, progressed := s.fail(fmt.Sprintf("preemption taking YARN node %s needs the yarn cordon to hold it while its victims exit: %s", s.op.Node, why))
+		return op, progressed, false
+	}
+	if next, progressed, done := r.cordonNode(ctx, s, broker.SourceYARN, act); !done {
+		return next, progressed, false
+	}
 	left := s.data.Victims[:0:0]
 	for _, w := range s.data.Victims {
 		if w.Source != broker.SourceYARN {
@@ -913,53 +942,32 @@ func (r *Runtime) decommissionYARNVictimsNode(ctx context.Context, s *stepCtx) (
 		case errors.Is(err, broker.ErrInProgress):
 			left = append(left, w)
 		default:
-			return "", err
+			op, progressed := s.retry(err)
+			return op, progressed, false
 		}
 	}
 	s.data.Victims = left
-	st, err := act.Release(ctx, s.op.Node, time.Time{})
-	if err != nil {
-		// An exclude file that cannot carry an infinite timeout (the
-		// plain form): the RM's default timeout applies to the node.
-		r.log.Warn("yarn decommission without a timeout refused; cordoning with the side's timeout", "op", s.op.ID, "node", s.op.Node, "err", err)
-		if err := act.Cordon(ctx, s.op.Node); err != nil {
-			return "", err
-		}
-		return "", nil
-	}
-	if st.Unknown != "" {
-		return fmt.Sprintf("yarn cannot tell whether node %s is decommissioning: %s", s.op.Node, st.Unknown), nil
-	}
-	r.log.Info("yarn victims signalled and node decommissioning", "op", s.op.ID, "node", s.op.Node, "state_blocked_by", st.BlockedBy)
-	return "", nil
+	r.log.Info("yarn node cordoned and victims signalled", "op", s.op.ID, "node", s.op.Node, "victims", len(left))
+	return broker.Op{}, false, true
 }
 
 // releaseYARNPreempted is the release of a YARN node whose victims are
-// gone: it keeps the graceful decommission without a timeout while the RM
-// lists any container on the node, and only then sets the shortest
-// timeout, which ends the RM's wait for the victims' applications (the RM
-// keeps a node DECOMMISSIONING while an application that ran there runs,
-// until the timeout).
+// gone: the side's release, which decommissions the node only once it is
+// empty under the cordon and with a timeout that cannot kill anything.
 //
 // IMPORTANT: a container still there is no victim (each was seen gone
-// before the release): work of another application. The finite timeout
-// would kill it, so the op waits for it, and the drain deadline gives the
-// node back, with the containers named in why.
+// before the release): work of another application. The cordon keeps it
+// running and the op waits for it; the drain deadline gives the node back,
+// with the containers named in why.
 func (r *Runtime) releaseYARNPreempted(ctx context.Context, act SideActions, s *stepCtx) (broker.ReleaseStatus, error) {
-	st, err := act.Release(ctx, s.op.Node, time.Time{})
-	if err != nil {
-		// The plain exclude file (see decommissionYARNVictimsNode).
-		return act.Release(ctx, s.op.Node, s.data.Deadline)
-	}
-	if st.Drained || st.Unknown != "" || st.BlockedBy != "" {
-		return st, nil
+	st, err := act.Release(ctx, s.op.Node, s.data.Deadline)
+	if err != nil || st.Drained || st.Unknown != "" {
+		return st, err
 	}
 	if len(st.Remaining) > 0 {
-		st.BlockedBy = fmt.Sprintf("work the preemption does not name runs on the node (%s): the graceful decommission keeps no timeout, so none of it is killed", strings.Join(st.Remaining, ", "))
-		return st, nil
+		st.BlockedBy = fmt.Sprintf("work the preemption does not name runs on the node (%s): the cordon keeps it running, and the node is handed over only once it ends", strings.Join(st.Remaining, ", "))
 	}
-	// Nothing left to wait for: the shortest timeout (a deadline now).
-	return act.Release(ctx, s.op.Node, s.now)
+	return st, nil
 }
 
 // surge buys a replace's replacement first: the desired capacity goes up
@@ -1041,14 +1049,21 @@ func (r *Runtime) giveBack(ctx context.Context, s *stepCtx) (broker.Op, bool) {
 	op := s.op
 	if s.data.Admitted {
 		if to, ok := op.To.Side(); ok && r.actions[to] != nil {
-			if err := r.actions[to].Cordon(ctx, op.Node); err != nil {
-				return r.giveBackRetry(s, err)
+			if _, labelled := r.cordoner(to); labelled && r.cordonUnavailable(ctx, to) != "" {
+				r.log.Warn("cannot cordon the node on the side it was handed to: left as it is", "op", op.ID, "node", op.Node, "side", to)
+			} else if next, progressed, done := r.cordonNode(ctx, s, to, r.actions[to]); !done {
+				return next, progressed
 			}
 		}
 	}
 	from, ok := s.data.From.Side()
 	if ok && r.actions[from] != nil {
 		if err := r.actions[from].Admit(ctx, op.Node); err != nil {
+			return r.giveBackRetry(s, err)
+		}
+		// IMPORTANT: the cordon the op put on the node comes off only
+		// after the side admitted it back, restoring exactly what it had.
+		if err := r.uncordonNode(ctx, s, from); err != nil {
 			return r.giveBackRetry(s, err)
 		}
 	}

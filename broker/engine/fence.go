@@ -22,11 +22,11 @@ const fenceSettle = time.Second
 // idle (or running only the work it chose to move): between that
 // observation and the moment the side stops placing work there — a tick,
 // or an API server outage while the cordon is retried — the side's
-// scheduler can place new GPU work on it, which the drain would then
-// evict (or YARN's graceful timeout kill). An operator's drain means to
+// scheduler can place new work on it, which the drain would then evict
+// (or a YARN decommission leave to the next RM failover). An operator's drain means to
 // move the node's work (and ops journaled before this guard existed carry
 // no plan to compare with); a manual cordon evicts nothing; a YARN drain
-// by attrition never kills (its timeout is infinite).
+// by attrition never kills (the cordon holds the node until it is empty).
 func guardsLanding(op broker.Op, d broker.OpData, side broker.Source) bool {
 	if !d.Guarded || op.Kind != broker.ActScaleDown && op.Kind != broker.ActTransfer {
 		return false
@@ -38,16 +38,25 @@ func guardsLanding(op broker.Op, d broker.OpData, side broker.Source) bool {
 }
 
 // fenceAndCheck fences node on side (Kubernetes: cordon, evicting nothing;
-// YARN: the graceful decommission itself, since the RM places nothing new
-// on a decommissioning node and its timeout — the drain's — leaves the
-// check time to recommission), then waits for an observation that started
-// after the fence. If that observation shows GPU work on the node that the
-// plan did not see, the node is given back to its side and the op ends
-// cancelled with the work named; otherwise the release goes on.
+// YARN: the cordon label, journaled first, where the cluster offers it —
+// never the exclude file, whose decommission a failover turns into a
+// kill; without the cordon, the release itself, which decommissions only
+// an empty host), then waits for an observation that started after the
+// fence. If that observation shows work on the node that the plan did not
+// see (on YARN any container, CPU ones and ApplicationMasters included),
+// the node is given back to its side and the op ends cancelled with the
+// work named; otherwise the release goes on.
 func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner, side broker.Source, act SideActions, policy broker.Policy) (broker.Op, bool) {
 	op := s.op
 	if !slices.Contains(s.data.Fenced, o) {
-		if side == broker.SourceYARN {
+		_, labelled := r.cordoner(side)
+		if labelled && r.cordonUnavailable(ctx, side) == "" {
+			// IMPORTANT: the cordon, not the exclude file: it keeps
+			// whatever landed running while the check looks.
+			if op, progressed, done := r.cordonNode(ctx, s, side, act); !done {
+				return op, progressed
+			}
+		} else if side == broker.SourceYARN {
 			st, err := r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
 			if err != nil {
 				return s.retry(err)
@@ -74,7 +83,7 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 			side, op.Node, s.data.FencedAt.UTC().Format(time.RFC3339)))
 	}
 	if len(landed) > 0 {
-		why := fmt.Sprintf("GPU work landed on node %s after the plan (%s): the node is given back, not drained", op.Node, strings.Join(landed, ", "))
+		why := fmt.Sprintf("work landed on node %s after the plan (%s): the node is given back, not drained", op.Node, strings.Join(landed, ", "))
 		r.log.Warn("work landed on a node being released", "op", op.ID, "kind", op.Kind, "node", op.Node, "side", side, "work", landed)
 		s.data.Cancel = true
 		s.op.LastError = why
@@ -103,7 +112,7 @@ func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (
 			return nil, false
 		}
 		for _, w := range n.Work {
-			if w.System || w.GPUs == 0 || slices.Contains(d.Planned, workID(w)) {
+			if w.System || !counts(side, w) || slices.Contains(d.Planned, workID(w)) {
 				continue
 			}
 			name := w.Name
@@ -141,6 +150,13 @@ func (r *Runtime) plannedWork(a broker.Action) []string {
 		}
 	}
 	return ids
+}
+
+// counts reports whether w is work the fence compares: on YARN every
+// container (a CPU container or an ApplicationMaster dies with a
+// decommission as surely as a GPU container), elsewhere GPU work.
+func counts(side broker.Source, w broker.Workload) bool {
+	return w.GPUs > 0 || side == broker.SourceYARN
 }
 
 func workID(w broker.Workload) string { return string(w.Source) + "/" + w.Key }

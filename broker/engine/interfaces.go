@@ -36,6 +36,28 @@ type Forgetter interface {
 	Forget(ctx context.Context, node string) error
 }
 
+// Cordoner is implemented by SideActions whose cordon replaces state of
+// the node that undoing it must restore exactly, and which the cluster may
+// not offer: YARN, whose cordon is an exclusive node label replacing the
+// host's partition label. The executor journals CordonPrior in the op
+// before it calls Cordon, undoes the cordon with Uncordon and that prior,
+// and calls EnsureCordon for every cordon it holds after each observation.
+// Where CordonAvailable is false, busy nodes of that side are left alone:
+// no drain by attrition, no fence, and no preemption that must hold the
+// node while its victims exit.
+type Cordoner interface {
+	// CordonAvailable reports whether the side can cordon, and if not,
+	// what is missing.
+	CordonAvailable(ctx context.Context) (ok bool, why string)
+	// CordonPrior returns what Cordon would replace on node.
+	CordonPrior(ctx context.Context, node string) ([]string, error)
+	// Uncordon ends the cordon, restoring prior.
+	Uncordon(ctx context.Context, node string, prior []string) error
+	// EnsureCordon re-applies the cordon when the side's latest
+	// observation shows node without it, and reports whether it did.
+	EnsureCordon(ctx context.Context, node string) (bool, error)
+}
+
 // SideActions changes node ownership on one side. Every method is
 // idempotent: the executor calls it again after a crash or an error.
 type SideActions interface {

@@ -113,6 +113,12 @@ type Runtime struct {
 	stalePools map[string]string
 	// Counters for the status (and /metrics).
 	claimConflicts, opsFailed, opsCancelled int64
+	// lastWork is, per node, the work of the last observation that
+	// showed any: what a node that lost its work had run (recordLoss).
+	lastWork map[string][]broker.Workload
+	// attritionOffWarned is set once the runtime logged that a missing
+	// YARN cordon turns drain by attrition off.
+	attritionOffWarned bool
 }
 
 // NewRuntime checks the configuration and returns a runtime.
@@ -267,6 +273,9 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 		return rep, err
 	}
 	rep.Snapshot = snap
+	// IMPORTANT: a cordon an op holds that the observation shows missing
+	// is put back before this tick plans or acts on the node.
+	r.ensureCordons(ctx)
 	extra := r.resolveClaims(ctx, snap, rep)
 	t := time.Now()
 	plan := broker.MakePlan(snap, policy)
@@ -298,6 +307,21 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	return rep, nil
 }
 
+// rememberWork keeps, per node, the work of the latest observation that
+// showed any. Callers hold r.mu.
+func (r *Runtime) rememberWork(obs broker.SideObservation) {
+	if r.lastWork == nil {
+		r.lastWork = map[string][]broker.Workload{}
+	}
+	for _, n := range obs.Nodes {
+		if len(n.Work) > 0 {
+			r.lastWork[n.Name] = n.Work
+		} else if n.Phase == broker.PhaseGone {
+			delete(r.lastWork, n.Name)
+		}
+	}
+}
+
 // DryRun observes once and plans without persisting or acting.
 func (r *Runtime) DryRun(ctx context.Context) (broker.Plan, error) {
 	snap, policy, err := r.observe(ctx, false)
@@ -324,6 +348,7 @@ func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read policy: %w", err)
 	}
+	policy = r.cordonPolicy(ctx, policy)
 	idx, err := l.TenantIndex(ctx)
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read tenants: %w", err)
@@ -402,6 +427,7 @@ func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases
 		if persist {
 			r.lastGood[src] = results[i].obs
 			r.observedFrom[src] = started
+			r.rememberWork(results[i].obs)
 		}
 	}
 	if persist {

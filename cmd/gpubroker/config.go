@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/yarn"
 )
 
 // fileConfig is the YAML configuration of "gpubroker serve" and friends.
@@ -83,9 +84,21 @@ type yarnConfig struct {
 	// EvictGrace is how long a preempted container has between
 	// GRACEFUL_SHUTDOWN and FORCEFUL_SHUTDOWN (default 30s).
 	EvictGrace broker.Duration `yaml:"evict_grace"`
+	// Cordon is the YARN cordon: an exclusive node label that holds a
+	// busy node without the exclude file (see the README's YARN section).
+	Cordon yarnCordonConfig `yaml:"cordon"`
 	// Kerberos, when set, authenticates to a kerberized cluster (see
 	// kerberos_config.go).
 	Kerberos *kerberosConfig `yaml:"kerberos"`
+}
+
+// yarnCordonConfig names the cordon label (default gpubroker-cordon; no
+// queue may have it as its default node-label expression) and how long
+// it must hold an empty host before the host is decommissioned (default
+// 10m30s: at least the RM's container-allocation expiry interval).
+type yarnCordonConfig struct {
+	Label string          `yaml:"label"`
+	Hold  broker.Duration `yaml:"hold"`
 }
 
 // nodeManagerRestartConfig is a command run with the host name appended,
@@ -438,6 +451,14 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 	if fc.YARN.EvictGrace < 0 {
 		return nil, broker.Invalid("yarn.evict_grace", "must not be negative, got %s", fc.YARN.EvictGrace)
+	}
+	if fc.YARN.Cordon.Hold < 0 {
+		return nil, broker.Invalid("yarn.cordon.hold", "must not be negative (default 10m30s, at least the RM's container-allocation expiry interval), got %s", fc.YARN.Cordon.Hold)
+	}
+	if l := fc.YARN.Cordon.Label; l != "" {
+		if err := yarn.CheckLabelName(l); err != nil {
+			return nil, broker.Invalid("yarn.cordon.label", "%s", err)
+		}
 	}
 	if err := fc.API.TLS.validate(); err != nil {
 		return nil, err

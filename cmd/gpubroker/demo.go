@@ -214,7 +214,11 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		DatabaseURL: c.file.Database.URL, Migrate: true, Seed: true,
 		Pools: c.pools, Tenants: c.tenants, Policy: c.policy,
 		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
-			RestartNodeManager: joiner.restartNodeManager},
+			RestartNodeManager: joiner.restartNodeManager,
+			// yarnsim launches a container as it allocates it: no
+			// allocation waits to launch, so the demo's cordon holds an
+			// empty node for seconds, not the RM's 10-minute expiry.
+			CordonHold: 5 * time.Second},
 		Kubernetes: app.KubernetesConfig{Client: kc.Client(), Adapter: kcfg},
 		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: awsAddr,
 			Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", "")},

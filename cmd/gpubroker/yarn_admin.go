@@ -248,7 +248,7 @@ func runYARNDecommission(ctx context.Context, e env, args []string) error {
 		ctx, cancel := context.WithTimeout(ctx, *timeout+2*time.Minute)
 		defer cancel()
 		op, err := engine.ManualOp(host, broker.OwnerYARN, broker.OwnerNone, false, time.Now().Add(*timeout),
-			fmt.Sprintf("gpubroker yarn decommission of %s with a %s graceful timeout", host, *timeout))
+			fmt.Sprintf("gpubroker yarn decommission of %s, waiting at most %s for its containers (the leader never gives the RM a timeout that could kill one)", host, *timeout))
 		if err != nil {
 			return err
 		}

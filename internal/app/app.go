@@ -113,6 +113,15 @@ type YARNConfig struct {
 	// (nil: its service manager does).
 	RestartNodeManager func(ctx context.Context, host string) error
 	EvictGrace         time.Duration
+	// CordonLabel is the exclusive node label of the YARN cordon (default
+	// yarn.DefaultCordonLabel); CordonHold how long it must hold an empty
+	// host before a decommission (default yarn.DefaultCordonHold).
+	CordonLabel string
+	CordonHold  time.Duration
+	// Labeler, when set, sets node labels for the cordon instead of the
+	// RM admin client (tests). Without either there is no cordon: busy
+	// YARN nodes are left alone.
+	Labeler yarn.Labeler
 	// Kerberos, when set, authenticates the RM REST client (SPNEGO), the
 	// RM admin client and the HDFS checkpoint reader (SASL GSSAPI).
 	Kerberos *yarn.KerberosConfig
@@ -214,7 +223,7 @@ func Open(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err := m.openCloud(ctx); err != nil {
 		return nil, err
 	}
-	if err := m.openYARN(); err != nil {
+	if err := m.openYARN(ctx); err != nil {
 		return nil, err
 	}
 	if err := m.openKubernetes(ctx); err != nil {
@@ -263,7 +272,7 @@ func (m *Main) openCloud(ctx context.Context) error {
 // preempt (none otherwise: the broker then only observes YARN, ownership
 // transfer to and from YARN is off, and YARN node operations fail with a
 // reason).
-func (m *Main) openYARN() error {
+func (m *Main) openYARN(ctx context.Context) error {
 	yc, log := m.cfg.YARN, m.log
 	if yc.Exclude != nil && yc.ExcludeFile == "" {
 		yc.ExcludeFile = yc.Exclude.Path()
@@ -293,7 +302,8 @@ func (m *Main) openYARN() error {
 		}
 		client = c
 	}
-	m.observers = append(m.observers, yarn.NewSide(client, yarn.MapOptions{}))
+	side := yarn.NewSide(client, yarn.MapOptions{})
+	m.observers = append(m.observers, side)
 	if len(yc.AdminAddress) == 0 && yc.ExcludeFile == "" {
 		log.Warn("yarn.admin_address and yarn.exclude_file are not set: YARN has no actions, so ownership transfer to and from YARN is off and YARN nodes are observed but never moved, removed or preempted")
 		return nil
@@ -321,13 +331,41 @@ func (m *Main) openYARN() error {
 	if yc.RestartNodeManager == nil {
 		log.Info("yarn.nodemanager_restart is not set: a recommissioned NodeManager must be restarted by its service manager (Restart=always)")
 	}
+	cordon, err := m.openCordon(ctx, client, admin)
+	if err != nil {
+		return err
+	}
+	if cordon != nil {
+		side.WithCordon(cordon)
+	}
 	dec, err := yarn.NewDecommissioner(yarn.DecommissionConfig{Client: client, Admin: admin, Exclude: ex, Logger: log,
-		RestartNodeManager: yc.RestartNodeManager, EvictGrace: yc.EvictGrace})
+		RestartNodeManager: yc.RestartNodeManager, EvictGrace: yc.EvictGrace, Cordon: cordon})
 	if err != nil {
 		return err
 	}
 	m.actions = append(m.actions, dec)
 	return nil
+}
+
+// openCordon builds the YARN cordon and probes, once at startup, whether
+// the cluster offers it: the cordon logs one warning naming what is
+// missing when it does not (and the broker then leaves busy YARN nodes
+// alone). An RM that cannot be reached now is probed again when the
+// cordon is next needed.
+func (m *Main) openCordon(ctx context.Context, client *yarn.Client, admin *rmadmin.Client) (*yarn.Cordon, error) {
+	yc := m.cfg.YARN
+	labeler := yc.Labeler
+	if labeler == nil {
+		labeler = rmadminLabeler(admin)
+	}
+	c, err := yarn.NewCordon(yarn.CordonConfig{Client: client, Admin: labeler, Label: yc.CordonLabel, Hold: yc.CordonHold, Logger: m.log})
+	if err != nil {
+		return nil, usagef("config: yarn.cordon: %s", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	c.Available(pctx)
+	return c, nil
 }
 
 // openKubernetes starts the Kubernetes informers and adds the side.
@@ -534,3 +572,6 @@ func StoreBounds(st *store.Store) func(ctx context.Context, pool string) (int, i
 		return p.MinNodes, p.MaxNodes, true, nil
 	}
 }
+
+// rmadminLabeler returns the RM admin client as the cordon's Labeler.
+func rmadminLabeler(c *rmadmin.Client) yarn.Labeler { return yarn.RMAdminLabeler{Client: c} }

@@ -271,7 +271,10 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	// the real control plane.
 	w.app, err = app.Open(ctx, app.Config{Store: st, Policy: pol, Logger: log,
 		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
-			RestartNodeManager: restart},
+			RestartNodeManager: restart,
+			// yarnsim launches a container as it allocates it: no
+			// allocation waits to launch, so a hold of seconds suffices.
+			CordonHold: 2 * time.Second},
 		Kubernetes: app.KubernetesConfig{Client: kubeEnv.Client, Adapter: kcfg, DrainStep: 2 * time.Second},
 		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: endpoint,
 			Credentials: credentials.NewStaticCredentialsProvider("e2e", "e2e", ""),

@@ -143,8 +143,10 @@ func (c *Client) UpdateNodeResource(ctx context.Context, nodeID string, r Resour
 }
 
 // call runs method on the active RM, failing over to the others when one
-// is a standby or cannot be reached. Both admin calls are idempotent, so a
-// retry after a broken connection is safe.
+// is a standby or cannot be reached. refreshNodes, updateNodeResource,
+// addToClusterNodeLabels and replaceLabelsOnNode are idempotent, so a retry
+// after a broken connection is safe; removeFromClusterNodeLabels retried
+// after a first try that went through answers that the label is gone.
 func (c *Client) call(ctx context.Context, method string, req []byte) ([]byte, error) {
 	c.mu.Lock()
 	start := c.active

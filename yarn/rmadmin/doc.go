@@ -2,7 +2,10 @@
 // admin protocol (ResourceManagerAdministrationProtocol, served on
 // yarn.resourcemanager.admin.address, port 8033 by default): the calls
 // behind `yarn rmadmin -refreshNodes [-g timeout|-forceful]` and
-// `yarn rmadmin -updateNodeResource`.
+// `yarn rmadmin -updateNodeResource`, and the node-label calls behind
+// -addToClusterNodeLabels, -removeFromClusterNodeLabels and
+// -replaceLabelsOnNode (labels.go) that hold a node under an exclusive
+// label no queue may use: a cordon kept in the RM's label store.
 //
 // The wire format is Hadoop's RPC v9 with protocol buffers: the "hrpc"
 // preamble, an IpcConnectionContextProto, then for every call one frame (a
@@ -10,7 +13,7 @@
 // RequestHeaderProto and the request message; answers are frames of a
 // varint-delimited RpcResponseHeaderProto and, on success, the response.
 // Only the few messages needed are encoded, by hand with protowire, rather
-// than generated from the Hadoop .proto files: five small messages do not
+// than generated from the Hadoop .proto files: a few small messages do not
 // justify a code generator in the build.
 //
 // Authentication is SIMPLE by default: the RM runs with

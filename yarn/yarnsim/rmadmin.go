@@ -37,7 +37,8 @@ type AdminConfig struct {
 // AdminServer serves the RM admin protocol (Hadoop IPC, RPC v9 with
 // protobuf) for a Sim: refreshNodes with the exclude file (NORMAL,
 // GRACEFUL with per-host or per-call timeouts, FORCEFUL) and
-// updateNodeResource. Like the RM, a gracefully decommissioned node stays
+// updateNodeResource, and the node-label calls (addToClusterNodeLabels,
+// removeFromClusterNodeLabels, replaceLabelsOnNode; labels.go). Like the RM, a gracefully decommissioned node stays
 // DECOMMISSIONING until its containers are gone and every app that ran one
 // there has ended, or its timeout ends (its containers are then lost); a
 // graceful refresh with another timeout changes it, counted from the
@@ -552,6 +553,71 @@ func (a *AdminServer) dispatch(protocol, declared, method string, req []byte) (s
 			errs = append(errs, a.updateNodeResource(host, mem, vcores, gpus))
 		})
 		if err := errors.Join(errs...); err != nil {
+			return classYarn, err.Error()
+		}
+		return "", ""
+	case "addToClusterNodeLabels":
+		var labels []ClusterLabel
+		_ = walk(req, func(num protowire.Number, _ uint64, b []byte) {
+			switch num {
+			case 1: // deprecatedNodeLabels: names, exclusive by default
+				labels = append(labels, ClusterLabel{Name: string(b), Exclusive: true})
+			case 2: // NodeLabelProto
+				l := ClusterLabel{Exclusive: true} // isExclusive defaults to true
+				_ = walk(b, func(num protowire.Number, v uint64, s []byte) {
+					switch num {
+					case 1:
+						l.Name = string(s)
+					case 2:
+						l.Exclusive = v != 0
+					}
+				})
+				labels = append(labels, l)
+			}
+		})
+		if err := a.sim.AddClusterLabels(labels); err != nil {
+			return classYarn, err.Error()
+		}
+		return "", ""
+	case "removeFromClusterNodeLabels":
+		var names []string
+		_ = walk(req, func(num protowire.Number, _ uint64, b []byte) {
+			if num == 1 {
+				names = append(names, string(b))
+			}
+		})
+		if err := a.sim.RemoveClusterLabels(names); err != nil {
+			return classYarn, err.Error()
+		}
+		return "", ""
+	case "replaceLabelsOnNodes": // the service method; the request is ReplaceLabelsOnNode
+		m, fail := map[string][]string{}, false
+		_ = walk(req, func(num protowire.Number, v uint64, b []byte) {
+			switch num {
+			case 1: // NodeIdToLabelsProto
+				host, port := "", uint64(0)
+				var ls []string
+				_ = walk(b, func(num protowire.Number, _ uint64, s []byte) {
+					switch num {
+					case 1: // NodeIdProto
+						_ = walk(s, func(num protowire.Number, v uint64, h []byte) {
+							switch num {
+							case 1:
+								host = string(h)
+							case 2:
+								port = v
+							}
+						})
+					case 2:
+						ls = append(ls, string(s))
+					}
+				})
+				m[host+":"+strconv.Itoa(int(int32(port)))] = ls
+			case 2:
+				fail = v != 0
+			}
+		})
+		if err := a.sim.ReplaceNodeLabels(m, fail); err != nil {
 			return classYarn, err.Error()
 		}
 		return "", ""

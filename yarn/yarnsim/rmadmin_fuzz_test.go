@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,6 +76,14 @@ func recordCalls(f *testing.F) [][]byte {
 		func() error {
 			return c.UpdateNodeResource(ctx, "n2:8041", rmadmin.Resource{MemoryMB: 8192, VCores: 8, Others: map[string]int64{"yarn.io/gpu": -1}}, 0)
 		},
+		func() error {
+			return c.AddToClusterNodeLabels(ctx, []rmadmin.NodeLabel{{Name: "gpubroker-cordon", Exclusive: true}, {Name: "shared"}})
+		},
+		func() error {
+			return c.ReplaceLabelsOnNode(ctx, map[string][]string{"n1": {"gpubroker-cordon"}, "n2:40002": {"shared"}}, true)
+		},
+		func() error { return c.ReplaceLabelsOnNode(ctx, map[string][]string{"n1": nil}, false) },
+		func() error { return c.RemoveFromClusterNodeLabels(ctx, []string{"gpubroker-cordon"}) },
 	} {
 		if err := call(); err != nil {
 			f.Fatal(err)
@@ -90,14 +99,17 @@ func recordCalls(f *testing.F) [][]byte {
 // RpcResponseHeaderProto whose status is SUCCESS, ERROR or FATAL, a
 // failure carries an exception class and a success none; and whatever the
 // calls did, every node keeps a capability AddNode would accept (GPUs not
-// negative) with the scheduler's free-GPU books matching the nodes.
+// negative) with the scheduler's free-GPU books matching the nodes, and at
+// most one label, a cluster label.
 func FuzzAdminServerRequest(f *testing.F) {
 	calls := recordCalls(f)
 	for _, c := range calls {
 		f.Add(c)
 	}
 	f.Add(append(calls[3], calls[0][7:]...)) // two calls on one connection
-	f.Add([]byte("hrpc\x09\x00\x21"))        // SASL: a fatal answer
+	// Labels added, put on nodes, taken off and removed, on one connection.
+	f.Add(append(append(append(slices.Clone(calls[5]), calls[6][7:]...), calls[7][7:]...), calls[8][7:]...))
+	f.Add([]byte("hrpc\x09\x00\x21")) // SASL: a fatal answer
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		sim, err := New(Config{})
@@ -158,6 +170,14 @@ func FuzzAdminServerRequest(f *testing.F) {
 			}
 			if n.state == "RUNNING" {
 				free[label(n.spec.Labels)] += n.freeGPUs()
+			}
+			if len(n.spec.Labels) > 1 {
+				t.Errorf("node %s has labels %v: YARN allows one", host, n.spec.Labels)
+			}
+			for _, l := range n.spec.Labels {
+				if _, ok := sim.clusterLabels[l]; !ok {
+					t.Errorf("node %s carries label %q that is not a cluster label", host, l)
+				}
 			}
 		}
 		for l, g := range free {

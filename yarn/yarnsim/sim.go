@@ -43,6 +43,11 @@ type QueueSpec struct {
 	Path string
 	// Capacity is the percentage of the parent (default: an equal share).
 	Capacity float64
+	// AccessibleLabels are the node labels the queue may ask for
+	// (accessible-node-labels); nil inherits root's "*", every label, as
+	// the CapacityScheduler does. A label no queue may access holds a
+	// node that no ask can reach: the cordon.
+	AccessibleLabels []string
 }
 
 // Config configures a Sim.
@@ -63,6 +68,9 @@ type Config struct {
 	// heartbeat, and the NodeManager reports the container completed, which
 	// frees its space, with the one after.
 	Heartbeat time.Duration
+	// NodeLabelsDisabled runs the RM without yarn.node-labels.enabled:
+	// every label call fails as Hadoop's does.
+	NodeLabelsDisabled bool
 }
 
 // NodeSpec describes a NodeManager to add.
@@ -202,6 +210,8 @@ type queue struct {
 	capacity   float64
 	children   []*queue
 	leaf       bool
+	// labels are the accessible node labels; nil: every label.
+	labels []string
 }
 
 // Sim is a simulated ResourceManager. It is safe for concurrent use.
@@ -228,6 +238,9 @@ type Sim struct {
 	// answers are the bulk answers rendered, by route and query, with
 	// the state generation they show (http.go).
 	answers map[string]cachedAnswer
+	// clusterLabels are the cluster's node labels, exclusive or not: the
+	// RM's label store (labels.go).
+	clusterLabels map[string]bool
 }
 
 // genMutex is the simulator's lock. It counts the times it was taken to
@@ -270,13 +283,14 @@ func New(cfg Config) (*Sim, error) {
 		cfg.Queues = []QueueSpec{{Path: "root.a", Capacity: 50}, {Path: "root.b", Capacity: 50}}
 	}
 	s := &Sim{
-		cfg:         cfg,
-		root:        &queue{path: "root", name: "root", capacity: 100},
-		leaves:      map[string]*queue{},
-		nodes:       map[string]*node{},
-		appByID:     map[string]*app{},
-		nextPort:    40000,
-		freeByLabel: map[string]int{},
+		cfg:           cfg,
+		root:          &queue{path: "root", name: "root", capacity: 100},
+		leaves:        map[string]*queue{},
+		nodes:         map[string]*node{},
+		appByID:       map[string]*app{},
+		nextPort:      40000,
+		freeByLabel:   map[string]int{},
+		clusterLabels: map[string]bool{},
 	}
 	for _, qs := range cfg.Queues {
 		if err := s.addQueue(qs); err != nil {
@@ -313,6 +327,7 @@ func (s *Sim) addQueue(qs QueueSpec) error {
 	}
 	q.leaf = true
 	q.capacity = qs.Capacity
+	q.labels = slices.Clone(qs.AccessibleLabels)
 	s.leaves[leafName] = q
 	s.leaves[qs.Path] = q
 	return nil
@@ -368,6 +383,11 @@ func (s *Sim) AddNode(spec NodeSpec) error {
 		spec.VCores = 64
 	}
 	spec.Labels = slices.Clone(spec.Labels)
+	for _, l := range spec.Labels {
+		if _, ok := s.clusterLabels[l]; !ok {
+			s.clusterLabels[l] = true // a label the node brings is exclusive
+		}
+	}
 	s.nextPort++
 	s.nodes[spec.Host] = &node{spec: spec, state: "RUNNING", port: s.nextPort, lastHealth: s.cfg.Now(), allocs: map[*app]map[int]int{},
 		conts: map[string]*container{}}
@@ -441,12 +461,12 @@ func (s *Sim) SetNodeLabels(host string, labels []string) error {
 	if len(labels) > 1 {
 		return fmt.Errorf("yarnsim: node %q: at most one label, got %v", host, labels)
 	}
-	if n.state == "RUNNING" {
-		s.freeByLabel[label(n.spec.Labels)] -= n.freeGPUs()
-		s.freeByLabel[label(labels)] += n.freeGPUs()
+	for _, l := range labels {
+		if _, ok := s.clusterLabels[l]; !ok {
+			s.clusterLabels[l] = true
+		}
 	}
-	n.spec.Labels = slices.Clone(labels)
-	s.live = nil
+	s.moveToPartition(n, labels)
 	s.scheduleAll()
 	return nil
 }
@@ -554,6 +574,11 @@ func (s *Sim) Submit(spec AppSpec) (string, error) {
 	for _, r := range spec.Requests {
 		if r.Containers < 0 || r.GPUs < 0 {
 			return "", fmt.Errorf("yarnsim: app %q: containers and GPUs must not be negative", spec.Name)
+		}
+		if !accessible(q, r.NodeLabel) {
+			// SchedulerUtils.validateResourceRequest refuses the ask.
+			return "", fmt.Errorf("yarnsim: app %q: InvalidLabelResourceRequestException: Invalid resource request, queue=%s doesn't have permission to access all labels in resource request. labelExpression of resource request=%s. Queue labels=%s",
+				spec.Name, q.name, r.NodeLabel, strings.Join(q.labels, ","))
 		}
 		if r.Priority == 0 {
 			r.Priority = 1
@@ -734,10 +759,10 @@ func (s *Sim) schedule(a *app, nodes []*node) {
 		}
 		lbl := r.spec.NodeLabel
 		for _, n := range nodes {
-			if r.pending == 0 || s.freeByLabel[lbl] < r.spec.GPUs || (r.spec.GPUs == 0 && lbl != "") {
+			if r.pending == 0 || s.freeFor(lbl) < r.spec.GPUs || (r.spec.GPUs == 0 && lbl != "") {
 				break
 			}
-			if label(n.spec.Labels) != lbl {
+			if !s.serves(n, lbl) {
 				continue
 			}
 			for r.pending > 0 && n.freeGPUs() >= r.spec.GPUs &&
@@ -752,7 +777,7 @@ func (s *Sim) schedule(a *app, nodes []*node) {
 				}
 				n.allocs[a][ri]++
 				s.newContainer(a, n, ri)
-				s.freeByLabel[lbl] -= r.spec.GPUs
+				s.freeByLabel[label(n.spec.Labels)] -= r.spec.GPUs
 				a.running++
 				a.usedGPUs += r.spec.GPUs
 				a.usedMem += r.spec.MemoryMB
