@@ -101,6 +101,30 @@ func TestConsolidation(t *testing.T) {
 			kept:   map[string]string{"y1": "idle reclaim never stops YARN work"},
 		},
 		{
+			// A GPU node running only CPU containers (a Spark job's
+			// executor) holds no GPU, but the RM kills its containers at a
+			// finite graceful timeout all the same.
+			name:    "a YARN node running only CPU containers is never reclaimed for idleness",
+			snap:    snap(two, []Node{yarnNode("y1", job("spark-exec", 0, 0, true, yarnWork, batch, checkpoint(time.Second))), yarnNode("y2")}, nil),
+			policy:  refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(100 * time.Hour) }),
+			actions: []Action{down(gtg, "y2", OwnerYARN)},
+			kept:    map[string]string{"y1": "1 YARN containers without GPUs"},
+		},
+		{
+			// Killing the AM ends its application, GPU containers on other
+			// nodes included.
+			name:    "a YARN node running only a 0-GPU ApplicationMaster is never reclaimed for idleness",
+			snap:    snap(two, []Node{yarnNode("y1", job("am", 0, 0, true, yarnWork, batch, app("application_1_0001", true))), gpuNode("y2", gtg, OwnerYARN, 4, 4, under, work(job("gpu", 4, 0, true, yarnWork, batch, app("application_1_0001", false))))}, nil),
+			policy:  refPolicy(),
+			kept:    map[string]string{"y1": "any container keeps a YARN node"},
+		},
+		{
+			name:    "with attrition a YARN node of CPU containers leaves by attrition, never drained",
+			snap:    snap(two, []Node{yarnNode("y1", job("spark-exec", 0, 0, true, yarnWork, batch, checkpoint(time.Second))), gpuNode("y2", gtg, OwnerYARN, 4, 4)}, nil),
+			policy:  refPolicy(attritionOn),
+			actions: []Action{downByAttrition(gtg, "y1", OwnerYARN)},
+		},
+		{
 			name:    "nor handed to the other side",
 			snap:    snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, service)), gpuNode("y2", gtg, OwnerYARN, 4, 1)}, []Demand{pod("p", perUnit(4))}),
 			policy:  refPolicy(func(p *Policy) { p.ClusterMaxGPUs = 8 }),
