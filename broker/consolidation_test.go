@@ -113,10 +113,10 @@ func TestConsolidation(t *testing.T) {
 		{
 			// Killing the AM ends its application, GPU containers on other
 			// nodes included.
-			name:    "a YARN node running only a 0-GPU ApplicationMaster is never reclaimed for idleness",
-			snap:    snap(two, []Node{yarnNode("y1", job("am", 0, 0, true, yarnWork, batch, app("application_1_0001", true))), gpuNode("y2", gtg, OwnerYARN, 4, 4, under, work(job("gpu", 4, 0, true, yarnWork, batch, app("application_1_0001", false))))}, nil),
-			policy:  refPolicy(),
-			kept:    map[string]string{"y1": "any container keeps a YARN node"},
+			name:   "a YARN node running only a 0-GPU ApplicationMaster is never reclaimed for idleness",
+			snap:   snap(two, []Node{yarnNode("y1", job("am", 0, 0, true, yarnWork, batch, app("application_1_0001", true))), gpuNode("y2", gtg, OwnerYARN, 4, 4, under, work(job("gpu", 4, 0, true, yarnWork, batch, app("application_1_0001", false))))}, nil),
+			policy: refPolicy(),
+			kept:   map[string]string{"y1": "any container keeps a YARN node"},
 		},
 		{
 			name:    "with attrition a YARN node of CPU containers leaves by attrition, never drained",
