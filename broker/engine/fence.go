@@ -41,7 +41,7 @@ func guardsLanding(op broker.Op, d broker.OpData, side broker.Source) bool {
 // YARN: the graceful decommission itself, since the RM places nothing new
 // on a decommissioning node and its timeout — the drain's — leaves the
 // check time to recommission), then waits for an observation that started
-// after the fence. If that observation shows GPU work on the node that the
+// after the fence. If that observation shows work on the node that the
 // plan did not see, the node is given back to its side and the op ends
 // cancelled with the work named; otherwise the release goes on.
 func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner, side broker.Source, act SideActions, policy broker.Policy) (broker.Op, bool) {
@@ -74,7 +74,7 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 			side, op.Node, s.data.FencedAt.UTC().Format(time.RFC3339)))
 	}
 	if len(landed) > 0 {
-		why := fmt.Sprintf("GPU work landed on node %s after the plan (%s): the node is given back, not drained", op.Node, strings.Join(landed, ", "))
+		why := fmt.Sprintf("work landed on node %s after the plan (%s): the node is given back, not drained", op.Node, strings.Join(landed, ", "))
 		r.log.Warn("work landed on a node being released", "op", op.ID, "kind", op.Kind, "node", op.Node, "side", side, "work", landed)
 		s.data.Cancel = true
 		s.op.LastError = why
@@ -85,8 +85,9 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 	return s.save(), true
 }
 
-// workLanded lists the GPU work on node in side's latest observation that
-// the op's plan did not see. fresh is false when that observation started
+// workLanded lists the work on node in side's latest observation that
+// the op's plan did not see: any non-system work, GPU or not (a YARN CPU
+// container or 0-GPU AM dies at the fence's timeout as surely). fresh is false when that observation started
 // before the fence settled or the side is stale. A node the side no longer
 // lists runs nothing there; the release then decides (gone, or unknown).
 func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (landed []string, fresh bool) {
@@ -100,7 +101,7 @@ func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (
 			continue
 		}
 		for _, w := range n.Work {
-			if w.System || w.GPUs == 0 || slices.Contains(d.Planned, workID(w)) {
+			if w.System || slices.Contains(d.Planned, workID(w)) {
 				continue
 			}
 			name := w.Name
@@ -114,8 +115,9 @@ func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (
 	return nil, true
 }
 
-// plannedWork is the GPU work the plan saw on an action's node (the
-// tick's observations, which the plan was made from), and its victims.
+// plannedWork is the non-system work, GPU or not, the plan saw on an
+// action's node (the tick's observations, which the plan was made from),
+// and its victims.
 func (r *Runtime) plannedWork(a broker.Action) []string {
 	var ids []string
 	for _, v := range a.Victims {
@@ -129,7 +131,7 @@ func (r *Runtime) plannedWork(a broker.Action) []string {
 				continue
 			}
 			for _, w := range n.Work {
-				if w.GPUs > 0 && !w.System && !slices.Contains(ids, workID(w)) {
+				if !w.System && !slices.Contains(ids, workID(w)) {
 					ids = append(ids, workID(w))
 				}
 			}
