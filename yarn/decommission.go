@@ -191,7 +191,7 @@ func (d *Decommissioner) Decommission(ctx context.Context, host string, timeout 
 		return DecommissionStatus{}, rmError{err}
 	}
 	if added || schedulable(n.State) {
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
+		if err := d.refreshNodes(ctx); err != nil {
 			return DecommissionStatus{}, rmError{fmt.Errorf("decommission %s: %w", host, err)}
 		}
 		d.cfg.Logger.Info("yarn node decommission requested", "node", host, "timeout", timeoutText(timeout), "state", n.State)
@@ -337,7 +337,7 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 		// DECOMMISSIONED yet (NodesListManager.handleExcludeNodeList),
 		// killing the containers of nodes draining gracefully or by
 		// attrition; a graceful one keeps their per-host timeouts.
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
+		if err := d.refreshNodes(ctx); err != nil {
 			return fmt.Errorf("recommission %s: %w", node, err)
 		}
 		d.cfg.Logger.Info("yarn node recommissioned", "node", node, "state", n.State)
@@ -366,7 +366,7 @@ func (d *Decommissioner) Forget(ctx context.Context, host string) error {
 	}
 	if removed {
 		// Graceful, as in Admit: other draining hosts keep their timeouts.
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
+		if err := d.refreshNodes(ctx); err != nil {
 			return fmt.Errorf("forget %s: %w", host, err)
 		}
 	}

@@ -63,6 +63,10 @@ type yarnConfig struct {
 	Timeout      broker.Duration `yaml:"timeout"`
 	AdminAddress []string        `yaml:"admin_address"`
 	ExcludeFile  string          `yaml:"exclude_file"`
+	// ExcludeFileCopies are the same exclude file on the other RM hosts'
+	// paths or mounts (an RM reads it from its own disk): every change is
+	// made in each, under each one's lock.
+	ExcludeFileCopies []string `yaml:"exclude_file_copies"`
 	// NodeManagerRestart restarts a recommissioned host's NodeManager.
 	NodeManagerRestart nodeManagerRestartConfig `yaml:"nodemanager_restart"`
 	// EvictGrace is how long a preempted container has between
