@@ -87,6 +87,9 @@ type Decommissioner struct {
 	// GRACEFUL_SHUTDOWN (see preempt.go). It is a cache: after a restart
 	// the grace period starts again.
 	evicting map[string]eviction
+	// stopped says how each victim Evict reported done stopped
+	// (HowStopped), by container id, or app id for a whole app.
+	stopped map[string]string
 }
 
 type restartRun struct {
