@@ -17,6 +17,7 @@ func bare(w *Workload)  { w.Class = WorkBare }
 func app(name string, am bool) func(*Workload) {
 	return func(w *Workload) { w.App, w.AM = name, am }
 }
+func appGPUs(n int) func(*Workload)           { return func(w *Workload) { w.AppGPUs = n } }
 func doNotDisrupt(why string) func(*Workload) { return func(w *Workload) { w.DoNotDisrupt = why } }
 func noPreempt(d *Demand)                     { d.NoPreempt = true }
 
@@ -43,6 +44,9 @@ func TestCost(t *testing.T) {
 		{"bare pods are never evicted for consolidation", job("p", 1, 0, true, bare, checkpoint(time.Minute)), time.Minute, 1.0 / 60, true},
 		{"do-not-disrupt work is never evicted for consolidation", job("d", 1, 0, true, service, doNotDisrupt("karpenter.sh/do-not-disrupt")), 0, 0, true},
 		{"YARN containers on the same scale", job("c", 4, 0, true, yarnWork, checkpoint(15*time.Minute)), 15 * time.Minute, 1, false},
+		// Stopping an AM ends its application: 4 GPUs elsewhere lose their
+		// work too.
+		{"a 0-GPU ApplicationMaster is priced on its whole application", job("am", 0, 0, true, yarnWork, app("application_1_0001", true), appGPUs(4), checkpoint(30*time.Minute)), 30 * time.Minute, 2, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -169,6 +169,8 @@ type tenantConfig struct {
 	YARNQueues     []string `yaml:"yarn_queues"`
 	Namespaces     []string `yaml:"namespaces"`
 	Admins         []string `yaml:"admins"`
+	// EvictGrace is the tenant's preemption grace (broker.Tenant.EvictGrace).
+	EvictGrace broker.Duration `yaml:"evict_grace"`
 }
 
 // config is the validated configuration, in domain types.
@@ -388,7 +390,7 @@ func (fc fileConfig) validate() (*config, error) {
 		t := broker.Tenant{
 			Name: tc.Name, BasePriority: tc.BasePriority, GuaranteedGPUs: tc.GuaranteedGPUs,
 			MaxGPUs: tc.MaxGPUs, Weight: tc.Weight, YARNQueues: tc.YARNQueues,
-			Namespaces: tc.Namespaces, Admins: tc.Admins,
+			Namespaces: tc.Namespaces, Admins: tc.Admins, EvictGrace: tc.EvictGrace,
 		}
 		if t.Weight == 0 {
 			t.Weight = 1
