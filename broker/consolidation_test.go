@@ -17,6 +17,7 @@ func bare(w *Workload)  { w.Class = WorkBare }
 func app(name string, am bool) func(*Workload) {
 	return func(w *Workload) { w.App, w.AM = name, am }
 }
+func appGPUs(n int) func(*Workload)           { return func(w *Workload) { w.AppGPUs = n } }
 func doNotDisrupt(why string) func(*Workload) { return func(w *Workload) { w.DoNotDisrupt = why } }
 func noPreempt(d *Demand)                     { d.NoPreempt = true }
 
@@ -43,6 +44,9 @@ func TestCost(t *testing.T) {
 		{"bare pods are never evicted for consolidation", job("p", 1, 0, true, bare, checkpoint(time.Minute)), time.Minute, 1.0 / 60, true},
 		{"do-not-disrupt work is never evicted for consolidation", job("d", 1, 0, true, service, doNotDisrupt("karpenter.sh/do-not-disrupt")), 0, 0, true},
 		{"YARN containers on the same scale", job("c", 4, 0, true, yarnWork, checkpoint(15*time.Minute)), 15 * time.Minute, 1, false},
+		// Stopping an AM ends its application: 4 GPUs elsewhere lose their
+		// work too.
+		{"a 0-GPU ApplicationMaster is priced on its whole application", job("am", 0, 0, true, yarnWork, app("application_1_0001", true), appGPUs(4), checkpoint(30*time.Minute)), 30 * time.Minute, 2, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,6 +103,30 @@ func TestConsolidation(t *testing.T) {
 			snap:   snap(two, []Node{yarnNode("y1", job("c", 1, 0, true, yarnWork, batch, checkpoint(time.Second))), yroom}, nil),
 			policy: refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(100 * time.Hour) }),
 			kept:   map[string]string{"y1": "idle reclaim never stops YARN work"},
+		},
+		{
+			// A GPU node running only CPU containers (a Spark job's
+			// executor) holds no GPU, but the RM kills its containers at a
+			// finite graceful timeout all the same.
+			name:    "a YARN node running only CPU containers is never reclaimed for idleness",
+			snap:    snap(two, []Node{yarnNode("y1", job("spark-exec", 0, 0, true, yarnWork, batch, checkpoint(time.Second))), yarnNode("y2")}, nil),
+			policy:  refPolicy(func(p *Policy) { p.MaxWorkLost = Duration(100 * time.Hour) }),
+			actions: []Action{down(gtg, "y2", OwnerYARN)},
+			kept:    map[string]string{"y1": "1 YARN containers without GPUs"},
+		},
+		{
+			// Killing the AM ends its application, GPU containers on other
+			// nodes included.
+			name:   "a YARN node running only a 0-GPU ApplicationMaster is never reclaimed for idleness",
+			snap:   snap(two, []Node{yarnNode("y1", job("am", 0, 0, true, yarnWork, batch, app("application_1_0001", true))), gpuNode("y2", gtg, OwnerYARN, 4, 4, under, work(job("gpu", 4, 0, true, yarnWork, batch, app("application_1_0001", false))))}, nil),
+			policy: refPolicy(),
+			kept:   map[string]string{"y1": "any container keeps a YARN node"},
+		},
+		{
+			name:    "with attrition a YARN node of CPU containers leaves by attrition, never drained",
+			snap:    snap(two, []Node{yarnNode("y1", job("spark-exec", 0, 0, true, yarnWork, batch, checkpoint(time.Second))), gpuNode("y2", gtg, OwnerYARN, 4, 4)}, nil),
+			policy:  refPolicy(attritionOn),
+			actions: []Action{downByAttrition(gtg, "y1", OwnerYARN)},
 		},
 		{
 			name:    "nor handed to the other side",

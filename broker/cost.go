@@ -34,9 +34,17 @@ type EvictionCost struct {
 //   - nor work with local storage or whose eviction fails its controller
 //     for good (Fatal), which loses its controller's whole run time
 //     (disruption.go).
+//   - a YARN ApplicationMaster is priced on its whole application's GPUs
+//     (AppGPUs): stopping it ends them all.
 func (w *Workload) Cost(now time.Time) EvictionCost {
 	c := EvictionCost{Lost: w.lost(now)}
-	c.GPUHours = gpuHoursOf(c.Lost, w.GPUs)
+	gpus := w.GPUs
+	if w.AM {
+		// Stopping an ApplicationMaster ends its application: all of
+		// its GPUs, on other nodes too, lose their work.
+		gpus = max(gpus, w.AppGPUs)
+	}
+	c.GPUHours = gpuHoursOf(c.Lost, gpus)
 	switch {
 	case w.DoNotDisrupt != "":
 		c.Never = fmt.Sprintf("%s is marked do-not-disrupt (%s)", w.label(), w.DoNotDisrupt)
@@ -111,6 +119,10 @@ type nodeCost struct {
 	gpuWork   int // non-system workloads holding GPUs
 	gpusHeld  int // their GPUs
 	knownGPUs int // GPUs of all listed non-system work
+	// work counts all non-system workloads, with or without GPUs: on
+	// YARN every container is work the RM would kill (a CPU executor, an
+	// ApplicationMaster of 0 GPUs that ends its whole application).
+	work int
 }
 
 // consolidationCost sums the eviction cost of node n's non-system work at now.
@@ -125,6 +137,7 @@ func consolidationCost(n *Node, now time.Time) nodeCost {
 		if w.System {
 			continue
 		}
+		nc.work++
 		c := w.Cost(now)
 		nc.lost = addLost(nc.lost, c.Lost)
 		nc.gpuHours += c.GPUHours
@@ -154,4 +167,17 @@ func (nc nodeCost) batchReason() string {
 	}
 	return fmt.Sprintf("runs batch work with %s %s (%s); all its work would lose %s",
 		describeLost(nc.dearLost), since, nc.dearest.label(), describeLost(nc.lost))
+}
+
+// yarnWork describes a YARN node's containers for reasons: how many, and
+// how many of them hold GPUs.
+func (nc nodeCost) yarnWork() string {
+	switch {
+	case nc.gpuWork == nc.work:
+		return fmt.Sprintf("%d YARN GPU containers (%d GPUs)", nc.work, nc.gpusHeld)
+	case nc.gpuWork == 0:
+		return fmt.Sprintf("%d YARN containers without GPUs (CPU work or an ApplicationMaster: any container keeps a YARN node)", nc.work)
+	}
+	return fmt.Sprintf("%d YARN containers, %d of them GPU containers (%d GPUs) and %d without GPUs (any container keeps a YARN node)",
+		nc.work, nc.gpuWork, nc.gpusHeld, nc.work-nc.gpuWork)
 }

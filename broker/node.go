@@ -160,6 +160,15 @@ type Workload struct {
 	// AM marks a YARN ApplicationMaster container: it is never a victim
 	// unless its whole application is.
 	AM bool `json:"am,omitempty"`
+	// AppGPUs is set on an ApplicationMaster: the GPUs its whole
+	// application holds on all nodes. Stopping the AM ends the
+	// application, so its cost is priced on these GPUs, not on the AM's
+	// own (usually none).
+	AppGPUs int `json:"app_gpus,omitempty"`
+	// EvictGrace is how long a victim may take to exit after it was told
+	// to stop gracefully before it is stopped forcefully: its tenant's
+	// evict grace (Tenant.EvictGrace), zero for the side's default.
+	EvictGrace time.Duration `json:"evict_grace,omitempty"`
 	// Class says what moving the work costs for consolidation.
 	Class WorkClass `json:"class,omitempty"`
 	// DoNotDisrupt names what forbids evicting the work for consolidation

@@ -70,10 +70,15 @@ type OpData struct {
 	// node back and ends cancelled.
 	Cancel bool `json:"cancel,omitempty"`
 	// SetAt is when the desired capacity was set.
-	SetAt     time.Time  `json:"set_at,omitzero"`
-	Victims   []Workload `json:"victims,omitempty"`
-	Remaining []string   `json:"remaining,omitempty"`
-	BlockedBy string     `json:"blocked_by,omitempty"`
+	SetAt   time.Time  `json:"set_at,omitzero"`
+	Victims []Workload `json:"victims,omitempty"`
+	// Stopped records, victim by victim, what a preemption actually
+	// stopped and how (a container after GRACEFUL_SHUTDOWN or
+	// FORCEFUL_SHUTDOWN, an application killed because all of it was the
+	// victim), in the order they stopped.
+	Stopped   []string `json:"stopped,omitempty"`
+	Remaining []string `json:"remaining,omitempty"`
+	BlockedBy string   `json:"blocked_by,omitempty"`
 	// Attrition releases the node without evicting anything (attrition.go);
 	// CancelReason is why a pending attrition was cancelled.
 	Attrition    bool   `json:"attrition,omitempty"`

@@ -854,8 +854,9 @@ func TestPropConsolidationNeverThrowsAwayWork(t *testing.T) {
 
 // TestPropIdleReclaimNeverDrainsBusyYARNNodes: with every node on YARN
 // and no bound on the work consolidation may lose, idle reclaim still
-// never drains a YARN node running GPU containers with a finite timeout
-// (the RM kills them when it runs out), whatever their checkpoint ages.
+// never drains a YARN node running any container (GPU or CPU, an
+// ApplicationMaster of 0 GPUs too) with a finite timeout (the RM kills
+// them when it runs out), whatever their checkpoint ages.
 func TestPropIdleReclaimNeverDrainsBusyYARNNodes(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s, p := genCase(t, modeReclaim)
@@ -878,7 +879,7 @@ func TestPropIdleReclaimNeverDrainsBusyYARNNodes(t *testing.T) {
 
 // checkConsolidation: idle reclaim (scale-down, and transfers of nodes
 // with work) never drains a node with a bare pod, work marked
-// do-not-disrupt, YARN GPU containers, or work that would lose more than
+// do-not-disrupt, any YARN container, or work that would lose more than
 // MaxWorkLost; such a node leaves only by attrition, which the policy of
 // its side must allow.
 func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
@@ -908,8 +909,10 @@ func checkConsolidation(t fataler, v *view, p Policy, plan Plan) {
 			switch {
 			case c.Never != "":
 				t.Fatalf("%s of node %s drains %s: %s", a.Kind, n.Name, w.Key, c.Never)
-			case side == SourceYARN && w.GPUs > 0:
-				t.Fatalf("%s of YARN node %s drains GPU container %s", a.Kind, n.Name, w.Key)
+			case side == SourceYARN:
+				// Every YARN container counts: a CPU executor or a 0-GPU
+				// ApplicationMaster dies at a finite timeout as surely.
+				t.Fatalf("%s of YARN node %s drains container %s (%d GPUs, AM %v)", a.Kind, n.Name, w.Key, w.GPUs, w.AM)
 			}
 			lost = addLost(lost, c.Lost)
 		}

@@ -243,8 +243,9 @@ func (pl *planner) reclaim() {
 // evicting anything, terminated when its work has ended.
 //
 // IMPORTANT: idle reclaim never throws away work beyond the policy. A YARN
-// node running GPU containers is never drained for idleness (the RM would
-// kill them when a finite graceful timeout runs out); a Kubernetes node is
+// node running any container (GPU or not, an ApplicationMaster too) is
+// never drained for idleness (the RM would kill them when a finite
+// graceful timeout runs out); a Kubernetes node is
 // drained only if its pods lose at most MaxWorkLost in all and none is a
 // bare pod or marked do-not-disrupt. Only a recorded preemption for
 // higher-priority demand may cut such work short.
@@ -257,12 +258,14 @@ func (pl *planner) consolidation(w *wnode, nc nodeCost) (string, bool) {
 		// holds them listed could be anything.
 		return fmt.Sprintf("%d of its %d allocated GPUs are held by work the %s side does not list; unknown work is never idle",
 			n.GPUsAllocated-nc.knownGPUs, n.GPUsAllocated, w.side), false
-	case w.side == SourceYARN && nc.gpuWork > 0:
+	case w.side == SourceYARN && nc.work > 0:
+		// IMPORTANT: every YARN container counts, not only GPU ones: a
+		// CPU executor or a 0-GPU ApplicationMaster dies with the node
+		// as surely, and an AM takes its whole application with it.
 		if attrition {
-			return fmt.Sprintf("it runs %d YARN GPU containers (%d GPUs)", nc.gpuWork, nc.gpusHeld), true
+			return fmt.Sprintf("it runs %s", nc.yarnWork()), true
 		}
-		return fmt.Sprintf("runs %d YARN GPU containers (%d GPUs); idle reclaim never stops YARN work (yarn_drain_by_attrition is off)",
-			nc.gpuWork, nc.gpusHeld), false
+		return fmt.Sprintf("runs %s; idle reclaim never stops YARN work (yarn_drain_by_attrition is off)", nc.yarnWork()), false
 	case budgetBlock(n) != "": // disruption.go
 		return budgetBlock(n) + "; a drain would only wait on it", false
 	case nc.never != "":

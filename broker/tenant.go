@@ -1,6 +1,9 @@
 package broker
 
-import "regexp"
+import (
+	"regexp"
+	"time"
+)
 
 // Tenant is the unit of quota. It maps YARN queues and Kubernetes namespaces
 // to one name and holds their priority and GPU limits.
@@ -23,10 +26,21 @@ type Tenant struct {
 	Namespaces []string `json:"namespaces"`
 	// Admins are the principals allowed to administer the tenant.
 	Admins []string `json:"admins"`
+	// EvictGrace is how long the tenant's preempted YARN containers may
+	// take to exit after GRACEFUL_SHUTDOWN (a trainer that checkpoints on
+	// SIGTERM needs longer than a stateless executor) before that
+	// container alone gets FORCEFUL_SHUTDOWN; zero for the broker's
+	// yarn.evict_grace.
+	EvictGrace Duration `json:"evict_grace,omitzero"`
 	// Version increases on every change; updates must name the version they
 	// read, so concurrent edits are detected rather than lost.
 	Version int64 `json:"version"`
 }
+
+// MaxEvictGrace bounds a tenant's evict grace: a preemption waits that
+// long for each victim at most, so the demand it serves is not held back
+// for longer than an operator would expect.
+const MaxEvictGrace = time.Hour
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -47,6 +61,8 @@ func (t Tenant) Validate() error {
 		return Invalid("max_gpus", "must be at least guaranteed_gpus (%d), got %d", t.GuaranteedGPUs, t.MaxGPUs)
 	case !(t.Weight > 0) || t.Weight > 1e6:
 		return Invalid("weight", "must be greater than 0 and at most 1000000, got %g", t.Weight)
+	case t.EvictGrace < 0 || t.EvictGrace.D() > MaxEvictGrace:
+		return Invalid("evict_grace", "must be between 0 (the broker's default) and %s, got %s", MaxEvictGrace, t.EvictGrace)
 	}
 	seen := map[string]bool{}
 	for i, q := range t.YARNQueues {

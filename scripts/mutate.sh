@@ -140,6 +140,22 @@ yarncordon: the exclude file only after the cordon held the empty host~yarn/deco
 yarncordon: a released host's last-seen work is reported lost~yarn/decommission.go~return broker.ReleaseStatus{Drained: true, Lost: lost}, nil~return broker.ReleaseStatus{Drained: true}, nil~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
 yarncordon: a cordon missing from the RM is re-applied~yarn/cordon.go~if !listed || slices.Contains(labels, c.cfg.Label) {~if !listed || true {~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
 yarncordon: the probe names a cluster without node labels~yarn/cordon.go~if why, known := labelRefusal(err); known {\n\t\t\treturn false, true, why\n\t\t}\n\t\treturn false, false, fmt.Sprintf("add node label~if why, known := labelRefusal(err); known && false {\n\t\t\treturn false, true, why\n\t\t}\n\t\treturn false, false, fmt.Sprintf("add node label~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
+yarnwork: a YARN node with any container is busy, GPU or not~broker/scaledown.go~case w.side == SourceYARN && nc.work > 0:~case w.side == SourceYARN && nc.gpuWork > 0:~-run TestConsolidation|TestPropIdleReclaim|TestPropConsolidation ./broker/
+yarnwork: an ApplicationMaster is priced on its whole application~broker/cost.go~gpus = max(gpus, w.AppGPUs)~gpus = max(gpus, 0)~-run TestCost ./broker/
+yarnwork: the fence counts landed work without GPUs~broker/engine/fence.go~if w.System || slices.Contains(d.Planned, workID(w)) {~if w.System || w.GPUs == 0 || slices.Contains(d.Planned, workID(w)) {~-run TestRuntime ./broker/engine/
+yarnwork: a GPU node the RM counts more on than is listed carries unknown work~yarn/demand.go~if extra > 0 || gpuNode(&n) && (n.Containers > u.containers || n.UsedMemoryMB > u.mb || n.UsedVCores > u.vcores) {~if extra > 0 || gpuNode(&n) && u.containers < 0 {~-run TestBrokerNodes|TestEveryContainerCounts|TestNumContainersMismatch ./yarn/
+yarnwork: GPU nodes' other containers are read from their NodeManagers~yarn/containers.go~\t\t\tc.completeNodes(ctx, obs, now)\n\t\t\treturn nil~\t\t\treturn nil~-run TestEveryContainerCounts ./yarn/
+yarnwork: a NodeManager answer that left the node unexplained is read again~yarn/nodework.go~if explained(n, l) {~if true {~-run TestNumContainersMismatch ./yarn/
+yarnwork: the exclude file is written under its lock~yarn/exclude.go~err = flock(lf)~err = nil~-run TestExcludeFileLockShared ./yarn/
+yarnwork: other writers' entries are kept~yarn/exclude.go~hs, mode, err := f.read(path)\n\tif err != nil {\n\t\treturn false, err\n\t}\n\ths, changed := change(hs)~_, mode, err := f.read(path)\n\tif err != nil {\n\t\treturn false, err\n\t}\n\ths, changed := change(nil)~-run TestExcludeFile ./yarn/
+yarnwork: the exclude file is replaced atomically~yarn/exclude.go~\tdir := filepath.Dir(path)\n\ttmp, err := os.CreateTemp~\tif err := os.WriteFile(path, b, mode); err != nil || len(b) > 0 {\n\t\treturn err\n\t}\n\tdir := filepath.Dir(path)\n\ttmp, err := os.CreateTemp~-run TestExcludeFileNoPartialFileEverVisible ./yarn/
+yarnwork: no refresh while the file holds unrefreshed entries~yarn/exclude_refresh.go~if len(hosts) > 0 {~if false {~-run TestDecommissionRefuses ./yarn/
+yarnwork: another writer's changed timeout is unrefreshed~yarn/exclude.go~if t != h.Timeout {~if t != h.Timeout && false {~-run TestExcludeFileUnrefreshed ./yarn/
+yarnwork: a victim that cannot be signalled does not take its app along~yarn/preempt.go~if len(others) == 0 {~if true {~-run TestEvict ./yarn/
+yarnwork: an AM is killed only with all of its application on the node~yarn/preempt.go~if len(elsewhere) > 0 {~if false {~-run TestEvict ./yarn/
+yarnwork: a victim gets its tenant's grace~yarn/preempt.go~if w.EvictGrace > 0 {\n\t\tgrace = w.EvictGrace~if false {\n\t\tgrace = w.EvictGrace~-run TestEvict ./yarn/
+yarnwork: a tenant's evict grace is bounded~broker/tenant.go~case t.EvictGrace < 0 || t.EvictGrace.D() > MaxEvictGrace:~case false:~-run TestTenantEvictGraceBounds ./broker/
+yarnwork: the op records what a preemption stopped~broker/engine/executor.go~\t\t\ts.data.Stopped = append(s.data.Stopped, howStopped(act, w))\n\t\tcase errors.Is(err, broker.ErrInProgress):~\t\tcase errors.Is(err, broker.ErrInProgress):~-run TestRuntimePreempts ./broker/engine/
 EOF
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,9 +20,9 @@ func (s *Store) CreateTenant(ctx context.Context, t broker.Tenant) (broker.Tenan
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO tenants (name, base_priority, guaranteed_gpus, max_gpus, weight, admins)
-			VALUES ($1, $2, $3, $4, $5, $6)`,
-			t.Name, t.BasePriority, t.GuaranteedGPUs, t.MaxGPUs, t.Weight, nonNil(t.Admins)); err != nil {
+			INSERT INTO tenants (name, base_priority, guaranteed_gpus, max_gpus, weight, admins, evict_grace_ms)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			t.Name, t.BasePriority, t.GuaranteedGPUs, t.MaxGPUs, t.Weight, nonNil(t.Admins), t.EvictGrace.D().Milliseconds()); err != nil {
 			return err
 		}
 		return writeMappings(ctx, tx, t)
@@ -42,9 +43,9 @@ func (s *Store) UpdateTenant(ctx context.Context, t broker.Tenant) (broker.Tenan
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			UPDATE tenants SET base_priority = $2, guaranteed_gpus = $3, max_gpus = $4, weight = $5,
-				admins = $6, version = version + 1, updated_at = now()
+				admins = $6, evict_grace_ms = $8, version = version + 1, updated_at = now()
 			WHERE name = $1 AND version = $7`,
-			t.Name, t.BasePriority, t.GuaranteedGPUs, t.MaxGPUs, t.Weight, nonNil(t.Admins), t.Version)
+			t.Name, t.BasePriority, t.GuaranteedGPUs, t.MaxGPUs, t.Weight, nonNil(t.Admins), t.Version, t.EvictGrace.D().Milliseconds())
 		if err != nil {
 			return err
 		}
@@ -106,15 +107,17 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 }
 
 const tenantSelect = `
-	SELECT t.name, t.base_priority, t.guaranteed_gpus, t.max_gpus, t.weight, t.admins, t.version,
+	SELECT t.name, t.base_priority, t.guaranteed_gpus, t.max_gpus, t.weight, t.admins, t.version, t.evict_grace_ms,
 		coalesce((SELECT array_agg(queue ORDER BY queue) FROM tenant_yarn_queues q WHERE q.tenant = t.name), '{}'),
 		coalesce((SELECT array_agg(namespace ORDER BY namespace) FROM tenant_namespaces n WHERE n.tenant = t.name), '{}')
 	FROM tenants t`
 
 func scanTenant(r pgx.CollectableRow) (broker.Tenant, error) {
 	var t broker.Tenant
+	var graceMS int64
 	err := r.Scan(&t.Name, &t.BasePriority, &t.GuaranteedGPUs, &t.MaxGPUs, &t.Weight, &t.Admins,
-		&t.Version, &t.YARNQueues, &t.Namespaces)
+		&t.Version, &graceMS, &t.YARNQueues, &t.Namespaces)
+	t.EvictGrace = broker.Duration(time.Duration(graceMS) * time.Millisecond)
 	return t, err
 }
 

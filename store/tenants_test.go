@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
@@ -17,12 +18,13 @@ func TestTenantCRUDAndVersions(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t)
 	tn, err := s.CreateTenant(ctx, broker.Tenant{Name: "training", BasePriority: 1000000, GuaranteedGPUs: 4,
-		MaxGPUs: 20, Weight: 2, YARNQueues: []string{"root.training"}, Namespaces: []string{"ml", "batch"}})
+		MaxGPUs: 20, Weight: 2, YARNQueues: []string{"root.training"}, Namespaces: []string{"ml", "batch"},
+		EvictGrace: broker.Duration(2 * time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tn.Version != 1 || !cmp.Equal(tn.Namespaces, []string{"batch", "ml"}) {
-		t.Fatalf("created: %+v", tn)
+	if tn.Version != 1 || !cmp.Equal(tn.Namespaces, []string{"batch", "ml"}) || tn.EvictGrace.D() != 2*time.Minute {
+		t.Fatalf("created: %+v, want version 1, namespaces batch and ml, evict grace 2m kept", tn)
 	}
 	// A second tenant may not claim a queue or namespace already mapped.
 	_, err = s.CreateTenant(ctx, broker.Tenant{Name: "other", MaxGPUs: 1, Weight: 1, Namespaces: []string{"ml"}})
@@ -41,11 +43,12 @@ func TestTenantCRUDAndVersions(t *testing.T) {
 	a, b := tn, tn
 	a.MaxGPUs = 30
 	a.Namespaces = []string{"ml"}
+	a.EvictGrace = 0
 	updated, err := s.UpdateTenant(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if updated.Version != 2 || updated.MaxGPUs != 30 || !cmp.Equal(updated.Namespaces, []string{"ml"}) {
+	if updated.Version != 2 || updated.MaxGPUs != 30 || !cmp.Equal(updated.Namespaces, []string{"ml"}) || updated.EvictGrace != 0 {
 		t.Fatalf("updated: %+v", updated)
 	}
 	b.MaxGPUs = 10

@@ -52,6 +52,10 @@ type Client struct {
 	cache  containerCache
 	nm     nmCache
 	nmMode atomic.Bool
+	// others keeps, per GPU node, the containers its NodeManager runs
+	// for apps whose containers the RM was not asked for (apps that hold
+	// no GPUs: CPU executors, ApplicationMasters), see completeNodes.
+	others nmCache
 
 	// lastApps is how many apps the last poll read, the room made for
 	// the next.

@@ -105,6 +105,10 @@ func (c *Client) observeContainers(ctx context.Context, obs *Observation) error 
 	now := c.cfg.Now()
 	if !c.nmMode.Load() {
 		err := c.observeAttempts(ctx, obs, now)
+		if err == nil {
+			c.completeNodes(ctx, obs, now)
+			return nil
+		}
 		if !errors.Is(err, errNoAttemptContainers) {
 			return err
 		}
@@ -117,6 +121,7 @@ func (c *Client) observeContainers(ctx context.Context, obs *Observation) error 
 		}
 		return err
 	}
+	c.completeNodes(ctx, obs, now)
 	return nil
 }
 

@@ -327,6 +327,10 @@ func (s *scanner) node(in *interner) Node {
 			n.HealthReport = in.str(s)
 		case "numcontainers":
 			n.Containers = int(s.flexInt())
+		case "usedmemorymb":
+			n.UsedMemoryMB = s.flexInt()
+		case "usedvirtualcores":
+			n.UsedVCores = s.flexInt()
 		case "nodelabels":
 			n.Labels = n.Labels[:0]
 			s.each(func() {

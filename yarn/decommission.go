@@ -99,6 +99,9 @@ type Decommissioner struct {
 	// not named and the wait before a short timeout starts again.
 	running    map[string][]string
 	decomSince map[string]time.Time
+	// stopped says how each victim Evict reported done stopped
+	// (HowStopped), by container id, or app id for a whole app.
+	stopped map[string]string
 }
 
 type restartRun struct {
@@ -203,7 +206,7 @@ func (d *Decommissioner) Decommission(ctx context.Context, host string, timeout 
 		return DecommissionStatus{}, rmError{err}
 	}
 	if added || schedulable(n.State) {
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
+		if err := d.refreshNodes(ctx); err != nil {
 			return DecommissionStatus{}, rmError{fmt.Errorf("decommission %s: %w", host, err)}
 		}
 		d.cfg.Logger.Info("yarn node decommission requested", "node", host, "timeout", timeoutText(timeout), "state", n.State)
@@ -530,7 +533,7 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 		// DECOMMISSIONED yet (NodesListManager.handleExcludeNodeList),
 		// killing the containers of nodes draining gracefully or by
 		// attrition; a graceful one keeps their per-host timeouts.
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
+		if err := d.refreshNodes(ctx); err != nil {
 			return fmt.Errorf("recommission %s: %w", node, err)
 		}
 		d.cfg.Logger.Info("yarn node recommissioned", "node", node, "state", n.State)
@@ -559,7 +562,7 @@ func (d *Decommissioner) Forget(ctx context.Context, host string) error {
 	}
 	if removed {
 		// Graceful, as in Admit: other draining hosts keep their timeouts.
-		if err := d.cfg.Admin.RefreshNodes(ctx, rmadmin.Graceful, 0); err != nil {
+		if err := d.refreshNodes(ctx); err != nil {
 			return fmt.Errorf("forget %s: %w", host, err)
 		}
 	}

@@ -672,7 +672,8 @@ func TestEvictContainerGracefulThenForceful(t *testing.T) {
 	}
 
 	// A container whose signals are lost: after FORCEFUL_SHUTDOWN and
-	// another grace, its app is killed.
+	// another grace, its app is killed, since the container is all of it
+	// (RunOn's apps have one container).
 	e.mu.Lock()
 	e.dropSignals, e.requests = true, nil
 	e.mu.Unlock()
@@ -708,7 +709,9 @@ func TestEvictContainerGracefulThenForceful(t *testing.T) {
 // alike), so Evict sends none there: a container it did not signal before
 // the decommission gets EvictGrace from now (one signalled while the node
 // was RUNNING gets it from its GRACEFUL_SHUTDOWN, which the RM still
-// delivers), then its app is killed.
+// delivers), then its app is killed: the container is all of it (an app
+// that runs other containers is not: TestEvictNeverKillsAnApplicationThat
+// IsNotAllVictim).
 func TestEvictOnDecommissioningNodeWaitsItsGraceThenKillsApp(t *testing.T) {
 	ctx := testCtx(t)
 	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{EvictGrace: 30 * time.Second})

@@ -142,23 +142,40 @@ func NodePhase(state string) broker.Phase {
 	return broker.PhaseRegistered
 }
 
-// KindUnknownWork is the Workload.Name of GPUs a NodeManager reports in use
-// that no listed container explains (a container allocated between the
-// RM's answers): they are work of unknown size, never idle GPUs.
+// KindUnknownWork is the Workload.Name of what a node holds that no
+// listed container explains: GPUs in use, or containers, memory or vcores
+// the RM counts on a GPU node beyond the listed containers (a container
+// allocated between the RM's answers, not yet launched, or on a
+// NodeManager that did not answer). It is work of unknown size, never
+// idle.
 const KindUnknownWork = "unlisted containers"
 
 // BrokerNodes returns the observation's nodes as the broker sees them from
 // the YARN side: owner yarn while it takes containers (none once
 // decommissioning or gone), phase from the NodeManager state, partition
-// from its node label, down while LOST or UNHEALTHY, GPU counts, and the
-// live containers of the apps holding GPUs as running work (tenant and
-// priority from the app's queue, as for demand). GPUsAllocated is the
-// larger of the RM's count and the listed containers' GPUs; GPUs the RM
-// counts beyond the listed containers appear as one non-preemptible
-// workload of unknown size. The node's pool, instance and utilisation come
+// from its node label, down while LOST or UNHEALTHY, GPU counts, and every
+// live container listed on it as running work, GPU or not, AMs included
+// (tenant, priority and evict grace from the app's queue, as for demand;
+// an AM carries its whole application's GPUs, AppGPUs). GPUsAllocated is
+// the larger of the RM's count and the listed containers' GPUs.
+//
+// IMPORTANT: every container counts. Where the RM's own figures for a GPU
+// node (numContainers, usedMemoryMB, usedVirtualCores, GPUs used) exceed
+// what the listed containers explain, the rest appears as one
+// non-preemptible workload of unknown size (KindUnknownWork): a mismatch
+// is unknown, never idle. The node's pool, instance and utilisation come
 // from other sources.
 func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
 	work := map[string][]broker.Workload{}
+	use := map[string]nodeUse{}
+	add := func(host string, w broker.Workload, ct *Container) {
+		work[host] = append(work[host], w)
+		u := use[host]
+		u.containers++
+		u.mb += ct.MemoryMB
+		u.vcores += ct.VCores
+		use[host] = u
+	}
 	for i := range obs.Apps {
 		a := &obs.Apps[i]
 		if len(a.Containers) == 0 {
@@ -166,8 +183,13 @@ func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
 		}
 		t, _ := queues.appTenant(a)
 		dir := CheckpointDir(a.Tags)
-		for _, c := range a.Containers {
-			work[c.Host] = append(work[c.Host], broker.Workload{
+		appGPUs := max(a.AllocatedGPUs, 0)
+		if listed := containerGPUs(a.Containers); listed > appGPUs {
+			appGPUs = listed
+		}
+		for j := range a.Containers {
+			c := &a.Containers[j]
+			w := broker.Workload{
 				Source:        broker.SourceYARN,
 				Key:           c.ID,
 				Name:          a.Name,
@@ -181,8 +203,22 @@ func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
 				App:           a.ID,
 				AM:            c.AM,
 				Class:         broker.WorkBatch,
-			})
+				EvictGrace:    t.EvictGrace.D(),
+			}
+			if c.AM {
+				w.AppGPUs = appGPUs
+			}
+			add(c.Host, w, c)
 		}
+	}
+	for i := range obs.Others {
+		// Containers of apps the app list does not show: work whose
+		// owner the broker cannot weigh, so never a victim.
+		c := &obs.Others[i]
+		add(c.Host, broker.Workload{
+			Source: broker.SourceYARN, Key: c.ID, Name: "container of " + c.App, GPUs: c.GPUs,
+			StartedAt: c.Started, CheckpointAge: -1, App: c.App, AM: c.AM, Class: broker.WorkBatch,
+		}, c)
 	}
 	out := make([]broker.Node, 0, len(obs.Nodes))
 	for _, n := range obs.Nodes {
@@ -222,14 +258,25 @@ func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
 		for _, w := range bn.Work {
 			listed += w.GPUs
 		}
-		if extra := n.GPUsUsed - listed; extra > 0 {
+		u := use[n.Host]
+		extra := n.GPUsUsed - listed
+		if extra > 0 || gpuNode(&n) && (n.Containers > u.containers || n.UsedMemoryMB > u.mb || n.UsedVCores > u.vcores) {
 			bn.Work = append(bn.Work, broker.Workload{
 				Source: broker.SourceYARN, Key: "unlisted/" + n.Host, Name: KindUnknownWork,
-				GPUs: extra, CheckpointAge: -1, Class: broker.WorkBatch,
+				GPUs: max(extra, 0), CheckpointAge: -1, Class: broker.WorkBatch,
 			})
 		}
 		bn.GPUsAllocated = max(n.GPUsUsed, listed)
 		out = append(out, bn)
 	}
 	return out
+}
+
+// containerGPUs sums the GPUs of cs.
+func containerGPUs(cs []Container) int {
+	n := 0
+	for _, c := range cs {
+		n += max(c.GPUs, 0)
+	}
+	return n
 }

@@ -80,9 +80,11 @@ func TestMapDemand(t *testing.T) {
 }
 
 // TestBrokerNodes: node state, partition and down state, and the live
-// containers of GPU apps as work on their nodes with the tenant, priority,
-// preemptibility, AM flag, start time and checkpoint directory of their
-// app; GPUs the RM counts beyond the listed containers are unknown work.
+// containers as work on their nodes with the tenant, priority,
+// preemptibility, AM flag (and its application's GPUs), start time,
+// checkpoint directory and evict grace of their app; GPUs, containers,
+// memory or vcores the RM counts beyond the listed containers are unknown
+// work, GPUs or not.
 func TestBrokerNodes(t *testing.T) {
 	at := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
 	started := at.Add(-time.Hour)
@@ -93,6 +95,14 @@ func TestBrokerNodes(t *testing.T) {
 		{Host: "c", State: "UNHEALTHY", GPUsTotal: 4, HealthReport: "disk full"},
 		{Host: "d", State: "LOST", GPUsTotal: 4, LastHealth: lost},
 		{Host: "e", State: "RUNNING", GPUsTotal: 4, GPUsUsed: 3},
+		// The RM counts a container (1 GB, one vcore) on f that nothing
+		// lists: unknown work, never idle, though it holds no GPU.
+		{Host: "f", State: "RUNNING", GPUsTotal: 4, Containers: 1, UsedMemoryMB: 1024, UsedVCores: 1},
+		// g runs a CPU container of an app the list does not show, which
+		// explains all the RM counts there.
+		{Host: "g", State: "RUNNING", GPUsTotal: 4, Containers: 1, UsedMemoryMB: 2048, UsedVCores: 2},
+	}, Others: []yarn.Container{
+		{ID: "container_1_0009_01_000002", Host: "g", MemoryMB: 2048, VCores: 2, App: "application_1_0009", Started: started},
 	}, Apps: []yarn.App{
 		{ID: "application_1_0001", Name: "train", State: "RUNNING", Queue: "train", QueuePath: "root.ml.train", Priority: 5,
 			Tags:    []string{"gpubroker.io/checkpoint-dir=hdfs://nn:8020/ckpt/train"},
@@ -107,14 +117,18 @@ func TestBrokerNodes(t *testing.T) {
 			Containers: []yarn.Container{{ID: "container_1_0002_01_000002", Host: "a", GPUs: 1, Started: started}}},
 	}}
 	queues := yarn.NewQueueMap(map[string]broker.Tenant{
-		"ml":      {Name: "ml", BasePriority: 1000, YARNQueues: []string{"root.ml"}},
+		"ml":      {Name: "ml", BasePriority: 1000, YARNQueues: []string{"root.ml"}, EvictGrace: broker.Duration(5 * time.Minute)},
 		"default": {Name: "default", BasePriority: 10, YARNQueues: []string{"default"}},
 	})
 	got := yarn.BrokerNodes(obs, queues)
 	ml := func(id, host string, gpus int, start time.Time, am bool) broker.Workload {
-		return broker.Workload{Source: broker.SourceYARN, Key: id, Name: "train", Tenant: "ml", Priority: 1005, GPUs: gpus,
+		w := broker.Workload{Source: broker.SourceYARN, Key: id, Name: "train", Tenant: "ml", Priority: 1005, GPUs: gpus,
 			Preemptible: true, StartedAt: start, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ckpt/train",
-			App: "application_1_0001", AM: am, Class: broker.WorkBatch}
+			App: "application_1_0001", AM: am, Class: broker.WorkBatch, EvictGrace: 5 * time.Minute}
+		if am {
+			w.AppGPUs = 3 // the AM ends its whole application: 3 GPUs on a and e
+		}
+		return w
 	}
 	want := []broker.Node{
 		{Name: "a", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 8, GPUsAllocated: 3, Utilisation: -1, Healthy: true,
@@ -133,6 +147,15 @@ func TestBrokerNodes(t *testing.T) {
 				ml("container_1_0001_01_000001", "e", 0, started, true),
 				ml("container_1_0001_01_000003", "e", 1, started.Add(time.Minute), false),
 				{Source: broker.SourceYARN, Key: "unlisted/e", Name: yarn.KindUnknownWork, GPUs: 2, CheckpointAge: -1, Class: broker.WorkBatch},
+			}},
+		{Name: "f", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, Healthy: true,
+			Work: []broker.Workload{
+				{Source: broker.SourceYARN, Key: "unlisted/f", Name: yarn.KindUnknownWork, CheckpointAge: -1, Class: broker.WorkBatch},
+			}},
+		{Name: "g", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, Healthy: true,
+			Work: []broker.Workload{
+				{Source: broker.SourceYARN, Key: "container_1_0009_01_000002", Name: "container of application_1_0009", StartedAt: started,
+					CheckpointAge: -1, App: "application_1_0009", Class: broker.WorkBatch},
 			}},
 	}
 	if d := cmp.Diff(want, got); d != "" {

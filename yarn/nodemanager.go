@@ -34,6 +34,7 @@ var errNoAttemptContainers = errors.New("this RM does not serve the containers o
 // nmEntry is a node's cached container list.
 type nmEntry struct {
 	fp         nodeAllocation
+	use        nodeUse // the key of Client.others' entries
 	containers []nmContainer
 	fetched    time.Time
 }
@@ -158,7 +159,9 @@ func (c *Client) observeNodeManagers(ctx context.Context, obs *Observation, now 
 	return nil
 }
 
-// nodeContainers reads one NodeManager's live containers and their GPUs.
+// nodeContainers reads one NodeManager's live containers of apps and
+// their GPUs; with apps nil, every live container, without asking for
+// their GPUs (those are of apps that hold none, see completeNodes).
 func (c *Client) nodeContainers(ctx context.Context, n *Node, apps map[string]*App) ([]nmContainer, error) {
 	if n.HTTPAddress == "" || strings.HasSuffix(n.HTTPAddress, ":0") {
 		return nil, fmt.Errorf("nodemanager %s: no web address to read its containers from", n.Host)
@@ -173,7 +176,9 @@ func (c *Client) nodeContainers(ctx context.Context, n *Node, apps map[string]*A
 	}
 	var gr nmGPUResponse
 	plugin := true
-	if err := c.getNM(ctx, base+PathNMGPUs, &gr); err != nil {
+	if apps == nil {
+		plugin = false
+	} else if err := c.getNM(ctx, base+PathNMGPUs, &gr); err != nil {
 		var se *statusError
 		if !errors.As(err, &se) || se.code >= 500 {
 			return nil, fmt.Errorf("nodemanager %s: %w", n.Host, err)
@@ -190,7 +195,7 @@ func (c *Client) nodeContainers(ctx context.Context, n *Node, apps map[string]*A
 			continue
 		}
 		app := containerApp(w.ID)
-		if apps[app] == nil {
+		if apps != nil && apps[app] == nil {
 			continue
 		}
 		out = append(out, nmContainer{app: app, Container: Container{
@@ -198,7 +203,7 @@ func (c *Client) nodeContainers(ctx context.Context, n *Node, apps map[string]*A
 			MemoryMB: int64(w.TotalMemoryNeededMB), VCores: int64(w.TotalVCoresNeeded), State: w.State,
 		}})
 	}
-	if !plugin && len(out) == 1 {
+	if !plugin && apps != nil && len(out) == 1 {
 		// Without the plugin, a lone GPU app's container holds what the
 		// node reports in use; with several, the GPUs stay unexplained
 		// (unknown work), never idle.

@@ -29,6 +29,10 @@ type Observation struct {
 	Nodes []Node `json:"nodes"`
 	// Queues are all queues of the tree, parents before children.
 	Queues []Queue `json:"queues"`
+	// Others are live containers a GPU node's NodeManager runs for apps
+	// the app list does not show (an app that is ending, or in a state
+	// the list leaves out): work all the same. App names each one's app.
+	Others []Container `json:"others,omitempty"`
 }
 
 // App is one YARN application and its pending GPU asks.
@@ -96,6 +100,9 @@ type Container struct {
 	State string `json:"state,omitempty"`
 	// AM marks the attempt's ApplicationMaster container.
 	AM bool `json:"am,omitempty"`
+	// App is the container's application, set only on Observation.Others
+	// (an App's containers are its own).
+	App string `json:"app,omitempty"`
 }
 
 // Request is one ANY resource request of an app.
@@ -161,7 +168,15 @@ type Node struct {
 	GPUsTotal     int      `json:"gpus_total"`
 	GPUsUsed      int      `json:"gpus_used"`
 	GPUsAvailable int      `json:"gpus_available"`
-	Containers    int      `json:"containers"`
+	// Containers (numContainers), UsedMemoryMB and UsedVCores
+	// (usedVirtualCores) are what the RM's scheduler holds on the node:
+	// every container, of any app, launched or only allocated. They are
+	// the cross-check of the containers listed on the node (BrokerNodes):
+	// a node holding more than its listed containers explain runs work of
+	// unknown size, never nothing.
+	Containers   int   `json:"containers"`
+	UsedMemoryMB int64 `json:"used_memory_mb"`
+	UsedVCores   int64 `json:"used_vcores"`
 	// HTTPAddress is the NodeManager's web address (host:port).
 	HTTPAddress  string    `json:"http_address,omitempty"`
 	HealthReport string    `json:"health_report,omitempty"`

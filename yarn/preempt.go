@@ -2,6 +2,7 @@ package yarn
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,11 +10,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 )
 
 // Preemption of YARN work through the RM REST API. The RM serves
@@ -43,17 +46,24 @@ var errNoSignal = errors.New("the RM does not serve the container signal API")
 //
 // A container (w.Key or w.Name names container_...) is sent
 // GRACEFUL_SHUTDOWN first (its process gets SIGTERM and may checkpoint);
-// a call EvictGrace after that sends FORCEFUL_SHUTDOWN (SIGKILL). It is
-// gone when the RM no longer lists it among its app attempt's live
-// containers, or its application has ended. An ApplicationMaster
-// (w.AM: the whole application is the victim), work without a container
-// id, a container on a DECOMMISSIONING node still running EvictGrace
-// after its GRACEFUL_SHUTDOWN (the RM drops signals there, but delivers
-// one queued before the node turned DECOMMISSIONING), one still running
-// EvictGrace after FORCEFUL_SHUTDOWN, and RMs that do
-// not serve the signal API have their application killed instead (PUT
-// .../apps/{id}/state KILLED); that is done when the RM reports the app
-// KILLED, FINISHED or FAILED.
+// a call its grace after that (w.EvictGrace, its tenant's, else
+// EvictGrace) sends FORCEFUL_SHUTDOWN (SIGKILL) to that container alone,
+// again every grace while it runs. It is gone when the RM no longer lists
+// it among its app attempt's live containers, or its application has
+// ended.
+//
+// IMPORTANT: preemption stops only its victims. An application is killed
+// (PUT .../apps/{id}/state KILLED, done when the RM reports it KILLED,
+// FINISHED or FAILED) only when all its live containers are victims, as a
+// fresh listing from the RM shows: its ApplicationMaster is the victim
+// (w.AM: the planner takes an AM only with its whole application, on this
+// node), or the victim is the application's only container. That is the
+// way out for an RM without the signal API, a container the RM cannot
+// signal (on a DECOMMISSIONING node the RM drops signals, and the
+// NodeManager's REST API has none), and one that outlives
+// FORCEFUL_SHUTDOWN. Otherwise Evict keeps waiting (in progress, the
+// reason named) and the op's deadline ends the wait: the application's
+// other containers are not victims and keep running.
 func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Workload) error {
 	cid := containerID(w)
 	app := w.App
@@ -70,8 +80,13 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 	if app == "" {
 		return fmt.Errorf("evict %q from %s: no YARN application or container id in the workload", w.Key, node)
 	}
+	grace := d.cfg.EvictGrace
+	if w.EvictGrace > 0 {
+		grace = w.EvictGrace
+	}
 	if w.AM || cid == "" {
-		return d.killApp(ctx, node, app, "application master "+cid)
+		// The whole application is the victim.
+		return d.killWholeApp(ctx, node, app, cid, "its ApplicationMaster "+cid+" is a victim, with the rest of the application")
 	}
 	gone, err := d.containerGone(ctx, node, app, cid)
 	if err != nil {
@@ -79,21 +94,28 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 	}
 	if gone {
 		d.mu.Lock()
+		ev := d.evicting[cid]
 		delete(d.evicting, cid)
 		d.mu.Unlock()
+		how := "container " + cid + " had ended before any signal"
+		switch {
+		case !ev.forceful.IsZero():
+			how = "container " + cid + " stopped after FORCEFUL_SHUTDOWN"
+		case !ev.graceful.IsZero():
+			how = "container " + cid + " stopped after GRACEFUL_SHUTDOWN"
+		}
+		d.recordStopped(cid, how)
 		d.cfg.Client.refreshContainers(app, node)
-		d.cfg.Logger.Info("yarn container stopped", "node", node, "container", cid, "app", app)
+		d.cfg.Logger.Info("yarn container stopped", "node", node, "container", cid, "app", app, "how", how)
 		return nil
 	}
 	// IMPORTANT: the RM drops container signals to a DECOMMISSIONING node
 	// (RMNodeImpl has no SIGNAL_CONTAINER transition there: Hadoop 3.3.6
 	// and 3.5.0 log "Invalid event" and answer 200), but a signal it took
 	// while the node was RUNNING is queued on the node and still reaches
-	// the NodeManager with its next heartbeat. So the executor signals a
-	// node's victims and then decommissions it; here a container on a
-	// DECOMMISSIONING node gets EvictGrace from its GRACEFUL_SHUTDOWN (or,
-	// with none remembered, from now), and then its app is killed: a
-	// FORCEFUL_SHUTDOWN would be dropped.
+	// the NodeManager with its next heartbeat. So a container on a
+	// DECOMMISSIONING node gets its grace from its GRACEFUL_SHUTDOWN (or,
+	// with none remembered, from now), and nothing is sent there.
 	n, err := d.node(ctx, node)
 	if err != nil {
 		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
@@ -107,35 +129,37 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 	}
 	d.mu.Unlock()
 	if n.State == "DECOMMISSIONING" {
-		sent := ev.graceful
-		if !ev.forceful.IsZero() {
-			sent = ev.forceful
-		}
-		if now.Sub(sent) < d.cfg.EvictGrace {
+		if now.Sub(ev.sent()) < grace {
 			return fmt.Errorf("container %s on decommissioning %s is shutting down (%s sent before the decommission; the RM drops signals now): %w", cid, node, ev.last(), broker.ErrInProgress)
 		}
-		d.cfg.Logger.Warn("yarn container still running on a decommissioning node after its grace; killing the application (the rm drops signals there)", "node", node, "container", cid, "app", app)
-		return d.killApp(ctx, node, app, "container "+cid+" on a decommissioning node")
+		return d.stopAlone(ctx, node, app, cid, "it runs on a decommissioning node past its grace of "+grace.String()+" and the RM drops signals there")
 	}
 	cmd := SignalGraceful
 	switch {
 	case !signalled:
-	case ev.forceful.IsZero() && now.Sub(ev.graceful) < d.cfg.EvictGrace,
-		!ev.forceful.IsZero() && now.Sub(ev.forceful) < d.cfg.EvictGrace:
+	case now.Sub(ev.sent()) < grace:
 		return fmt.Errorf("container %s on %s is shutting down (%s sent): %w", cid, node, ev.last(), broker.ErrInProgress)
-	case ev.forceful.IsZero():
-		cmd = SignalForceful
 	default:
-		// FORCEFUL_SHUTDOWN did not stop it within the grace: the signal
-		// was lost (the node began decommissioning meanwhile, or the
-		// NodeManager did not get it). The app is the only thing left.
-		d.cfg.Logger.Warn("yarn container survived FORCEFUL_SHUTDOWN; killing the application", "node", node, "container", cid, "app", app)
-		return d.killApp(ctx, node, app, "container "+cid+" that survived FORCEFUL_SHUTDOWN")
+		// Its grace is over: FORCEFUL_SHUTDOWN to this container alone,
+		// again each grace while it survives (a signal can be lost: the
+		// NodeManager missed it).
+		cmd = SignalForceful
+		if !ev.forceful.IsZero() {
+			live, err := d.liveContainers(ctx, app)
+			if err != nil {
+				return fmt.Errorf("evict container %s from %s: list the containers of %s: %w", cid, node, app, err)
+			}
+			if !slices.ContainsFunc(live, func(c Container) bool { return c.ID != cid }) {
+				// The victim is all of its application: killing it stops
+				// nothing else.
+				return d.stopAlone(ctx, node, app, cid, "it survived FORCEFUL_SHUTDOWN for its grace of "+grace.String())
+			}
+			d.cfg.Logger.Warn("yarn container survived FORCEFUL_SHUTDOWN; sending it again, its application's other containers are not victims", "node", node, "container", cid, "app", app)
+		}
 	}
 	err = d.signal(ctx, cid, cmd)
 	if errors.Is(err, errNoSignal) {
-		d.cfg.Logger.Warn("yarn rm cannot signal containers; killing the application", "node", node, "container", cid, "app", app)
-		return d.killApp(ctx, node, app, "container "+cid)
+		return d.stopAlone(ctx, node, app, cid, "the RM does not serve the container signal API")
 	}
 	if err != nil {
 		return fmt.Errorf("evict container %s from %s: %w", cid, node, err)
@@ -149,13 +173,135 @@ func (d *Decommissioner) Evict(ctx context.Context, node string, w broker.Worklo
 		d.evicting[cid] = ev
 	}
 	d.mu.Unlock()
-	d.cfg.Logger.Info("yarn container signalled", "node", node, "container", cid, "app", app, "command", cmd)
+	d.cfg.Logger.Info("yarn container signalled", "node", node, "container", cid, "app", app, "command", cmd, "grace", grace)
 	return fmt.Errorf("container %s on %s sent %s: %w", cid, node, cmd, broker.ErrInProgress)
+}
+
+// stopAlone handles a victim container that no signal can stop (why):
+// its application is killed only when the container is all of it (a
+// fresh listing from the RM); otherwise the eviction waits, in progress,
+// for the container to end, and the op's deadline bounds the wait.
+func (d *Decommissioner) stopAlone(ctx context.Context, node, app, cid, why string) error {
+	live, err := d.liveContainers(ctx, app)
+	if err != nil {
+		return fmt.Errorf("evict container %s from %s: list the containers of %s: %w", cid, node, app, err)
+	}
+	others := slices.DeleteFunc(slices.Clone(live), func(c Container) bool { return c.ID == cid })
+	if len(others) == 0 {
+		d.cfg.Logger.Warn("yarn victim cannot be signalled; killing its application, of which it is the only container", "node", node, "container", cid, "app", app, "why", why)
+		return d.killApp(ctx, node, app, cid, fmt.Sprintf("application %s killed: %s, and it was the application's only container", app, why))
+	}
+	return fmt.Errorf("container %s on %s cannot be stopped alone (%s); its application %s is not killed: %d of its containers are not victims (%s); waiting for it to end: %w",
+		cid, node, why, app, len(others), containerList(others), broker.ErrInProgress)
+}
+
+// killWholeApp kills app, whose ApplicationMaster (or, with cid empty,
+// the app itself) is the victim, once a fresh listing shows that all its
+// live containers run on node (the planner takes an AM only with its
+// whole application, on one node): a container elsewhere is no victim,
+// and the kill would take it too.
+func (d *Decommissioner) killWholeApp(ctx context.Context, node, app, cid, why string) error {
+	d.mu.Lock()
+	_, killed := d.stopped[cmp.Or(cid, app)]
+	d.mu.Unlock()
+	if killed {
+		// Killed already: wait for the RM to report it ended.
+		return d.killApp(ctx, node, app, cid, "")
+	}
+	if done, _, err := d.appEnded(ctx, node, app); err != nil {
+		return err
+	} else if done {
+		return d.killApp(ctx, node, app, cid, "")
+	}
+	live, err := d.liveContainers(ctx, app)
+	if err != nil {
+		return fmt.Errorf("evict application %s from %s: list its containers: %w", app, node, err)
+	}
+	var elsewhere []Container
+	for _, c := range live {
+		if c.Host != node {
+			elsewhere = append(elsewhere, c)
+		}
+	}
+	if len(elsewhere) > 0 {
+		return fmt.Errorf("evict application %s from %s: it runs containers on other nodes (%s) that are not victims; killing it would stop them too: %w",
+			app, node, containerList(elsewhere), broker.ErrConflict)
+	}
+	ids := make([]string, 0, len(live))
+	for _, c := range live {
+		ids = append(ids, c.ID)
+	}
+	return d.killApp(ctx, node, app, cid, fmt.Sprintf("application %s killed: %s (all its containers were victims: %s)", app, why, strings.Join(ids, ", ")))
+}
+
+// liveContainers lists app's live containers on the RM now: its current
+// attempt's. An app the RM does not know has none.
+func (d *Decommissioner) liveContainers(ctx context.Context, app string) ([]Container, error) {
+	attempt, _, err := d.cfg.Client.currentAttempt(ctx, app)
+	if notFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	cs, err := d.cfg.Client.attemptContainers(ctx, app, attempt)
+	if notFound(err) {
+		return nil, nil
+	}
+	return cs, err
+}
+
+// containerList names containers and their hosts for reasons.
+func containerList(cs []Container) string {
+	parts := make([]string, 0, len(cs))
+	for _, c := range cs {
+		parts = append(parts, c.ID+" on "+c.Host)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// recordStopped remembers how victim cid stopped, for HowStopped.
+func (d *Decommissioner) recordStopped(cid, how string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped == nil {
+		d.stopped = map[string]string{}
+	}
+	d.stopped[cid] = how
+}
+
+var _ engine.StopReporter = (*Decommissioner)(nil)
+
+// HowStopped says how a workload Evict reported done actually stopped
+// (after GRACEFUL_SHUTDOWN, after FORCEFUL_SHUTDOWN, its application
+// killed and why), so the op records what the preemption stopped; ""
+// when Evict did not stop it. It forgets the answer.
+func (d *Decommissioner) HowStopped(w broker.Workload) string {
+	key := containerID(w)
+	if key == "" {
+		key = w.App
+		if key == "" {
+			key = w.Key
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	how := d.stopped[key]
+	delete(d.stopped, key)
+	return how
 }
 
 // eviction is when an evicted container was sent each signal.
 type eviction struct {
 	graceful, forceful time.Time
+}
+
+// sent is when the last signal went.
+func (e eviction) sent() time.Time {
+	if e.forceful.IsZero() {
+		return e.graceful
+	}
+	return e.forceful
 }
 
 func (e eviction) last() string {
@@ -165,20 +311,48 @@ func (e eviction) last() string {
 	return SignalForceful
 }
 
-// killApp kills app unless it has ended; nil once it has.
-func (d *Decommissioner) killApp(ctx context.Context, node, app, why string) error {
-	path := fmt.Sprintf(pathAppState, url.PathEscape(app))
+// appEnded reports whether app has ended (or the RM no longer knows it),
+// and its final state.
+func (d *Decommissioner) appEnded(ctx context.Context, node, app string) (bool, string, error) {
 	var st struct {
 		State string `json:"state"`
 	}
-	_, err := d.send(ctx, http.MethodGet, path, nil, &st)
+	_, err := d.send(ctx, http.MethodGet, fmt.Sprintf(pathAppState, url.PathEscape(app)), nil, &st)
 	if err != nil && !isNotFound(err) {
-		return fmt.Errorf("evict application %s from %s: %w", app, node, err)
+		return false, "", fmt.Errorf("evict application %s from %s: %w", app, node, err)
 	}
 	if err != nil || finalAppState(st.State) {
 		d.cfg.Client.refreshContainers(app, node)
-		d.cfg.Logger.Info("yarn application ended", "node", node, "app", app, "state", st.State)
+		return true, cmp.Or(st.State, "unknown to the RM"), nil
+	}
+	return false, "", nil
+}
+
+// killApp kills app unless it has ended; nil once it has. how (what the
+// kill stops, and why) is recorded for HowStopped under the victim cid
+// (the app when empty) once the RM took the kill; an app that ended by
+// itself first is recorded as such.
+func (d *Decommissioner) killApp(ctx context.Context, node, app, cid, how string) error {
+	key := cmp.Or(cid, app)
+	done, state, err := d.appEnded(ctx, node, app)
+	if err != nil {
+		return err
+	}
+	if done {
+		d.mu.Lock()
+		if _, killed := d.stopped[key]; !killed {
+			if d.stopped == nil {
+				d.stopped = map[string]string{}
+			}
+			d.stopped[key] = "application " + app + " ended by itself (" + state + ") before the broker killed it"
+		}
+		d.mu.Unlock()
+		d.cfg.Logger.Info("yarn application ended", "node", node, "app", app, "state", state)
 		return nil
+	}
+	path := fmt.Sprintf(pathAppState, url.PathEscape(app))
+	var st struct {
+		State string `json:"state"`
 	}
 	code, err := d.send(ctx, http.MethodPut, path, map[string]string{"state": "KILLED"}, &st)
 	if err != nil {
@@ -187,8 +361,11 @@ func (d *Decommissioner) killApp(ctx context.Context, node, app, why string) err
 	if code != http.StatusOK && code != http.StatusAccepted {
 		return fmt.Errorf("kill application %s on %s: the RM answered %d", app, node, code)
 	}
+	if how != "" {
+		d.recordStopped(key, how)
+	}
 	d.cfg.Client.refreshContainers(app, node)
-	d.cfg.Logger.Info("yarn application kill requested", "node", node, "app", app, "victim", why)
+	d.cfg.Logger.Info("yarn application kill requested", "node", node, "app", app, "victim", cid, "how", how)
 	if finalAppState(st.State) {
 		return nil
 	}

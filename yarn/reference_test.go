@@ -206,6 +206,8 @@ func convertNodes(r *nodesResponse) []Node {
 			GPUsUsed:      int(used),
 			GPUsAvailable: int(avail),
 			Containers:    int(w.NumContainers),
+			UsedMemoryMB:  int64(w.UsedMemoryMB),
+			UsedVCores:    int64(w.UsedVirtualCores),
 			HTTPAddress:   w.NodeHTTPAddress,
 			HealthReport:  w.HealthReport,
 			LastHealth:    millis(w.LastHealthUpdate),

@@ -156,6 +156,7 @@ type nodeInfo struct {
 	HealthReport      string        `json:"healthReport"`
 	NumContainers     flexInt       `json:"numContainers"`
 	UsedMemoryMB      flexInt       `json:"usedMemoryMB"`
+	UsedVirtualCores  flexInt       `json:"usedVirtualCores"`
 	AvailMemoryMB     flexInt       `json:"availMemoryMB"`
 	NodeLabels        list[string]  `json:"nodeLabels"`
 	TotalResource     *resourceInfo `json:"totalResource"`

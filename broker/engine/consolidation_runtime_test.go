@@ -148,6 +148,14 @@ func TestRuntimePreemptsAcrossSidesAndHandsNodeOver(t *testing.T) {
 	if len(w.yarn.evicted) != 1 || w.yarn.evicted[0] != "container_1" {
 		t.Fatalf("evicted %v, want the YARN container", w.yarn.evicted)
 	}
+	// The op records what actually stopped.
+	var data broker.OpData
+	if err := json.Unmarshal(ops[0].Data, &data); err != nil {
+		t.Fatal(err)
+	}
+	if len(data.Stopped) != 1 || !strings.Contains(data.Stopped[0], "container_1") {
+		t.Fatalf("op records stopped %q, want container_1", data.Stopped)
+	}
 	if !w.yarn.released["y1"] || len(w.k8s.admitted) != 1 || w.k8s.admitted[0] != "y1" {
 		t.Fatalf("released on YARN %v, admitted to k8s %v: want y1 released, then admitted", w.yarn.released, w.k8s.admitted)
 	}

@@ -652,6 +652,7 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 				return s.retry(err)
 			}
 			r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
+			s.data.Stopped = append(s.data.Stopped, howStopped(act, w))
 			s.data.Victims = s.data.Victims[1:]
 		}
 		if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
@@ -939,6 +940,7 @@ func (r *Runtime) cordonYARNVictimsNode(ctx context.Context, s *stepCtx) (broker
 		switch {
 		case err == nil:
 			r.log.Info("preempted", "op", s.op.ID, "node", s.op.Node, "workload", w.Name, "priority", w.Priority)
+			s.data.Stopped = append(s.data.Stopped, howStopped(act, w))
 		case errors.Is(err, broker.ErrInProgress):
 			left = append(left, w)
 		default:

@@ -94,8 +94,9 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 	return s.save(), true
 }
 
-// workLanded lists the GPU work on node in side's latest observation that
-// the op's plan did not see. fresh is false when that observation started
+// workLanded lists the work on node in side's latest observation that
+// the op's plan did not see: any non-system work, GPU or not (a YARN CPU
+// container or 0-GPU AM dies at the fence's timeout as surely). fresh is false when that observation started
 // before the fence settled or the side is stale. A node the side no longer
 // lists runs nothing there; the release then decides (gone, or unknown).
 func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (landed []string, fresh bool) {

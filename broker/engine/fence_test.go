@@ -94,6 +94,26 @@ func TestRuntimeScaleDownOfYARNNodeGivesBackWhereContainerLanded(t *testing.T) {
 	}
 }
 
+// TestRuntimeYARNFenceCountsContainersWithoutGPUs: a 0-GPU
+// ApplicationMaster placed on the node before the fence is work the
+// plan did not see, as much as a GPU container: the fence's timeout would
+// kill it and its whole application, so the node is given back.
+func TestRuntimeYARNFenceCountsContainersWithoutGPUs(t *testing.T) {
+	w, y, r := idleWorld(t, func(w *rtWorld) *rtSide { return w.yarn })
+	y.drainBlocked = true
+	landAfterValidation(y, "n1", broker.Workload{Source: broker.SourceYARN, Key: "container_1_0002_01_000001", Name: "late-am", GPUs: 0,
+		CheckpointAge: -1, App: "application_1_0002", AM: true})
+	w.ticks(r, 1, 2*time.Minute)
+	w.ticks(r, 3, 5*time.Second)
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].State != broker.OpCancelled || !strings.Contains(downs[0].LastError, "late-am") {
+		t.Fatalf("scale-downs %+v: want one, cancelled, naming the AM that landed", downs)
+	}
+	if !slices.Contains(y.admitted, "n1") || len(w.cloud.terminated) != 0 {
+		t.Fatalf("admitted %v, terminated %v: want the node recommissioned, nothing terminated", y.admitted, w.cloud.terminated)
+	}
+}
+
 // TestRuntimeFenceTrustsNoObservationFromBeforeIt: after the cordon, a side
 // that cannot be observed (or one observation that began before the fence
 // settled) never lets the drain go on: stale is never empty. Once an

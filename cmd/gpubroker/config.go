@@ -79,6 +79,10 @@ type yarnConfig struct {
 	Timeout      broker.Duration `yaml:"timeout"`
 	AdminAddress []string        `yaml:"admin_address"`
 	ExcludeFile  string          `yaml:"exclude_file"`
+	// ExcludeFileCopies are the same exclude file on the other RM hosts'
+	// paths or mounts (an RM reads it from its own disk): every change is
+	// made in each, under each one's lock.
+	ExcludeFileCopies []string `yaml:"exclude_file_copies"`
 	// NodeManagerRestart restarts a recommissioned host's NodeManager.
 	NodeManagerRestart nodeManagerRestartConfig `yaml:"nodemanager_restart"`
 	// EvictGrace is how long a preempted container has between
@@ -193,6 +197,8 @@ type tenantConfig struct {
 	YARNQueues     []string `yaml:"yarn_queues"`
 	Namespaces     []string `yaml:"namespaces"`
 	Admins         []string `yaml:"admins"`
+	// EvictGrace is the tenant's preemption grace (broker.Tenant.EvictGrace).
+	EvictGrace broker.Duration `yaml:"evict_grace"`
 }
 
 // config is the validated configuration, in domain types.
@@ -413,7 +419,7 @@ func (fc fileConfig) validate() (*config, error) {
 		t := broker.Tenant{
 			Name: tc.Name, BasePriority: tc.BasePriority, GuaranteedGPUs: tc.GuaranteedGPUs,
 			MaxGPUs: tc.MaxGPUs, Weight: tc.Weight, YARNQueues: tc.YARNQueues,
-			Namespaces: tc.Namespaces, Admins: tc.Admins,
+			Namespaces: tc.Namespaces, Admins: tc.Admins, EvictGrace: tc.EvictGrace,
 		}
 		if t.Weight == 0 {
 			t.Weight = 1

@@ -30,7 +30,7 @@ func appConfig(c *config, log *slog.Logger, getenv func(string) string) (app.Con
 		DatabaseURL: c.file.Database.URL, MaxConns: c.file.Database.MaxConns,
 		Pools: c.pools, Tenants: c.tenants, Policy: c.policy,
 		YARN: app.YARNConfig{RM: yc.RM, User: yc.User, Timeout: yc.Timeout.D(), AdminAddress: yc.AdminAddress,
-			ExcludeFile: yc.ExcludeFile, RestartNodeManager: restart, EvictGrace: yc.EvictGrace.D(),
+			ExcludeFile: yc.ExcludeFile, ExcludeFileCopies: yc.ExcludeFileCopies, RestartNodeManager: restart, EvictGrace: yc.EvictGrace.D(),
 			CordonLabel: yc.Cordon.Label, CordonHold: yc.Cordon.Hold.D(),
 			Kerberos: yarnKerberos(yc.Kerberos, getenv)},
 		Kubernetes: app.KubernetesConfig{Kubeconfig: kc.Kubeconfig, InCluster: app.InCluster(getenv), Adapter: kubeConfig(kc)},

@@ -157,6 +157,7 @@ func parseHostAndFlags(fs *flag.FlagSet, args []string) (string, error) {
 // decommissioner builds the same Decommissioner the broker uses.
 func (f yarnAdminFlags) decommissioner(e env) (*yarn.Decommissioner, error) {
 	rms, admins, exclude, user := splitList(*f.rms), splitList(*f.admin), *f.exclude, *f.user
+	var copies []string
 	var krb *yarn.Kerberos
 	if *f.config != "" {
 		cfg, err := loadConfig(*f.config)
@@ -176,7 +177,7 @@ func (f yarnAdminFlags) decommissioner(e env) (*yarn.Decommissioner, error) {
 			admins = cfg.file.YARN.AdminAddress
 		}
 		if exclude == "" {
-			exclude = cfg.file.YARN.ExcludeFile
+			exclude, copies = cfg.file.YARN.ExcludeFile, cfg.file.YARN.ExcludeFileCopies
 		}
 		if user == "" {
 			user = cfg.file.YARN.User
@@ -211,7 +212,7 @@ func (f yarnAdminFlags) decommissioner(e env) (*yarn.Decommissioner, error) {
 	if err != nil {
 		return nil, usagef("%s", err)
 	}
-	ex, err := yarn.NewExcludeFile(exclude)
+	ex, err := yarn.NewExcludeFile(exclude, copies...)
 	if err != nil {
 		return nil, usagef("%s", err)
 	}

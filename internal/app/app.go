@@ -106,6 +106,9 @@ type YARNConfig struct {
 	MaxResponseBytes int64
 	AdminAddress     []string
 	ExcludeFile      string
+	// ExcludeFileCopies are the exclude file's copies on other RM hosts
+	// (yarn.NewExcludeFile).
+	ExcludeFileCopies []string
 	// Exclude, when set, is the exclude file (ExcludeFile names its path):
 	// a process that also writes the file shares its lock with the broker.
 	Exclude *yarn.ExcludeFile
@@ -321,7 +324,7 @@ func (m *Main) openYARN(ctx context.Context) error {
 	}
 	ex := yc.Exclude
 	if ex == nil {
-		if ex, err = yarn.NewExcludeFile(yc.ExcludeFile); err != nil {
+		if ex, err = yarn.NewExcludeFile(yc.ExcludeFile, yc.ExcludeFileCopies...); err != nil {
 			return usagef("config: yarn.exclude_file: %s", err)
 		}
 	}
