@@ -74,6 +74,11 @@ journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
 executor: a transfer that cannot drain gives the node back~broker/engine/executor.go~if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {~if false {
+yarnrm: an exclusive label's node takes no default-partition ask~yarn/yarnsim/labels.go~return lbl == "" && !s.exclusive(nl)~return lbl == ""~./yarn/yarnsim ./yarn/rmadmin -run TestLabelExclusivity|TestNodeLabelCordon|TestFailoverSemantics
+yarnrm: a new active RM shuts down an excluded host's NodeManager~yarn/yarnsim/restart.go~				shutdown = append(shutdown, h)~				_ = h~./yarn/yarnsim -run TestFailoverSemantics
+yarnrm: a new active RM lists an excluded host as the placeholder host:-1~yarn/yarnsim/restart.go~			n.placeholder, n.unlisted = true, false~			n.unlisted = false~./yarn/yarnsim -run TestFailoverSemantics
+yarnrm: replaceLabelsOnNode calls Hadoop's method replaceLabelsOnNodes~yarn/rmadmin/labels.go~"replaceLabelsOnNodes", req)~"replaceLabelsOnNode", req)~./yarn/rmadmin -run TestLabelWireBytes
+yarnrm: a queue may not ask for a label it cannot access~yarn/yarnsim/sim.go~		if !accessible(q, r.NodeLabel) {~		if false {~./yarn/yarnsim -run TestLabelExclusivity
 EOF
 )
 
