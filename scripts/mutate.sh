@@ -156,6 +156,11 @@ yarnwork: an AM is killed only with all of its application on the node~yarn/pree
 yarnwork: a victim gets its tenant's grace~yarn/preempt.go~if w.EvictGrace > 0 {\n\t\tgrace = w.EvictGrace~if false {\n\t\tgrace = w.EvictGrace~-run TestEvict ./yarn/
 yarnwork: a tenant's evict grace is bounded~broker/tenant.go~case t.EvictGrace < 0 || t.EvictGrace.D() > MaxEvictGrace:~case false:~-run TestTenantEvictGraceBounds ./broker/
 yarnwork: the op records what a preemption stopped~broker/engine/executor.go~\t\t\ts.data.Stopped = append(s.data.Stopped, howStopped(act, w))\n\t\tcase errors.Is(err, broker.ErrInProgress):~\t\tcase errors.Is(err, broker.ErrInProgress):~-run TestRuntimePreempts ./broker/engine/
+yarnrm: an exclusive label's node takes no default-partition ask~yarn/yarnsim/labels.go~return lbl == "" && !s.exclusive(nl)~return lbl == ""~./yarn/yarnsim ./yarn/rmadmin -run TestLabelExclusivity|TestNodeLabelCordon|TestFailoverSemantics
+yarnrm: a new active RM shuts down an excluded host's NodeManager~yarn/yarnsim/restart.go~				shutdown = append(shutdown, h)~				_ = h~./yarn/yarnsim -run TestFailoverSemantics
+yarnrm: a new active RM lists an excluded host as the placeholder host:-1~yarn/yarnsim/restart.go~			n.placeholder, n.unlisted = true, false~			n.unlisted = false~./yarn/yarnsim -run TestFailoverSemantics
+yarnrm: replaceLabelsOnNode calls Hadoop's method replaceLabelsOnNodes~yarn/rmadmin/labels.go~"replaceLabelsOnNodes", req)~"replaceLabelsOnNode", req)~./yarn/rmadmin -run TestLabelWireBytes
+yarnrm: a queue may not ask for a label it cannot access~yarn/yarnsim/sim.go~		if !accessible(q, r.NodeLabel) {~		if false {~./yarn/yarnsim -run TestLabelExclusivity
 EOF
 )
 

@@ -373,6 +373,9 @@ func newWorld(t *testing.T, ctx context.Context, pg *pgServer, seed uint64) *wor
 	if w.yadmAddr, err = w.yadmin.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
+	// A failover rebuilds what a real new active RM rebuilds: excluded
+	// hosts become placeholders and their NodeManagers' containers die.
+	w.ha.SetAdmin(w.yadmin)
 	t.Cleanup(func() { w.yadmin.Close() })
 	if w.yex, err = yarn.NewExcludeFile(exPath); err != nil {
 		t.Fatal(err)

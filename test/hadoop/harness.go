@@ -74,6 +74,13 @@ type Config struct {
 	// that name, all of it usable by queue root.a (see Cluster.Label and
 	// Cluster.SubmitLabelled).
 	Label string
+	// Cordon, when set, enables node labels (in a file-system store) with
+	// every queue's accessible labels listed, so an exclusive label of that
+	// name, created through the admin RPC, is one no queue may use.
+	Cordon string
+	// Recovery enables RM restart with work-preserving recovery from a
+	// file-system state store (Cluster.RestartRM).
+	Recovery bool
 }
 
 // Ready is what the launcher reports once the cluster is up.
@@ -141,6 +148,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		"--nodes", strconv.Itoa(cfg.Nodes), "--gpus", strconv.Itoa(cfg.GPUsPerNode))
 	if cfg.Label != "" {
 		args = append(args, "--label", cfg.Label)
+	}
+	if cfg.Cordon != "" {
+		args = append(args, "--cordon", cfg.Cordon)
+	}
+	if cfg.Recovery {
+		args = append(args, "--recovery")
 	}
 	// The JVM outlives no test: it stops when its stdin closes, and Close
 	// kills it if it does not.

@@ -15,7 +15,10 @@ import (
 // one serves the REST API and the other answers as Hadoop's standby does
 // (StandbyHandler: a redirect to the active RM, or 503 while none is
 // active). Failover moves the active role, as when ZooKeeper elects the
-// other RM.
+// other RM. With an admin server (SetAdmin), every transition to active
+// rebuilds what the RM does not keep in its stores, as a real new active
+// RM does (AdminServer.RestartRM): excluded hosts become placeholders and
+// their NodeManagers shut down, decommissions are gone.
 type HA struct {
 	sim    *Sim
 	mu     sync.Mutex
@@ -23,6 +26,7 @@ type HA struct {
 	srvs   [2]*http.Server
 	active int // index into urls; -1 while no RM is active
 	moves  int
+	admin  *AdminServer
 }
 
 // StartHA listens on two loopback ports for the pair; RM 0 is active.
@@ -79,12 +83,26 @@ func (h *HA) SetActive(i int) error {
 		return errors.New("yarnsim: HA has RMs 0 and 1")
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if i >= 0 && i != h.active {
+	transition := i >= 0 && i != h.active
+	if transition {
 		h.moves++
 	}
 	h.active = i
+	admin := h.admin
+	h.mu.Unlock()
+	if transition && admin != nil {
+		// transitionToActive starts the RM's active services afresh.
+		return admin.RestartRM()
+	}
 	return nil
+}
+
+// SetAdmin gives the pair the admin server whose exclude file and
+// decommissions a transition to active rebuilds (AdminServer.RestartRM).
+func (h *HA) SetAdmin(a *AdminServer) {
+	h.mu.Lock()
+	h.admin = a
+	h.mu.Unlock()
 }
 
 // Failovers counts the times the active role moved.

@@ -545,7 +545,7 @@ func (s *Sim) serveApp(w http.ResponseWriter, r *http.Request) {
 }
 
 type jNode struct {
-	Rack              string    `json:"rack"`
+	Rack              string    `json:"rack,omitempty"`
 	State             string    `json:"state"`
 	ID                string    `json:"id"`
 	NodeHostName      string    `json:"nodeHostName"`
@@ -584,7 +584,16 @@ func (s *Sim) serveNodes(w http.ResponseWriter, r *http.Request) {
 	nodes := make([]jNode, 0, len(hosts))
 	for _, h := range hosts {
 		n := s.nodes[h]
-		if len(states) > 0 && !states[n.state] {
+		if n.unlisted || len(states) > 0 && !states[n.state] {
+			continue
+		}
+		if n.placeholder {
+			// NodesListManager's placeholder for an excluded host, as
+			// Hadoop 3.3.6 and 3.5.0 render it: no rack, no HTTP address,
+			// version "unknown", no resources.
+			nodes = append(nodes, jNode{State: n.state, ID: h + ":-1", NodeHostName: h, LastHealthUpdate: n.lastHealth.UnixMilli(),
+				Version: "unknown", HealthReport: "Healthy", UsedResource: s.resource(0, 0, 0),
+				AvailableResource: s.resource(0, 0, 0), TotalResource: s.resource(0, 0, 0)})
 			continue
 		}
 		total, mem, vc := n.spec.GPUs, n.spec.MemoryMB, n.spec.VCores

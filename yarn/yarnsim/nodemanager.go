@@ -62,6 +62,9 @@ func (a *AdminServer) RestartNodeManager(_ context.Context, host string) error {
 			return err
 		}
 	}
+	if _, excluded := ex[host]; !excluded {
+		a.sim.registerAgain(host)
+	}
 	a.mu.Lock()
 	reg, override := a.registered[host]
 	a.mu.Unlock()
@@ -74,6 +77,23 @@ func (a *AdminServer) RestartNodeManager(_ context.Context, host string) error {
 		return a.sim.SetNodeState(host, "DECOMMISSIONED")
 	}
 	return a.sim.SetNodeState(host, "RUNNING")
+}
+
+// registerAgain turns a placeholder or unlisted node into the entry of a
+// NodeManager that registers: a real node id with a new port.
+func (s *Sim) registerAgain(host string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[host]
+	if !ok || !n.placeholder && !n.unlisted {
+		return
+	}
+	if n.placeholder {
+		s.nextPort++
+		n.port = s.nextPort
+	}
+	n.placeholder, n.unlisted = false, false
+	s.live = nil
 }
 
 // nodeSpec returns host's current spec.

@@ -145,6 +145,10 @@ type node struct {
 	lastHealth          time.Time
 	allocs              map[*app]map[int]int // app → request index → containers
 	conts               map[string]*container
+	// placeholder marks the DECOMMISSIONED "host:-1" entry a new active
+	// RM makes of an excluded host (restart.go); unlisted a node a new
+	// active RM does not know, its NodeManager being down.
+	placeholder, unlisted bool
 	// ran holds the live apps that have run a container on the node
 	// (RMNodeImpl.runningApplications, left at the app's end): the RM keeps
 	// a DECOMMISSIONING node until they end or its timeout passes.
@@ -367,7 +371,7 @@ func (s *Sim) AddNode(spec NodeSpec) error {
 	if spec.Host == "" {
 		return fmt.Errorf("yarnsim: node host must not be empty")
 	}
-	if n, ok := s.nodes[spec.Host]; ok && n.state != "SHUTDOWN" && n.state != "LOST" {
+	if n, ok := s.nodes[spec.Host]; ok && n.state != "SHUTDOWN" && n.state != "LOST" && !n.placeholder && !n.unlisted {
 		return fmt.Errorf("yarnsim: node %q already exists", spec.Host)
 	}
 	if spec.GPUs < 0 {

@@ -77,6 +77,14 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  *       --label (only with --label)</li>
  *   <li>submit-labelled QUEUE APP_PRIORITY CONTAINERS GPUS_PER_CONTAINER — as
  *       submit, asking in the --label partition (nodeLabelExpression)</li>
+ *   <li>rm-restart — stops the ResourceManager and starts a new one on the
+ *       same ports (with --recovery: it recovers the applications from the
+ *       file-system state store, work-preserving, and the node labels from
+ *       the file-system label store), as an RM restart or a failover to a
+ *       standby that shares the stores does; answers "OK MILLIS", the time
+ *       from the stop until the new RM serves</li>
+ *   <li>nm HOST — the NodeManager's service state and the containers it
+ *       holds: "OK STATE CONTAINER_ID..."</li>
  *   <li>quit — stops everything and exits</li>
  * </ul>
  * Stdin closing also stops the cluster, so a dying test harness never leaks a
@@ -96,11 +104,19 @@ public final class Launcher {
   private final List<AppHandle> apps = new ArrayList<>();
   /** label is the exclusive partition root.a may use (--label), or null. */
   private String label;
+  /**
+   * cordon is an exclusive label no queue may access (--cordon), or null:
+   * a node carrying it takes no new container.
+   */
+  private String cordon;
+  /** recovery turns on RM restart with work-preserving recovery. */
+  private boolean recovery;
 
   private static final class AppHandle {
     ApplicationId id;
     UserGroupInformation ugi;
     AMRMClient<ContainerRequest> amrm;
+    final List<ContainerRequest> asks = new ArrayList<>();
   }
 
   /**
@@ -137,6 +153,8 @@ public final class Launcher {
     int nodes = 3;
     int gpus = 4;
     String label = null;
+    String cordon = null;
+    boolean recovery = false;
     for (int i = 0; i < args.length; i++) {
       switch (args[i]) {
         case "--dir": dirArg = args[++i]; break;
@@ -144,8 +162,10 @@ public final class Launcher {
         case "--nodes": nodes = Integer.parseInt(args[++i]); break;
         case "--gpus": gpus = Integer.parseInt(args[++i]); break;
         case "--label": label = args[++i]; break;
+        case "--cordon": cordon = args[++i]; break;
+        case "--recovery": recovery = true; break;
         default:
-          System.err.println("usage: Launcher --dir DIR [--ready FILE] [--nodes N] [--gpus G]");
+          System.err.println("usage: Launcher --dir DIR [--ready FILE] [--nodes N] [--gpus G] [--label L] [--cordon C] [--recovery]");
           System.exit(2);
       }
     }
@@ -158,6 +178,8 @@ public final class Launcher {
     System.setOut(System.err);
     Launcher l = new Launcher(new File(dirArg), nodes, gpus);
     l.label = label;
+    l.cordon = cordon;
+    l.recovery = recovery;
     try {
       String readyJson = l.start();
       if (ready != null) {
@@ -202,7 +224,19 @@ public final class Launcher {
     conf.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, rmHost + ":0");
     conf.set(YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, rmHost + ":0");
     conf.set(YarnConfiguration.RM_ADMIN_ADDRESS, rmHost + ":0");
-    conf.setBoolean(YarnConfiguration.RECOVERY_ENABLED, false);
+    conf.setBoolean(YarnConfiguration.RECOVERY_ENABLED, recovery);
+    if (recovery) {
+      // RM restart / failover: the applications live in a file-system state
+      // store a new RM recovers, keeping their containers (work-preserving);
+      // NodeManagers and AMs find the new RM within a second.
+      conf.set(YarnConfiguration.RM_STORE,
+          "org.apache.hadoop.yarn.server.resourcemanager.recovery.FileSystemRMStateStore");
+      conf.set(YarnConfiguration.FS_RM_STATE_STORE_URI, new File(dir, "rm-state").toURI().toString());
+      conf.setBoolean(YarnConfiguration.RM_WORK_PRESERVING_RECOVERY_ENABLED, true);
+      conf.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_RETRY_INTERVAL_MS, 500);
+      conf.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_MAX_WAIT_MS, 600_000);
+      conf.setLong(YarnConfiguration.RM_WORK_PRESERVING_RECOVERY_SCHEDULING_WAIT_MS, 1000);
+    }
     conf.setBoolean(YarnConfiguration.TIMELINE_SERVICE_ENABLED, false);
     conf.setInt(YarnConfiguration.MAX_CLUSTER_LEVEL_APPLICATION_PRIORITY, 10);
     conf.setLong(YarnConfiguration.RM_NM_HEARTBEAT_INTERVAL_MS, 250);
@@ -244,16 +278,22 @@ public final class Launcher {
       conf.set(p + "user-limit-factor", "100");
       conf.set(p + "maximum-am-resource-percent", "1.0");
     }
-    if (label != null) {
-      // Node labels: one exclusive partition, all of it root.a's.
+    if (label != null || cordon != null) {
+      // Node labels in a file-system store, which a restarted RM reads back.
       conf.setBoolean(YarnConfiguration.NODE_LABELS_ENABLED, true);
       conf.set(YarnConfiguration.FS_NODE_LABELS_STORE_ROOT_DIR, new File(dir, "node-labels").toURI().toString());
       String c = "yarn.scheduler.capacity.root.";
-      conf.set(c + "accessible-node-labels", label);
-      conf.set(c + "accessible-node-labels." + label + ".capacity", "100");
-      conf.set(c + "a.accessible-node-labels", label);
-      conf.set(c + "a.accessible-node-labels." + label + ".capacity", "100");
-      conf.set(c + "a.accessible-node-labels." + label + ".maximum-capacity", "100");
+      // Every queue lists what it may access, so the cordon label (an
+      // exclusive label created by the test through the admin RPC) is
+      // accessible to none: a queue without the setting inherits root's *.
+      conf.set(c + "a.accessible-node-labels", label != null ? label : " ");
+      conf.set(c + "b.accessible-node-labels", " ");
+      if (label != null) {
+        // One exclusive partition, all of it root.a's.
+        conf.set(c + "accessible-node-labels." + label + ".capacity", "100");
+        conf.set(c + "a.accessible-node-labels." + label + ".capacity", "100");
+        conf.set(c + "a.accessible-node-labels." + label + ".maximum-capacity", "100");
+      }
     }
     // Off-switch placement at once: the test apps name a preferred host.
     conf.setInt("yarn.scheduler.capacity.node-locality-delay", -1);
@@ -288,7 +328,8 @@ public final class Launcher {
       rm.getRMContext().getNodeLabelManager().addToCluserNodeLabelsWithDefaultExclusivity(
           Collections.singleton(label));
     }
-    // Clients and NodeManagers use the addresses the RM bound.
+    // Clients and NodeManagers use the addresses the RM bound; a restarted
+    // RM binds them again.
     Configuration bound = rm.getConfig();
     for (String k : new String[] {YarnConfiguration.RM_ADDRESS, YarnConfiguration.RM_SCHEDULER_ADDRESS,
         YarnConfiguration.RM_RESOURCE_TRACKER_ADDRESS, YarnConfiguration.RM_ADMIN_ADDRESS}) {
@@ -398,6 +439,18 @@ public final class Launcher {
             }
             reply = "OK " + run(f[1], f[2], Integer.parseInt(f[3]), Integer.parseInt(f[4]));
             break;
+          case "rm-restart":
+            if (f.length != 1) {
+              throw new IllegalArgumentException("usage: rm-restart");
+            }
+            reply = "OK " + restartRM();
+            break;
+          case "nm":
+            if (f.length != 2) {
+              throw new IllegalArgumentException("usage: nm HOST");
+            }
+            reply = "OK " + nmState(f[1]);
+            break;
           case "quit":
             out.println("OK bye");
             out.flush();
@@ -476,8 +529,10 @@ public final class Launcher {
       Resource cap = Resource.newInstance(1024, 1);
       cap.setResourceValue(GPU, gpus);
       for (int i = 0; i < containers; i++) {
-        amrm.addContainerRequest(new ContainerRequest(cap, nodes, null, Priority.newInstance(1), !strict,
-            labelExpression));
+        ContainerRequest req = new ContainerRequest(cap, nodes, null, Priority.newInstance(1), !strict,
+            labelExpression);
+        amrm.addContainerRequest(req);
+        h.asks.add(req);
       }
       amrm.allocate(0.0f);
       h.amrm = amrm;
@@ -557,6 +612,11 @@ public final class Launcher {
         }
         Thread.sleep(100);
       }
+      // The ask is served: drop it, or the AMRM client sends it again when
+      // it resyncs with a restarted RM and gets a second container.
+      for (ContainerRequest req : h.asks) {
+        h.amrm.removeContainerRequest(req);
+      }
       org.apache.hadoop.yarn.client.api.NMClient nm = org.apache.hadoop.yarn.client.api.NMClient.createNMClient();
       nm.init(conf);
       nm.start();
@@ -605,6 +665,52 @@ public final class Launcher {
     t.setDaemon(true);
     t.start();
     return appId + " " + got[0].getId();
+  }
+
+  /**
+   * restartRM stops the ResourceManager and starts a new one with the same
+   * configuration and ports, as a restart (or a failover to a standby that
+   * shares the state and label stores) does, and returns the milliseconds
+   * from the stop until the new one serves.
+   */
+  private long restartRM() throws Exception {
+    long t0 = System.currentTimeMillis();
+    rm.stop();
+    YarnConfiguration rmConf = new YarnConfiguration(conf);
+    for (int attempt = 1; ; attempt++) {
+      ResourceManager r = new ResourceManager();
+      try {
+        r.init(new YarnConfiguration(rmConf));
+        r.start();
+        rm = r;
+        break;
+      } catch (RuntimeException e) {
+        r.stop();
+        if (attempt >= 40 || !isBindProblem(e)) {
+          throw e;
+        }
+        Thread.sleep(250); // the old RM's ports are still being released
+      }
+    }
+    return System.currentTimeMillis() - t0;
+  }
+
+  /** nmState reports host's NodeManager service state and its containers. */
+  private String nmState(String host) {
+    int i = hosts.indexOf(host);
+    if (i < 0) {
+      throw new IllegalArgumentException("unknown host " + host);
+    }
+    NodeManager nm = nms.get(i);
+    StringBuilder b = new StringBuilder(nm.getServiceState().toString());
+    if (nm.getNMContext() != null) {
+      for (org.apache.hadoop.yarn.api.records.ContainerId c : nm.getNMContext().getContainers().keySet()) {
+        org.apache.hadoop.yarn.server.nodemanager.containermanager.container.Container ct =
+            nm.getNMContext().getContainers().get(c);
+        b.append(' ').append(c).append('=').append(ct == null ? "?" : ct.getContainerState());
+      }
+    }
+    return b.toString();
   }
 
   private void finish(String appId) throws Exception {
