@@ -74,6 +74,15 @@ journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
 executor: a transfer that cannot drain gives the node back~broker/engine/executor.go~if op.Kind == broker.ActTransfer || op.Kind == broker.ActPreempt {~if false {
+replay: a re-queued task's wait counts~replay/steps.go~\tt.waited += s.now - t.since\n~\tif t.restarts == 0 {\n\t\tt.waited += s.now - t.since\n\t}\n~-run TestRequeueWaitsCount ./replay/
+replay: an attrition scale-down is no pending removal~replay/planner.go~ && !x.attrition {~ {~-run TestAttritionIsNoPendingRemoval ./replay/
+replay: a scale-up waits for removals only past the pool's max~replay/planner.go~if pending > 0 && want > s.pools[o.pool].MaxNodes {~if pending > 0 {~-run TestScaleUpWaitsForPendingRemovals ./replay/
+replay: static-p95 is sized at the demand's p95~replay/replay.go~{PolicyStaticP95, float64(dem.p95)},~{PolicyStaticP95, float64(dem.peak)},~-run TestStaticSplitSizes ./replay/
+replay: static-peak is sized at the demand's peak~replay/replay.go~{PolicyStaticPeak, float64(dem.peak)},~{PolicyStaticPeak, float64(dem.p95)},~-run TestStaticSplitSizes ./replay/
+replay: spread places on the node with the most GPUs free~replay/schedule.go~return a.free()*b.gpus > b.free()*a.gpus~return a.free() < b.free()~-run TestSpreadAndPack ./replay/
+replay: the safe autoscaler never drains a busy YARN node~replay/baselines.go~(c.safe && !c.safeToDrain(s, n))~false~-run TestSafeAutoscalerKillsNothing ./replay/
+replay: work-losing kills outside preemption are counted~replay/steps.go~if why != "preempt" {\n\t\t\ts.m.drainKills++~if false {\n\t\t\ts.m.drainKills++~-run TestSafeAutoscalerKillsNothing ./replay/
+replay: work left undone is reported~replay/metrics.go~r.NotDoneGPUHours += float64(t.GPUs) * max(0, left).Hours()~_ = left~-run TestUnservedWorkIsReported ./replay/
 EOF
 )
 
