@@ -83,6 +83,7 @@ replay: spread places on the node with the most GPUs free~replay/schedule.go~ret
 replay: the safe autoscaler never drains a busy YARN node~replay/baselines.go~(c.safe && !c.safeToDrain(s, n))~false~-run TestSafeAutoscalerKillsNothing ./replay/
 replay: work-losing kills outside preemption are counted~replay/steps.go~if why != "preempt" {\n\t\t\ts.m.drainKills++~if false {\n\t\t\ts.m.drainKills++~-run TestSafeAutoscalerKillsNothing ./replay/
 replay: work left undone is reported~replay/metrics.go~r.NotDoneGPUHours += float64(t.GPUs) * max(0, left).Hours()~_ = left~-run TestUnservedWorkIsReported ./replay/
+replay: the README's tables cannot drift from the replay~replay/world.go~Placement:       PlacementSpread,~Placement:       PlacementPack,~-run TestReplayTablesMatchAFreshRun ./cmd/gpubroker/
 EOF
 )
 
