@@ -86,7 +86,7 @@ bench:
 GPUBROKER_OPENB ?= $(abspath ../shared/data/openb/openb_pod_list_default.csv)
 REPLAY_OUT      ?= bin/replay
 REPLAY_LOADS    ?= 10,100,1000
-REPLAY_SEEDS    ?= 1
+REPLAY_SEEDS    ?= 5
 replay:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --trace $(GPUBROKER_OPENB) --load $(REPLAY_LOADS) --seeds $(REPLAY_SEEDS) --rule-off=false --out $(REPLAY_OUT) --tables docs/replay-tables.md --readme README.md
 	cp $(REPLAY_OUT)/capacity.svg docs/replay-capacity.svg
