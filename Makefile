@@ -78,10 +78,15 @@ bench:
 	$(GO) test -count=1 -run '^TestHeadlineLatency$$' -v -timeout 30m ./test/e2e -latency.nodes 1000 -latency.pods 10000
 
 # Replay the openb trace (../shared/data/openb, or $(GPUBROKER_OPENB)) at
-# several loads under gpubroker, a per-side autoscaler and a static split;
-# the report and plots go to $(REPLAY_OUT).
+# several loads and seeds under gpubroker and the baselines; the report and
+# plots go to $(REPLAY_OUT), the tables (and a reduced check run that
+# TestReplayTablesMatchAFreshRun repeats) to docs/replay-tables.md, spliced
+# into the README between its replay-tables markers, and the capacity plot
+# to docs/replay-capacity.svg.
 GPUBROKER_OPENB ?= $(abspath ../shared/data/openb/openb_pod_list_default.csv)
 REPLAY_OUT      ?= bin/replay
-REPLAY_LOADS    ?= 1,10,100,1000
+REPLAY_LOADS    ?= 10,100,1000
+REPLAY_SEEDS    ?= 5
 replay:
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --trace $(GPUBROKER_OPENB) --load $(REPLAY_LOADS) --out $(REPLAY_OUT)
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --trace $(GPUBROKER_OPENB) --load $(REPLAY_LOADS) --seeds $(REPLAY_SEEDS) --rule-off=false --out $(REPLAY_OUT) --tables docs/replay-tables.md --readme README.md
+	cp $(REPLAY_OUT)/capacity.svg docs/replay-capacity.svg

@@ -25,7 +25,14 @@ import (
 //
 // Not modelled, in the baseline's favour: scale-down-delay-after-add, and
 // the time a cloud API call takes.
+//
+// With safe set it keeps gpubroker's consolidation rule: it never drains a
+// YARN node that runs containers (its RM would kill them at the graceful
+// timeout), and drains a busy Kubernetes node only when its pods lose at
+// most the policy's consolidation.max_work_lost in all (time since their
+// last checkpoints, summed, as the planner counts it).
 type autoscalerCtl struct {
+	safe     bool
 	lastScan time.Duration
 	scanned  bool
 }
@@ -177,7 +184,7 @@ func (c *autoscalerCtl) scaleDown(s *sim, side broker.Source) {
 			}
 			empty++
 		} else {
-			if busy >= 1 || !c.fitsElsewhere(s, n) {
+			if busy >= 1 || (c.safe && !c.safeToDrain(s, n)) || !c.fitsElsewhere(s, n) {
 				continue
 			}
 			busy++
@@ -185,6 +192,22 @@ func (c *autoscalerCtl) scaleDown(s *sim, side broker.Source) {
 		count[n.pool]--
 		s.release(n, broker.ActScaleDown, broker.OwnerNone, nil)
 	}
+}
+
+// safeToDrain reports whether draining busy node n keeps the consolidation
+// rule: never a YARN node with containers, a Kubernetes node only when its
+// running pods lose at most max_work_lost in all.
+func (c *autoscalerCtl) safeToDrain(s *sim, n *node) bool {
+	if n.side == broker.SourceYARN {
+		return len(n.tasks) == 0
+	}
+	var lost time.Duration
+	for _, t := range n.tasks {
+		if t.state == taskRunning {
+			lost += s.checkpointAge(t)
+		}
+	}
+	return lost <= s.p.MaxWorkLost.D()
 }
 
 // fitsElsewhere reports whether n's running work fits the free GPUs of the

@@ -24,9 +24,19 @@
 //     split by the side's share of the work, scaled by the cluster
 //     autoscaler's rules (autoscalerCtl); no moves or preemption across
 //     sides.
-//   - static-split: fixed running nodes per pool and side, sized to the
-//     average GPUs the gpubroker run provisioned per pool, split by the
-//     sides' work shares; never resized.
+//   - safe-per-side-autoscaler: the same, held to gpubroker's rule: it
+//     never drains a YARN node running containers, and drains a
+//     Kubernetes node only when its pods lose at most max_work_lost.
+//   - static-p95, static-peak: fixed running nodes per pool and side,
+//     holding the demand's time-weighted p95 or peak concurrent GPUs
+//     (spread over the pools by their max), split by the sides' work
+//     shares; never resized. static-gpubroker-avg holds the average GPUs
+//     the gpubroker run provisioned per pool (equal average; a strawman).
+//
+// Every policy reports GPU-hours provisioned per GPU-hour of completed
+// work, waits with re-queues counted, work left undone, and restarts split
+// into work-losing kills (by preemption or not) and kills of LS or
+// Guaranteed work. Both schedulers spread by default (World.Placement).
 //
 // # Ticking
 //

@@ -17,10 +17,15 @@ type metrics struct {
 	launches, terminations, handovers int
 	preemptions, drainEvictions       int
 	workLost                          float64 // GPU-hours
-	attritions, recommissions         int
-	peakNodes, peakGPUs               int
-	ticks, plans                      int
-	series                            []sample
+	// kills are evictions that threw work away (since the last
+	// checkpoint); drainKills those not for a preemption, drainKillLost
+	// their GPU-hours; lsKills every eviction of LS or Guaranteed work.
+	kills, drainKills, lsKills int
+	drainKillLost              float64
+	attritions, recommissions  int
+	peakNodes, peakGPUs        int
+	ticks, plans               int
+	series                     []sample
 	// Idle GPU-seconds by cause: booting (not yet schedulable), empty
 	// (ready with nothing allocated), leaving (released, handed over or
 	// terminating); the rest of idle is the free GPUs of partly used
@@ -129,12 +134,41 @@ type Result struct {
 	Idle IdleHours `json:"idle_gpu_hours"`
 	// AllocationRatio is AllocatedGPUHours / GPUHours.
 	AllocationRatio float64 `json:"allocation_ratio"`
-	// Waits are from arrival to first placement, per QoS class and side.
+	// Waits are each task's time pending, from its arrival to its first
+	// placement plus, after every eviction, from its re-queue to its next
+	// placement; per QoS class and side. A task pending at the end counts
+	// its wait until then.
 	WaitP50 Percentiles `json:"wait_p50_s"`
 	WaitP95 Percentiles `json:"wait_p95_s"`
 	WaitP99 Percentiles `json:"wait_p99_s"`
-	// Unserved counts tasks never placed by the end.
-	Unserved int `json:"unserved"`
+	// CompletedWorkGPUHours is the trace work (GPUs x run time) of the
+	// tasks that finished: what the GPU-hours bought.
+	CompletedWorkGPUHours float64 `json:"completed_work_gpu_hours"`
+	// ProvisionedPerWork is GPUHours / CompletedWorkGPUHours: GPU-hours
+	// paid per GPU-hour of work done (1.0 is the limit).
+	ProvisionedPerWork float64 `json:"provisioned_per_work"`
+	// Unserved counts tasks never placed by the end; Unfinished those
+	// placed but not finished (running, or evicted and pending again).
+	// NotDoneGPUHours is the work of both left undone at the end.
+	Unserved        int     `json:"unserved"`
+	Unfinished      int     `json:"unfinished"`
+	NotDoneGPUHours float64 `json:"not_done_gpu_hours"`
+	// Restarts counts every eviction; Kills those that threw work away
+	// (the task redoes the work since its last checkpoint), and
+	// KillsNotPreemption the kills that were not a preemption for
+	// higher-priority demand (drains, decommission timeouts), with the
+	// GPU-hours they lost. LSKills counts evictions of LS or Guaranteed
+	// work, which is never preemptible.
+	Restarts                   int     `json:"restarts"`
+	Kills                      int     `json:"kills"`
+	KillsNotPreemption         int     `json:"kills_not_preemption"`
+	KillsNotPreemptionGPUHours float64 `json:"kills_not_preemption_gpu_hours"`
+	LSKills                    int     `json:"ls_guaranteed_kills"`
+	// Migrations counts zero-loss moves of checkpointed work (the
+	// migration op); no policy replayed has one yet, so it is 0.
+	Migrations int `json:"migrations"`
+	// Note says what sets the policy apart, e.g. that it kills work.
+	Note string `json:"note,omitempty"`
 	// Preemptions counts running tasks evicted for higher-priority work;
 	// DrainEvictions those evicted or killed to release a node.
 	Preemptions    int `json:"preemptions"`
@@ -176,6 +210,8 @@ func (s *sim) result(name string) Result {
 		Name: name, GPUHours: m.gpuSec / 3600, AllocatedGPUHours: m.allocSec / 3600,
 		Preemptions: m.preemptions, DrainEvictions: m.drainEvictions, WorkLostGPUHours: m.workLost,
 		Attritions: m.attritions, Recommissions: m.recommissions,
+		Restarts: m.preemptions + m.drainEvictions, Kills: m.kills, KillsNotPreemption: m.drainKills,
+		KillsNotPreemptionGPUHours: m.drainKillLost, LSKills: m.lsKills,
 		Launches: m.launches, Terminations: m.terminations, Handovers: m.handovers,
 		PeakNodes: m.peakNodes, PeakGPUs: m.peakGPUs, EndS: m.lastAt.Seconds(),
 		Ticks: m.ticks, Plans: m.plans, series: m.series, poolGS: m.poolGPUSec,
@@ -192,18 +228,36 @@ func (s *sim) result(name string) Result {
 		r.AvgGPUs = m.gpuSec / m.lastAt.Seconds()
 	}
 	for _, t := range s.tasks {
-		var w float64
-		if t.firstStart < 0 {
-			// Unserved work waited at least until the end: count that,
-			// so leaving work unserved never shortens the waits.
-			r.Unserved++
-			w = max(0, (m.lastAt - t.arrival).Seconds())
-		} else {
-			w = (t.firstStart - t.arrival).Seconds()
+		w := t.waited
+		switch t.state {
+		case taskDone:
+			r.CompletedWorkGPUHours += float64(t.GPUs) * t.Run.Hours()
+		case taskPending:
+			// Work pending at the end waited at least until then: count
+			// that, so leaving work unserved never shortens the waits.
+			w += max(0, m.lastAt-t.since)
+		case taskFuture:
+			w += max(0, m.lastAt-t.arrival)
 		}
-		r.waits[string(t.QoS)] = append(r.waits[string(t.QoS)], w)
-		r.waits[string(t.side)] = append(r.waits[string(t.side)], w)
-		r.waits["all"] = append(r.waits["all"], w)
+		if t.state != taskDone {
+			left := t.left
+			if t.state == taskRunning {
+				left -= m.lastAt - t.startedAt
+			}
+			r.NotDoneGPUHours += float64(t.GPUs) * max(0, left).Hours()
+			if t.firstStart < 0 {
+				r.Unserved++
+			} else {
+				r.Unfinished++
+			}
+		}
+		ws := w.Seconds()
+		r.waits[string(t.QoS)] = append(r.waits[string(t.QoS)], ws)
+		r.waits[string(t.side)] = append(r.waits[string(t.side)], ws)
+		r.waits["all"] = append(r.waits["all"], ws)
+	}
+	if r.CompletedWorkGPUHours > 0 {
+		r.ProvisionedPerWork = r.GPUHours / r.CompletedWorkGPUHours
 	}
 	for k, ws := range r.waits {
 		slices.Sort(ws)

@@ -221,25 +221,33 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 	return false
 }
 
-// startScaleUps runs the scale-up ops' set-desired step. IMPORTANT: as in
-// the executor, a pool's target is set only once its pending removals have
-// terminated (the target was planned as if they had); the instances then
-// exist at once, booting, and the op is done.
+// startScaleUps runs the scale-up ops' set-desired step as the executor
+// does (engine's setDesired and pendingRemovals): the planned target
+// assumed the pool's pending removals had terminated, so the desired
+// capacity set is the target plus those removals still to come, and the
+// op waits for them only when that would pass the pool's max.
+// IMPORTANT: a pending removal is a scale-down that evicts (draining or
+// terminating); an attrition scale-down is none: the executor skips it
+// (its node keeps counting in the desired capacity until it leaves), and
+// counting it would hold the pool's growth back for as long as its work
+// runs, days on openb. The instances then exist at once, booting, and the
+// op is done.
 func (s *sim) startScaleUps() {
 	for _, o := range slices.Clone(s.ops) {
 		if o.kind != broker.ActScaleUp {
 			continue
 		}
-		busy := false
-		desired := 0
+		pending := 0
 		for _, x := range s.ops {
-			if x.pool == o.pool && (x.kind == broker.ActScaleDown || x.kind == broker.ActReplace) {
-				busy = true
+			if x.pool == o.pool && (x.kind == broker.ActScaleDown || x.kind == broker.ActReplace) && !x.attrition {
+				pending++
 			}
 		}
-		if busy {
+		want := o.target + pending
+		if pending > 0 && want > s.pools[o.pool].MaxNodes {
 			continue
 		}
+		desired := 0
 		for _, n := range s.nodes {
 			if n.pool == o.pool && n.phase != broker.PhaseTerminating && n.phase != broker.PhaseGone {
 				desired++
@@ -256,7 +264,7 @@ func (s *sim) startScaleUps() {
 			}
 		}
 		g := s.pools[o.pool].GPUsPerNode
-		for range min(o.target, s.pools[o.pool].MaxNodes) - desired {
+		for range min(want, s.pools[o.pool].MaxNodes) - desired {
 			ordered := broker.Source("")
 			switch {
 			case need[0] > 0 && need[0] >= need[1]:

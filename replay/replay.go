@@ -14,13 +14,36 @@ import (
 
 // The policies a replay compares.
 const (
-	PolicyBroker     = "gpubroker"
-	PolicyPerSide    = "per-side-autoscaler"
-	PolicyStaticSplt = "static-split"
+	PolicyBroker = "gpubroker"
+	// PolicyPerSide is the cluster autoscaler on each side as operators
+	// run it: it drains busy nodes whatever they run, killing work.
+	PolicyPerSide = "per-side-autoscaler"
+	// PolicySafeSide is the same autoscaler held to gpubroker's
+	// consolidation rule: never a busy YARN node, Kubernetes nodes only
+	// within consolidation.max_work_lost.
+	PolicySafeSide = "safe-per-side-autoscaler"
+	// PolicyStaticP95 and PolicyStaticPeak are fixed splits sized at the
+	// demand's time-weighted p95 and its peak concurrent GPUs.
+	PolicyStaticP95  = "static-p95"
+	PolicyStaticPeak = "static-peak"
+	// PolicyStaticAvg is a fixed split sized at the average GPUs the
+	// gpubroker run provisioned: equal average capacity, a strawman no
+	// operator would run (it queues every burst).
+	PolicyStaticAvg = "static-gpubroker-avg"
 )
 
 // Policies lists the known policy names in report order.
-var Policies = []string{PolicyBroker, PolicyPerSide, PolicyStaticSplt}
+var Policies = []string{PolicyBroker, PolicyPerSide, PolicySafeSide, PolicyStaticP95, PolicyStaticPeak, PolicyStaticAvg}
+
+// policyNotes says in each row what sets a baseline apart.
+var policyNotes = map[string]string{
+	PolicyBroker:     "the planner serve runs",
+	PolicyPerSide:    "KILLS WORK: drains busy nodes, YARN containers killed at the drain timeout",
+	PolicySafeSide:   "never drains a busy YARN node; Kubernetes only within max_work_lost",
+	PolicyStaticP95:  "fixed nodes at the demand's p95 GPUs",
+	PolicyStaticPeak: "fixed nodes at the demand's peak GPUs",
+	PolicyStaticAvg:  "fixed nodes at gpubroker's average GPUs (equal average; a strawman)",
+}
 
 // Config is one replay: the trace, the world, the pools and policy, and
 // which comparisons to run.
@@ -37,8 +60,8 @@ type Config struct {
 	// unneeded time and threshold too.
 	Policy broker.Policy
 	World  World
-	// Policies to report (all three run when the static split is asked
-	// for, as it is sized from the gpubroker run).
+	// Policies to report (gpubroker runs too when static-gpubroker-avg
+	// is asked for, as that split is sized from its run).
 	Policies []string
 	// YARNShare is the share of tasks hashed to YARN.
 	YARNShare float64
@@ -104,6 +127,9 @@ type Report struct {
 	Policies []Result `json:"policies"`
 	// Loads is the curve: every load replayed, in order.
 	Loads []LoadResult `json:"loads"`
+	// Summary is every load and policy over the seeds RunSeeds replayed;
+	// empty after Run alone.
+	Summary []Summary `json:"summary,omitempty"`
 }
 
 // TraceInfo is what the report says about the trace and how it was read.
@@ -111,8 +137,10 @@ type TraceInfo struct {
 	TraceStats
 	YARNShare float64 `json:"yarn_share"`
 	Seed      int64   `json:"seed"`
-	YARNTasks int     `json:"yarn_tasks"`
-	K8sTasks  int     `json:"k8s_tasks"`
+	// Seeds is how many seeds from Seed on the Summary covers (RunSeeds).
+	Seeds     int `json:"seeds,omitempty"`
+	YARNTasks int `json:"yarn_tasks"`
+	K8sTasks  int `json:"k8s_tasks"`
 	// YARNGPUShare is the YARN side's share of the work (GPU-hours).
 	YARNGPUShare float64  `json:"yarn_gpu_share"`
 	Choices      []string `json:"choices"`
@@ -132,14 +160,16 @@ type WorldInfo struct {
 // LoadResult is every policy at one load.
 type LoadResult struct {
 	Load float64 `json:"load"`
-	// PeakDemandGPUs and MeanDemandGPUs are the trace's concurrent GPU
-	// demand at this load if every task started on arrival.
+	// PeakDemandGPUs, P95DemandGPUs and MeanDemandGPUs are the trace's
+	// concurrent GPU demand at this load if every task started on arrival
+	// (the p95 and mean weighted by time).
 	PeakDemandGPUs int     `json:"peak_demand_gpus"`
+	P95DemandGPUs  int     `json:"p95_demand_gpus"`
 	MeanDemandGPUs float64 `json:"mean_demand_gpus"`
 	// CapacityGPUs is all pools at their max.
 	CapacityGPUs int           `json:"capacity_gpus"`
 	Pools        []broker.Pool `json:"pools"`
-	// Static is the static split's nodes per pool and side.
+	// Static is the static splits' nodes per pool and side.
 	Static   []StaticNodes `json:"static_split,omitempty"`
 	Policies []Result      `json:"policies"`
 	// RuleOff is gpubroker with consolidation.max_work_lost unbounded
@@ -149,9 +179,10 @@ type LoadResult struct {
 
 // StaticNodes is a static split's nodes of one pool on one side.
 type StaticNodes struct {
-	Pool  string        `json:"pool"`
-	Side  broker.Source `json:"side"`
-	Nodes int           `json:"nodes"`
+	Policy string        `json:"policy"`
+	Pool   string        `json:"pool"`
+	Side   broker.Source `json:"side"`
+	Nodes  int           `json:"nodes"`
 }
 
 // Run replays the trace at every load under every policy.
@@ -200,7 +231,8 @@ func choices(c Config, info TraceInfo) []string {
 		fmt.Sprintf("QoS to priority: Guaranteed 1000000 and LS 10000, not preemptible; Burstable 1000 and BE 0, preemptible (%s)", qosCounts(st)),
 		"--load X divides every arrival time by X (arrival rate times X); run times stay as they are",
 		fmt.Sprintf("pools: %s", poolSource(c)),
-		"a task's wait is from its arrival to its first placement; a task never placed counts its wait until the end",
+		"a task's wait is all its time pending: from its arrival to its first placement, and after every eviction from its re-queue to its next placement; work pending at the end counts its wait until then",
+		"GPU-h per work GPU-h: GPU-hours provisioned / GPU-hours of the tasks that finished (their trace run time); work left undone at the end is reported apart",
 	}
 }
 
@@ -224,8 +256,19 @@ func poolSource(c Config) string {
 }
 
 // demandCurve is the trace's concurrent GPU demand at a load if every task
-// started on arrival: its peak and mean over the arrivals' span to the end.
+// started on arrival: its peak, and its mean and p95 weighted by time over
+// the arrivals' span to the end.
 func demandCurve(tasks []Task, load float64) (peak int, mean float64) {
+	d := demandOf(tasks, load)
+	return d.peak, d.mean
+}
+
+type demand struct {
+	peak, p95 int
+	mean      float64
+}
+
+func demandOf(tasks []Task, load float64) demand {
 	type ev struct {
 		at time.Duration
 		d  int
@@ -235,20 +278,43 @@ func demandCurve(tasks []Task, load float64) (peak int, mean float64) {
 		a := time.Duration(float64(t.Arrival) / load).Round(time.Second)
 		evs = append(evs, ev{a, t.GPUs}, ev{a + t.Run, -t.GPUs})
 	}
+	var out demand
+	if len(evs) == 0 {
+		return out
+	}
 	slices.SortFunc(evs, func(a, b ev) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.d, b.d)) })
 	cur := 0
 	var area float64
+	held := map[int]float64{} // seconds at each level
 	for i, e := range evs {
 		if i > 0 {
-			area += float64(cur) * (e.at - evs[i-1].at).Seconds()
+			dt := (e.at - evs[i-1].at).Seconds()
+			area += float64(cur) * dt
+			held[cur] += dt
 		}
 		cur += e.d
-		peak = max(peak, cur)
+		out.peak = max(out.peak, cur)
 	}
-	if span := (evs[len(evs)-1].at - evs[0].at).Seconds(); span > 0 {
-		mean = area / span
+	span := (evs[len(evs)-1].at - evs[0].at).Seconds()
+	if span <= 0 {
+		out.p95 = out.peak
+		return out
 	}
-	return peak, mean
+	out.mean = area / span
+	levels := make([]int, 0, len(held))
+	for l := range held {
+		levels = append(levels, l)
+	}
+	slices.Sort(levels)
+	acc := 0.0
+	for _, l := range levels {
+		acc += held[l]
+		if acc >= 0.95*span {
+			out.p95 = l
+			break
+		}
+	}
+	return out
 }
 
 // poolsFor builds the shared pools at a load.
@@ -313,9 +379,9 @@ func perSide(pools []broker.Pool, yarnShare float64) (out []broker.Pool, owner [
 }
 
 func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (LoadResult, error) {
-	peak, mean := demandCurve(c.Tasks, load)
-	pools := poolsFor(c, peak)
-	lr := LoadResult{Load: load, PeakDemandGPUs: peak, MeanDemandGPUs: mean, Pools: pools}
+	dem := demandOf(c.Tasks, load)
+	pools := poolsFor(c, dem.peak)
+	lr := LoadResult{Load: load, PeakDemandGPUs: dem.peak, P95DemandGPUs: dem.p95, MeanDemandGPUs: dem.mean, Pools: pools}
 	for _, p := range pools {
 		lr.CapacityGPUs += p.GPUsPerNode * p.MaxNodes
 	}
@@ -329,8 +395,20 @@ func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (Loa
 			shared[i] = broker.Source(p.Sides)
 		}
 	}
-	var gb, ca, off Result
+	res := map[string]Result{}
+	var mu sync.Mutex
+	var off Result
 	var wg sync.WaitGroup
+	goRun := func(name string, f func() Result) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := f()
+			mu.Lock()
+			res[name] = r
+			mu.Unlock()
+		}()
+	}
 	if c.RuleOff && want[PolicyBroker] {
 		wg.Add(1)
 		go func() {
@@ -342,30 +420,56 @@ func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (Loa
 			off = s.result(PolicyBroker + " (rule off)")
 		}()
 	}
-	if want[PolicyBroker] || want[PolicyStaticSplt] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	if want[PolicyBroker] || want[PolicyStaticAvg] {
+		goRun(PolicyBroker, func() Result {
 			s := newSim(c.World, c.Policy, pools, shared, c.Tasks, sides, load)
 			s.run(&brokerCtl{})
-			gb = s.result(PolicyBroker)
-		}()
+			return s.result(PolicyBroker)
+		})
 	}
-	if want[PolicyPerSide] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for _, name := range []string{PolicyPerSide, PolicySafeSide} {
+		if !want[name] {
+			continue
+		}
+		goRun(name, func() Result {
 			sp, owner, _ := perSide(pools, yshare)
 			s := newSim(c.World, c.Policy, sp, owner, c.Tasks, sides, load)
-			s.run(&autoscalerCtl{})
-			ca = s.result(PolicyPerSide)
-		}()
+			s.run(&autoscalerCtl{safe: name == PolicySafeSide})
+			return s.result(name)
+		})
 	}
 	wg.Wait()
-	var st Result
-	if want[PolicyStaticSplt] {
-		sp, owner, nodes := staticSplit(pools, gb, yshare)
-		lr.Static = nodes
+	capacity := float64(lr.CapacityGPUs)
+	for _, st := range []struct {
+		name string
+		gpus float64 // the GPUs to hold, in all
+	}{
+		{PolicyStaticP95, float64(dem.p95)},
+		{PolicyStaticPeak, float64(dem.peak)},
+		{PolicyStaticAvg, -1},
+	} {
+		if !want[st.name] {
+			continue
+		}
+		// Nodes of each shared pool before the split by side: the demand
+		// sizes spread over the pools in proportion to their max; the
+		// equal-average one takes gpubroker's average of each pool.
+		avg := make([]float64, len(pools))
+		for pi, p := range pools {
+			switch {
+			case st.gpus < 0:
+				if gb := res[PolicyBroker]; gb.EndS > 0 && p.GPUsPerNode > 0 {
+					avg[pi] = gb.poolGS[pi] / gb.EndS / float64(p.GPUsPerNode)
+				}
+			case capacity > 0:
+				avg[pi] = float64(p.MaxNodes) * st.gpus / capacity
+			}
+		}
+		sp, owner, nodes := staticSplit(pools, avg, yshare)
+		for i := range nodes {
+			nodes[i].Policy = st.name
+		}
+		lr.Static = append(lr.Static, nodes...)
 		s := newSim(c.World, c.Policy, sp, owner, c.Tasks, sides, load)
 		for pi := range sp {
 			for range nodes[pi].Nodes {
@@ -373,34 +477,33 @@ func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (Loa
 			}
 		}
 		s.run(staticCtl{})
-		st = s.result(PolicyStaticSplt)
+		res[st.name] = s.result(st.name)
 	}
 	// The baselines have no such rule: their work lost is the same with
 	// it on and off.
-	gb.WorkLostRuleOff, ca.WorkLostRuleOff, st.WorkLostRuleOff = gb.WorkLostGPUHours, ca.WorkLostGPUHours, st.WorkLostGPUHours
+	for name, r := range res {
+		r.WorkLostRuleOff = r.WorkLostGPUHours
+		if name == PolicyBroker && c.RuleOff {
+			r.WorkLostRuleOff = off.WorkLostGPUHours
+		}
+		r.Note = policyNotes[name]
+		res[name] = r
+	}
 	if c.RuleOff && want[PolicyBroker] {
-		gb.WorkLostRuleOff = off.WorkLostGPUHours
 		off.WorkLostRuleOff = off.WorkLostGPUHours
+		off.Note = "consolidation.max_work_lost unbounded"
 		lr.RuleOff = &off
 	}
 	for _, p := range c.Policies {
-		switch p {
-		case PolicyBroker:
-			lr.Policies = append(lr.Policies, gb)
-		case PolicyPerSide:
-			lr.Policies = append(lr.Policies, ca)
-		case PolicyStaticSplt:
-			lr.Policies = append(lr.Policies, st)
-		}
+		lr.Policies = append(lr.Policies, res[p])
 	}
 	return lr, nil
 }
 
-// staticSplit sizes fixed nodes per pool and side to the gpubroker run's
-// average provisioned GPUs of each pool, split by the sides' work shares,
-// rounding by largest remainder so the total stays as close as whole nodes
-// allow.
-func staticSplit(pools []broker.Pool, gb Result, yshare float64) ([]broker.Pool, []broker.Source, []StaticNodes) {
+// staticSplit sizes fixed nodes per pool and side: nodes[i] of each shared
+// pool i (fractional), split by the sides' work shares, rounding by largest
+// remainder so the total stays as close as whole nodes allow.
+func staticSplit(pools []broker.Pool, nodesOf []float64, yshare float64) ([]broker.Pool, []broker.Source, []StaticNodes) {
 	sp, owner, origin := perSide(pools, yshare)
 	type want struct {
 		i    int
@@ -411,10 +514,6 @@ func staticSplit(pools []broker.Pool, gb Result, yshare float64) ([]broker.Pool,
 	target := 0.0
 	for i, p := range sp {
 		pi := origin[i]
-		avg := 0.0 // nodes of the shared pool, on average
-		if gb.EndS > 0 && p.GPUsPerNode > 0 {
-			avg = gb.poolGS[pi] / gb.EndS / float64(p.GPUsPerNode)
-		}
 		share := 1.0
 		if pools[pi].Sides == broker.PoolShared {
 			share = yshare
@@ -422,7 +521,7 @@ func staticSplit(pools []broker.Pool, gb Result, yshare float64) ([]broker.Pool,
 				share = 1 - yshare
 			}
 		}
-		x := avg * share
+		x := nodesOf[pi] * share
 		ws = append(ws, want{i: i, x: x, gpus: p.GPUsPerNode})
 		target += x * float64(p.GPUsPerNode)
 	}

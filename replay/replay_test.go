@@ -15,17 +15,21 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 )
 
-// tracePath finds the openb trace: GPUBROKER_OPENB, or ../shared beside the
-// repository (where CI and developers have it).
+// tracePath finds the openb trace: GPUBROKER_OPENB, or shared/ beside the
+// repository or a directory above it (where CI and developers have it; a
+// git worktree sits a level deeper).
 func tracePath(t testing.TB) string {
 	if p := os.Getenv("GPUBROKER_OPENB"); p != "" {
 		return p
 	}
-	p, _ := filepath.Abs("../../shared/data/openb/openb_pod_list_default.csv")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the openb trace is needed: %v; set GPUBROKER_OPENB to openb_pod_list_default.csv", err)
+	for _, up := range []string{"../../shared", "../../../shared"} {
+		p, _ := filepath.Abs(up + "/data/openb/openb_pod_list_default.csv")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
-	return p
+	t.Fatal("the openb trace is needed: not in ../shared/data/openb beside the repository or above it; set GPUBROKER_OPENB to openb_pod_list_default.csv")
+	return ""
 }
 
 func readOpenB(t testing.TB) ([]Task, TraceStats, []NodeType) {
@@ -102,7 +106,7 @@ func TestOneTaskOnAnEmptyCluster(t *testing.T) {
 	}{
 		{PolicyPerSide, 240, 1},
 		{PolicyBroker, 210, 1},
-		{PolicyStaticSplt, 0, 0},
+		{PolicyStaticAvg, 0, 0},
 	} {
 		got := r[c.policy]
 		if got.WaitP50["LS"] != c.wait || got.Launches != c.launches || got.Unserved != 0 {
@@ -150,7 +154,7 @@ func TestStaticSplitNeverLaunches(t *testing.T) {
 		tasks = append(tasks, Task{Name: fmt.Sprintf("burst-%d", i), Arrival: time.Duration(i) * time.Second, Run: 30 * time.Minute, GPUs: 1, QoS: QoSBE})
 	}
 	r := runSynthetic(t, tasks, onePool(8))
-	st := r[PolicyStaticSplt]
+	st := r[PolicyStaticAvg]
 	if st.Launches != 0 || st.Terminations != 0 || st.Handovers != 0 {
 		t.Errorf("static split: %d launches, %d terminations, %d hand-overs; want none", st.Launches, st.Terminations, st.Handovers)
 	}
@@ -497,28 +501,50 @@ func TestSnapshotWorkloads(t *testing.T) {
 	}
 }
 
-// As in the executor, a scale-up's absolute target is set only once the
-// pool's pending removals have terminated: it was planned as if they had.
+// As in the executor (engine's setDesired), a scale-up planned as if the
+// pool's pending removals had terminated sets the desired capacity to its
+// target plus those removals at once, and waits for them only when that
+// would pass the pool's max. Worked by hand: two nodes, one draining, a
+// target of 2 (the kept node and one new): 2+1 = 3 nodes; with a max of 3
+// one node launches at once, with a max of 2 none until the removal is
+// done.
 func TestScaleUpWaitsForPendingRemovals(t *testing.T) {
 	p := broker.DefaultPolicy()
-	s := newSim(DefaultWorld(p), p, onePool(3), []broker.Source{""}, nil, nil, 1)
-	a := s.place(0, broker.SourceYARN)
-	s.place(0, broker.SourceYARN)
-	s.release(a, broker.ActScaleDown, broker.OwnerNone, nil) // YARN, empty: confirmed after 10s
+	for _, c := range []struct {
+		max, atOnce int
+	}{{3, 1}, {2, 0}} {
+		s := newSim(DefaultWorld(p), p, onePool(c.max), []broker.Source{""}, nil, nil, 1)
+		a := s.place(0, broker.SourceYARN)
+		s.place(0, broker.SourceYARN)
+		s.release(a, broker.ActScaleDown, broker.OwnerNone, nil) // YARN, empty: confirmed after 10s
+		up := s.newOp(broker.ActScaleUp, nil, nil)
+		up.pool, up.target = 0, 2 // one kept node plus one new
+		s.startScaleUps()
+		if s.m.launches != c.atOnce {
+			t.Fatalf("max %d: launched %d nodes while a removal was pending, want %d", c.max, s.m.launches, c.atOnce)
+		}
+		drainEvents(s, func() bool { return a.op == nil })
+		s.startScaleUps()
+		if s.m.launches != 1 || len(s.ops) != 0 {
+			t.Errorf("max %d: after the removal: %d launches, %d open ops; want 1, 0", c.max, s.m.launches, len(s.ops))
+		}
+	}
+}
+
+// An attrition scale-down is no pending removal (engine's pendingRemovals
+// skips it): a scale-up of the same pool sets its target at once instead of
+// waiting days for the attrited node's work to end. Worked by hand: one
+// node under attrition running a 2-day task, max 2, target 2 (the planner
+// counts the attrited node in the pool's size): one node launches at once.
+func TestAttritionIsNoPendingRemoval(t *testing.T) {
+	s, n, _ := oneRunning(t, broker.SourceYARN, 48*time.Hour, QoSBE)
+	s.pools[0].MaxNodes = 2
+	s.attrit(n)
 	up := s.newOp(broker.ActScaleUp, nil, nil)
-	up.pool, up.target = 0, 2 // one kept node plus one new
+	up.pool, up.target = 0, 2
 	s.startScaleUps()
-	if s.m.launches != 0 {
-		t.Fatalf("launched %d nodes while a removal was pending", s.m.launches)
-	}
-	for len(s.events) > 0 && a.op != nil {
-		e := heap.Pop(&s.events).(event)
-		s.advance(e.at)
-		s.handle(e)
-	}
-	s.startScaleUps()
-	if s.m.launches != 1 || len(s.ops) != 0 {
-		t.Errorf("after the removal: %d launches, %d open ops; want 1, 0", s.m.launches, len(s.ops))
+	if s.m.launches != 1 || len(s.ops) != 1 {
+		t.Errorf("%d launches, %d open ops (the attrition alone); want 1, 1", s.m.launches, len(s.ops))
 	}
 }
 

@@ -36,7 +36,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "  - %s\n", policyChangesLine(r.World.PolicyChanges))
 	fmt.Fprintf(&b, "  - %s\n", ruleOffNote)
 	for _, lr := range r.Loads {
-		fmt.Fprintf(&b, "\nLOAD %gx: peak concurrent demand %d GPUs (mean %.0f), pools' max %d GPUs\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
+		fmt.Fprintf(&b, "\nLOAD %gx: peak concurrent demand %d GPUs (p95 %d, mean %.0f), pools' max %d GPUs\n", lr.Load, lr.PeakDemandGPUs, lr.P95DemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
 		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprint(tw, tableHeader("\t")+"\t\n")
 		for _, p := range lr.Policies {
@@ -54,6 +54,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprint(tw, curveRow(lr, "\t")+"\t\n")
 	}
 	tw.Flush()
+	if r.Trace.Seeds > 1 {
+		r.writeSummaryText(&b)
+	}
 	fmt.Fprintf(&b, "\nGOAL at the headline load %gx\n", r.Headline)
 	for _, g := range r.Goals() {
 		fmt.Fprintf(&b, "  - %s\n", g)
@@ -63,7 +66,7 @@ func (r *Report) WriteText(w io.Writer) error {
 }
 
 // ruleOffNote says what the rule-off figures are.
-const ruleOffNote = "lost rule off: GPU-hours of work lost with the consolidation rule off (consolidation.max_work_lost unbounded), from the row \"gpubroker (rule off)\" when replayed; the baselines have no such rule, so theirs are the same on and off. Work lost is redone: it is in every policy's GPU-hours"
+const ruleOffNote = "the row \"gpubroker (rule off)\", when replayed (--rule-off), is gpubroker with consolidation.max_work_lost unbounded; the baselines have no such rule. Work lost is redone: it is in every policy's GPU-hours"
 
 // PolicyChanges compares p with serve's defaults (broker.DefaultPolicy)
 // field by field, as the JSON report names them, and returns one
@@ -119,39 +122,41 @@ func policyLine(r *Report) string {
 }
 
 func tableHeader(sep string) string {
-	return strings.Join([]string{"policy", "GPU-h", "idle GPU-h", "alloc", "LS p50 s", "LS p95 s", "LS p99 s", "BE p50 s", "BE p95 s", "BE p99 s",
-		"YARN p95 s", "K8s p95 s", "unserved", "preempt", "drain evict", "lost GPU-h", "lost rule off", "attrition", "launch", "term", "hand-over", "peak nodes"}, sep)
+	return strings.Join([]string{"policy", "GPU-h", "work GPU-h", "GPU-h/work", "idle GPU-h", "LS p50 s", "LS p95 s", "LS p99 s", "BE p95 s",
+		"YARN p95 s", "K8s p95 s", "unserved", "unfinished", "not done GPU-h", "restarts", "kills", "kills not preempt", "their lost GPU-h",
+		"LS/G kills", "migrations", "lost GPU-h", "attrition", "launch", "hand-over", "peak nodes", "note"}, sep)
 }
 
 func tableRow(p Result, sep string) string {
-	return strings.Join([]string{p.Name, f0(p.GPUHours), f0(p.GPUHours - p.AllocatedGPUHours), fmt.Sprintf("%.2f", p.AllocationRatio),
-		f0(p.WaitP50["LS"]), f0(p.WaitP95["LS"]), f0(p.WaitP99["LS"]), f0(p.WaitP50["BE"]), f0(p.WaitP95["BE"]), f0(p.WaitP99["BE"]),
+	return strings.Join([]string{p.Name, f0(p.GPUHours), f0(p.CompletedWorkGPUHours), f3(p.ProvisionedPerWork), f0(p.GPUHours - p.AllocatedGPUHours),
+		f0(p.WaitP50["LS"]), f0(p.WaitP95["LS"]), f0(p.WaitP99["LS"]), f0(p.WaitP95["BE"]),
 		f0(p.WaitP95["yarn"]), f0(p.WaitP95["k8s"]),
-		itoa(p.Unserved), itoa(p.Preemptions), itoa(p.DrainEvictions), f0(p.WorkLostGPUHours), f0(p.WorkLostRuleOff), itoa(p.Attritions),
-		itoa(p.Launches), itoa(p.Terminations), itoa(p.Handovers), itoa(p.PeakNodes)}, sep)
+		itoa(p.Unserved), itoa(p.Unfinished), f0(p.NotDoneGPUHours), itoa(p.Restarts), itoa(p.Kills), itoa(p.KillsNotPreemption),
+		f0(p.KillsNotPreemptionGPUHours), itoa(p.LSKills), itoa(p.Migrations), f0(p.WorkLostGPUHours), itoa(p.Attritions),
+		itoa(p.Launches), itoa(p.Handovers), itoa(p.PeakNodes), p.Note}, sep)
 }
 
 func curveHeader(sep string) string {
 	var cols []string
-	cols = append(cols, "load", "peak demand", "capacity")
+	cols = append(cols, "load", "peak demand", "p95 demand", "capacity")
 	for _, n := range Policies {
-		cols = append(cols, n+" GPU-h", n+" LS p95 s")
+		cols = append(cols, n+" GPU-h/work", n+" LS p95 s")
 	}
-	cols = append(cols, "GPU-h vs per-side", "LS p95 vs per-side", "LS p95 vs static")
+	cols = append(cols, "GPU-h/work (goal <= 1.15)", "LS p95 vs per-side (goal <= 0.70x)", "kills not preempt")
 	return strings.Join(cols, sep)
 }
 
 func curveRow(lr LoadResult, sep string) string {
-	cols := []string{fmt.Sprintf("%gx", lr.Load), itoa(lr.PeakDemandGPUs), itoa(lr.CapacityGPUs)}
+	cols := []string{fmt.Sprintf("%gx", lr.Load), itoa(lr.PeakDemandGPUs), itoa(lr.P95DemandGPUs), itoa(lr.CapacityGPUs)}
 	for _, n := range Policies {
 		if p, ok := lr.find(n); ok {
-			cols = append(cols, f0(p.GPUHours), f0(p.WaitP95["LS"]))
+			cols = append(cols, f3(p.ProvisionedPerWork), f0(p.WaitP95["LS"]))
 		} else {
 			cols = append(cols, "-", "-")
 		}
 	}
 	g := lr.goal()
-	cols = append(cols, g.gpuH, g.lsCA, g.lsStatic)
+	cols = append(cols, g.ratio, g.lsCA, g.kills)
 	return strings.Join(cols, sep)
 }
 
@@ -165,62 +170,62 @@ func (lr LoadResult) find(name string) (Result, bool) {
 }
 
 type goalCols struct {
-	gpuH, lsCA, lsStatic string
-	gpuHOK, lsCAOK       bool
-	lsStaticOK           bool
-	haveCA, haveStatic   bool
+	ratio, lsCA, kills     string
+	ratioOK, lsCAOK, kilOK bool
+	haveGB, haveCA         bool
 }
 
+// The goal (issue 27): GPU-hours provisioned per GPU-hour of completed
+// work at most goalRatio, no work-losing kill outside a preemption, and
+// an LS p95 wait (re-queues included) at most goalLS times the per-side
+// autoscaler's.
+const (
+	goalRatio = 1.15
+	goalLS    = 0.70
+)
+
 func (lr LoadResult) goal() goalCols {
-	g := goalCols{gpuH: "-", lsCA: "-", lsStatic: "-"}
+	g := goalCols{ratio: "-", lsCA: "-", kills: "-"}
 	gb, ok := lr.find(PolicyBroker)
 	if !ok {
 		return g
 	}
-	if ca, ok := lr.find(PolicyPerSide); ok && ca.GPUHours > 0 {
+	g.haveGB = true
+	g.ratio = f3(gb.ProvisionedPerWork)
+	g.ratioOK = gb.ProvisionedPerWork > 0 && gb.ProvisionedPerWork <= goalRatio
+	g.kills = itoa(gb.KillsNotPreemption)
+	g.kilOK = gb.KillsNotPreemption == 0
+	if ca, ok := lr.find(PolicyPerSide); ok {
 		g.haveCA = true
-		d := 1 - gb.GPUHours/ca.GPUHours
-		g.gpuH = fmt.Sprintf("%+.1f%%", -100*d)
-		g.gpuHOK = d >= 0.20
 		if ca.WaitP95["LS"] > 0 {
 			r := gb.WaitP95["LS"] / ca.WaitP95["LS"]
-			g.lsCA = fmt.Sprintf("%.2fx", r)
-			g.lsCAOK = r <= 0.8
+			g.lsCA = ratio(r)
+			g.lsCAOK = r <= goalLS
 		} else {
 			g.lsCA = "n/a (0)"
 			g.lsCAOK = gb.WaitP95["LS"] == 0
 		}
 	}
-	if st, ok := lr.find(PolicyStaticSplt); ok {
-		g.haveStatic = true
-		if st.WaitP95["LS"] > 0 {
-			g.lsStatic = ratio(gb.WaitP95["LS"] / st.WaitP95["LS"])
-		} else {
-			g.lsStatic = "n/a (0)"
-		}
-		g.lsStaticOK = gb.WaitP95["LS"] < st.WaitP95["LS"]
-	}
 	return g
 }
 
 // Goals says, at the headline load, whether gpubroker met each part of the
-// goal: at least 20% fewer GPU-hours than the per-side autoscaler at no
-// more than 0.8x its LS p95 wait, and a shorter LS p95 wait than the static
-// split of equal average capacity.
+// goal: at most 1.15 GPU-hours provisioned per GPU-hour of completed work,
+// no work-losing kill outside a preemption, and an LS p95 wait (re-queues
+// included) at most 0.70x the per-side autoscaler's.
 func (r *Report) Goals() []string {
 	lr := r.Loads[len(r.Loads)-1]
 	g := lr.goal()
 	yes := map[bool]string{true: "met", false: "NOT met"}
-	var out []string
+	if !g.haveGB {
+		return []string{"not assessed: the goal is gpubroker's; replay it"}
+	}
+	out := []string{
+		fmt.Sprintf("GPU-hours provisioned per GPU-hour of completed work: %s (goal: %.2f or less): %s", g.ratio, goalRatio, yes[g.ratioOK]),
+		fmt.Sprintf("work-losing kills outside a preemption: %s (goal: 0): %s", g.kills, yes[g.kilOK]),
+	}
 	if g.haveCA {
-		out = append(out, fmt.Sprintf("GPU-hours vs the per-side autoscaler: %s (goal: -20%% or better): %s", g.gpuH, yes[g.gpuHOK]))
-		out = append(out, fmt.Sprintf("LS p95 wait vs the per-side autoscaler: %s (goal: 0.80x or less): %s", g.lsCA, yes[g.lsCAOK]))
-	}
-	if g.haveStatic {
-		out = append(out, fmt.Sprintf("LS p95 wait vs the static split: %s (goal: shorter): %s", g.lsStatic, yes[g.lsStaticOK]))
-	}
-	if len(out) == 0 {
-		out = append(out, "not assessed: the goal compares gpubroker with the baselines; run all three policies")
+		out = append(out, fmt.Sprintf("LS p95 wait (re-queues included) vs the per-side autoscaler: %s (goal: %.2fx or less): %s", g.lsCA, goalLS, yes[g.lsCAOK]))
 	}
 	return out
 }
@@ -243,7 +248,7 @@ func (r *Report) WriteMarkdown(w io.Writer, plots []string) error {
 	fmt.Fprintf(&b, "- %s\n", policyChangesLine(r.World.PolicyChanges))
 	fmt.Fprintf(&b, "- %s\n", ruleOffNote)
 	for _, lr := range r.Loads {
-		fmt.Fprintf(&b, "\n## Load %gx\n\nPeak concurrent demand %d GPUs (mean %.0f) if every task started on arrival; pools' max %d GPUs.\n\n", lr.Load, lr.PeakDemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
+		fmt.Fprintf(&b, "\n## Load %gx\n\nPeak concurrent demand %d GPUs (p95 %d, mean %.0f) if every task started on arrival; pools' max %d GPUs.\n\n", lr.Load, lr.PeakDemandGPUs, lr.P95DemandGPUs, lr.MeanDemandGPUs, lr.CapacityGPUs)
 		rows := lr.Policies
 		if lr.RuleOff != nil {
 			rows = append(slices.Clip(rows), *lr.RuleOff)
@@ -293,6 +298,7 @@ func ratio(r float64) string {
 }
 
 func f0(x float64) string { return fmt.Sprintf("%.0f", x) }
+func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
 func itoa(i int) string   { return fmt.Sprintf("%d", i) }
 
 // durS renders seconds as a duration for captions.

@@ -11,7 +11,8 @@ import (
 // This file is the sides' schedulers, the same for every policy.
 
 // schedule is both sides' schedulers: pending work, highest priority then
-// oldest first, on the fullest schedulable node of its side that fits;
+// oldest first, on the schedulable node of its side that fits and that the
+// placement (World.Placement: spread or pack) prefers;
 // kube-scheduler preempts for Kubernetes pods that fit nowhere.
 func (s *sim) schedule() {
 	for i := range s.pending {
@@ -88,7 +89,7 @@ func (s *sim) scheduleSide(i int) {
 		if maxFree > 0 && !blocked[bk] {
 			var best *node
 			for _, n := range cands {
-				if n.free() >= t.GPUs && n.fits(t, s.models) && (best == nil || n.free() < best.free()) {
+				if n.free() >= t.GPUs && n.fits(t, s.models) && (best == nil || s.better(n, best)) {
 					best = n
 				}
 			}
@@ -123,6 +124,20 @@ func (s *sim) scheduleSide(i int) {
 		}
 		s.pending[i] = q[:k]
 	}
+}
+
+// better reports whether the side's scheduler prefers node a to node b for
+// a task both fit. Spread (the default of both schedulers: kube-scheduler's
+// NodeResourcesFit LeastAllocated scoring, the CapacityScheduler placing
+// on the node that heartbeats with room) takes the node with the largest
+// share of its GPUs free; pack (kube-scheduler MostAllocated, the
+// CapacityScheduler's multi-node placement by utilisation) the one with
+// the fewest GPUs free. Ties keep the earlier node.
+func (s *sim) better(a, b *node) bool {
+	if s.w.Placement == PlacementPack {
+		return a.free() < b.free()
+	}
+	return a.free()*b.gpus > b.free()*a.gpus
 }
 
 func comparePending(a, b *task) int {

@@ -35,12 +35,15 @@ type task struct {
 	state       taskState
 	since       time.Duration // pending since
 	firstStart  time.Duration // -1 until placed once
-	startedAt   time.Duration
-	node        *node
-	gen         int   // bumps on every start and eviction, invalidating old events
-	nominated   *node // kube-scheduler preempted for it on this node
-	restarts    int
-	models      string // Models joined, for blockKey
+	// waited is the time spent pending before each placement: the first
+	// wait and every wait after an eviction re-queued it.
+	waited    time.Duration
+	startedAt time.Duration
+	node      *node
+	gen       int   // bumps on every start and eviction, invalidating old events
+	nominated *node // kube-scheduler preempted for it on this node
+	restarts  int
+	models    string // Models joined, for blockKey
 }
 
 func (t *task) key() string { return t.Name }

@@ -51,6 +51,7 @@ func (s *sim) start(t *task, n *node) {
 	if t.firstStart < 0 {
 		t.firstStart = s.now
 	}
+	t.waited += s.now - t.since
 	t.gen++
 	n.used += t.GPUs
 	n.tasks = append(n.tasks, t)
@@ -82,11 +83,25 @@ func (s *sim) evict(t *task, why string) {
 	t.restarts++
 	s.running--
 	t.node.evicting++
-	s.m.workLost += float64(t.GPUs) * lost.Hours()
+	gh := float64(t.GPUs) * lost.Hours()
+	s.m.workLost += gh
 	if why == "preempt" {
 		s.m.preemptions++
 	} else {
 		s.m.drainEvictions++
+	}
+	if lost > 0 {
+		// A kill: the task must redo work. Only a preemption for
+		// higher-priority demand may do that; a kill for any other reason
+		// (a drain, a decommission's timeout) is counted apart.
+		s.m.kills++
+		if why != "preempt" {
+			s.m.drainKills++
+			s.m.drainKillLost += gh
+		}
+	}
+	if !t.preemptible {
+		s.m.lsKills++
 	}
 	s.push(event{at: s.now + s.w.PreemptionGrace, kind: evVictimGone, t: t, gen: t.gen})
 }

@@ -57,7 +57,22 @@ type World struct {
 	// TickPeriod bounds the gap between gpubroker ticks while demand is
 	// pending and the previous plan acted (see doc.go on event ticking).
 	TickPeriod time.Duration `json:"tick_period_s"`
+	// Placement is how both sides' schedulers pick among the nodes a task
+	// fits: PlacementSpread (their defaults) or PlacementPack.
+	Placement string `json:"placement"`
 }
+
+// The schedulers' placements (World.Placement).
+const (
+	// PlacementSpread is both schedulers' default: kube-scheduler scores
+	// nodes LeastAllocated, and the CapacityScheduler places a container
+	// on the node that heartbeats with room, which spreads too.
+	PlacementSpread = "spread"
+	// PlacementPack is kube-scheduler's MostAllocated scoring and the
+	// CapacityScheduler's multi-node placement sorted by utilisation: the
+	// fullest node that fits.
+	PlacementPack = "pack"
+)
 
 // DefaultWorld returns the model the report uses unless told otherwise.
 func DefaultWorld(p broker.Policy) World {
@@ -72,6 +87,7 @@ func DefaultWorld(p broker.Policy) World {
 		ScanInterval:    10 * time.Second,
 		NewPodHold:      30 * time.Second,
 		TickPeriod:      10 * time.Second,
+		Placement:       PlacementSpread,
 	}
 }
 
@@ -93,6 +109,9 @@ func (w World) Validate() error {
 			return broker.Invalid("world."+f.name, "must be %s, got %s", map[bool]string{true: "positive", false: "non-negative"}[f.pos], f.d)
 		}
 	}
+	if w.Placement != PlacementSpread && w.Placement != PlacementPack {
+		return broker.Invalid("placement", "must be %s or %s, got %q", PlacementSpread, PlacementPack, w.Placement)
+	}
 	return nil
 }
 
@@ -110,7 +129,11 @@ func (w World) Describe() string {
 	fmt.Fprintf(&b, "- release: Kubernetes evicts every pod; YARN decommissions gracefully (containers finish, killed at the %s drain timeout); the side confirms %s after the node is empty\n", w.DrainTimeout, w.ReleaseLag)
 	fmt.Fprintf(&b, "- scale-down: release, then terminate; billing stops %s after the terminate call\n", w.TerminateTime)
 	fmt.Fprintf(&b, "- hand-over: release, then %s until the other side schedules on the node\n", w.HandOverTime)
-	fmt.Fprintf(&b, "- schedulers: each side places its pending work at once, highest priority then oldest first, on the fullest node that fits (bin-packing); kube-scheduler preempts lower-priority preemptible pods on Kubernetes nodes, YARN does not preempt\n")
+	place := "spread (the defaults: kube-scheduler LeastAllocated, CapacityScheduler node heartbeats): on the node with the largest share of its GPUs free that fits"
+	if w.Placement == PlacementPack {
+		place = "pack (kube-scheduler MostAllocated, CapacityScheduler multi-node placement; not the defaults): on the fullest node that fits"
+	}
+	fmt.Fprintf(&b, "- schedulers: each side places its pending work at once, highest priority then oldest first, %s; kube-scheduler preempts lower-priority preemptible pods on Kubernetes nodes, YARN does not preempt\n", place)
 	fmt.Fprintf(&b, "- cluster autoscaler baseline: scans every %s, acts on pods pending at least %s\n", w.ScanInterval, w.NewPodHold)
 	fmt.Fprintf(&b, "- gpubroker ticks at every event and planner deadline, and every %s while demand is pending and its last plan acted\n", w.TickPeriod)
 	return b.String()

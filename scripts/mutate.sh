@@ -161,6 +161,16 @@ yarnrm: a new active RM shuts down an excluded host's NodeManager~yarn/yarnsim/r
 yarnrm: a new active RM lists an excluded host as the placeholder host:-1~yarn/yarnsim/restart.go~			n.placeholder, n.unlisted = true, false~			n.unlisted = false~./yarn/yarnsim -run TestFailoverSemantics
 yarnrm: replaceLabelsOnNode calls Hadoop's method replaceLabelsOnNodes~yarn/rmadmin/labels.go~"replaceLabelsOnNodes", req)~"replaceLabelsOnNode", req)~./yarn/rmadmin -run TestLabelWireBytes
 yarnrm: a queue may not ask for a label it cannot access~yarn/yarnsim/sim.go~		if !accessible(q, r.NodeLabel) {~		if false {~./yarn/yarnsim -run TestLabelExclusivity
+replay: a re-queued task's wait counts~replay/steps.go~\tt.waited += s.now - t.since\n~\tif t.restarts == 0 {\n\t\tt.waited += s.now - t.since\n\t}\n~-run TestRequeueWaitsCount ./replay/
+replay: an attrition scale-down is no pending removal~replay/planner.go~ && !x.attrition {~ {~-run TestAttritionIsNoPendingRemoval ./replay/
+replay: a scale-up waits for removals only past the pool's max~replay/planner.go~if pending > 0 && want > s.pools[o.pool].MaxNodes {~if pending > 0 {~-run TestScaleUpWaitsForPendingRemovals ./replay/
+replay: static-p95 is sized at the demand's p95~replay/replay.go~{PolicyStaticP95, float64(dem.p95)},~{PolicyStaticP95, float64(dem.peak)},~-run TestStaticSplitSizes ./replay/
+replay: static-peak is sized at the demand's peak~replay/replay.go~{PolicyStaticPeak, float64(dem.peak)},~{PolicyStaticPeak, float64(dem.p95)},~-run TestStaticSplitSizes ./replay/
+replay: spread places on the node with the most GPUs free~replay/schedule.go~return a.free()*b.gpus > b.free()*a.gpus~return a.free() < b.free()~-run TestSpreadAndPack ./replay/
+replay: the safe autoscaler never drains a busy YARN node~replay/baselines.go~(c.safe && !c.safeToDrain(s, n))~false~-run TestSafeAutoscalerKillsNothing ./replay/
+replay: work-losing kills outside preemption are counted~replay/steps.go~if why != "preempt" {\n\t\t\ts.m.drainKills++~if false {\n\t\t\ts.m.drainKills++~-run TestSafeAutoscalerKillsNothing ./replay/
+replay: work left undone is reported~replay/metrics.go~r.NotDoneGPUHours += float64(t.GPUs) * max(0, left).Hours()~_ = left~-run TestUnservedWorkIsReported ./replay/
+replay: the README's tables cannot drift from the replay~replay/world.go~Placement:       PlacementSpread,~Placement:       PlacementPack,~-run TestReplayTablesMatchAFreshRun ./cmd/gpubroker/
 EOF
 )
 

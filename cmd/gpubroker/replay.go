@@ -29,11 +29,18 @@ func runReplay(_ context.Context, e env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	ckpt := fs.Duration("checkpoint-interval", replayCheckpoint, "model running work as checkpointing this often (openb tasks are training jobs; 0: unknown, an eviction loses all work since the start)")
 	ruleOff := fs.Bool("rule-off", true, "also replay gpubroker with consolidation.max_work_lost unbounded, to report the work lost with the rule on and off")
+	placement := fs.String("placement", replay.PlacementSpread, "how both schedulers place work: `spread` (their defaults: LeastAllocated, CapacityScheduler heartbeats) or pack (MostAllocated, multi-node placement)")
+	seeds := fs.Int("seeds", 1, "replay `N` seeds from --seed on (each splits the tasks between the sides anew) and report mean and range")
+	tablesPath := fs.String("tables", "", "write the Markdown tables over the seeds, and a reduced check run a test repeats, to this `file` (make replay: docs/replay-tables.md)")
+	readmePath := fs.String("readme", "", "splice the --tables file's tables into this `file` between "+replayTablesBegin+" and "+replayTablesEnd)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q", fs.Args())
+	}
+	if *readmePath != "" && *tablesPath == "" {
+		return usagef("--readme needs --tables: the README takes its tables from that file")
 	}
 	if *tracePath == "" {
 		*tracePath = e.getenv("GPUBROKER_OPENB")
@@ -63,6 +70,7 @@ func runReplay(_ context.Context, e env, args []string) error {
 	}
 	cfg.World = replay.DefaultWorld(cfg.Policy)
 	cfg.World.CheckpointInterval = *ckpt
+	cfg.World.Placement = *placement
 
 	f, err := os.Open(*tracePath)
 	if err != nil {
@@ -87,9 +95,14 @@ func runReplay(_ context.Context, e env, args []string) error {
 			return inputError(err)
 		}
 	}
-	rep, err := replay.Run(cfg)
+	rep, err := replay.RunSeeds(cfg, *seeds)
 	if err != nil {
 		return inputError(err)
+	}
+	if *tablesPath != "" {
+		if err := writeReplayTables(*tablesPath, *readmePath, rep, cfg); err != nil {
+			return err
+		}
 	}
 	if *outDir != "" {
 		if err := writeReplayFiles(*outDir, rep, cfg.Tasks); err != nil {
@@ -168,4 +181,94 @@ func writeFileWith(path string, write func(*os.File) error) error {
 		return fmt.Errorf("close %q: %w", path, err)
 	}
 	return nil
+}
+
+// The markers around the replay tables in the README and the check run in
+// the tables file.
+const (
+	replayTablesBegin = "<!-- replay-tables:begin -->"
+	replayTablesEnd   = "<!-- replay-tables:end -->"
+	replayCheckMark   = "<!-- replay-check: a reduced replay TestReplayTablesMatchAFreshRun repeats; make replay regenerates it -->"
+)
+
+// The reduced check run: the trace's first replayCheckTasks tasks at
+// replayCheckLoad, seed 0, every policy, serve's default policy and the
+// default world. IMPORTANT: a change to what the replay computes changes
+// it, so the test that repeats it fails until make replay regenerates the
+// tables (and the README) from the same code.
+const (
+	replayCheckTasks = 300
+	replayCheckLoad  = 100
+)
+
+// replayCheck replays the reduced check run of tasks (the whole trace, as
+// read) and returns its tables.
+func replayCheck(tasks []replay.Task, stats replay.TraceStats, nodes []replay.NodeType) (string, error) {
+	p := replayPolicy()
+	c := replay.Config{Policy: p, World: replay.DefaultWorld(p), Policies: replay.Policies, YARNShare: 0.5, Headroom: 1,
+		Loads: []float64{replayCheckLoad}, NodeTypes: nodes, Tasks: tasks[:min(len(tasks), replayCheckTasks)]}
+	c.World.CheckpointInterval = replayCheckpoint
+	c.Stats = stats
+	c.Stats.Tasks, c.Stats.GPUHours = len(c.Tasks), 0
+	for _, t := range c.Tasks {
+		c.Stats.GPUHours += float64(t.GPUs) * t.Run.Hours()
+	}
+	rep, err := replay.RunSeeds(c, 1)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "The check: the first %d tasks at load %gx.\n\n", len(c.Tasks), float64(replayCheckLoad))
+	if err := rep.WriteTables(&b); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// writeReplayTables writes the tables over the seeds and the check run
+// below them to path and, when readme is set, splices the tables into it.
+func writeReplayTables(path, readme string, rep *replay.Report, cfg replay.Config) error {
+	var b strings.Builder
+	if err := rep.WriteTables(&b); err != nil {
+		return err
+	}
+	tables := b.String()
+	check, err := replayCheck(cfg.Tasks, cfg.Stats, cfg.NodeTypes)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, []byte(tables+"\n"+replayCheckMark+"\n\n"+check), 0o644); err != nil {
+		return fmt.Errorf("write %q: %w", path, err)
+	}
+	if readme == "" {
+		return nil
+	}
+	old, err := os.ReadFile(readme)
+	if err != nil {
+		return fmt.Errorf("read %q: %w", readme, err)
+	}
+	out, err := spliceTables(string(old), tables)
+	if err != nil {
+		return fmt.Errorf("%s: %w", readme, err)
+	}
+	if err := os.WriteFile(readme, []byte(out), 0o644); err != nil {
+		return fmt.Errorf("write %q: %w", readme, err)
+	}
+	return nil
+}
+
+// spliceTables replaces what lies between the README's markers with tables.
+func spliceTables(doc, tables string) (string, error) {
+	i := strings.Index(doc, replayTablesBegin)
+	j := strings.Index(doc, replayTablesEnd)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("no %s ... %s markers to put the tables between", replayTablesBegin, replayTablesEnd)
+	}
+	return doc[:i] + replayTablesBegin + "\n" + tables + doc[j:], nil
+}
+
+// splitTables splits a tables file into its tables and its check run.
+func splitTables(file string) (tables, check string, ok bool) {
+	tables, check, ok = strings.Cut(file, "\n"+replayCheckMark+"\n\n")
+	return tables, check, ok
 }

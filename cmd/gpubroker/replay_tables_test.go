@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpubroker/gpubroker/replay"
+)
+
+// openbTrace finds the openb trace: GPUBROKER_OPENB, or shared/ beside the
+// repository or a directory above it (a git worktree sits a level deeper).
+func openbTrace(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GPUBROKER_OPENB"); p != "" {
+		return p
+	}
+	for _, up := range []string{"../../../shared", "../../../../shared"} {
+		p, _ := filepath.Abs(up + "/data/openb/openb_pod_list_default.csv")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Fatal("the openb trace is needed: not in ../shared/data/openb beside the repository or above it; set GPUBROKER_OPENB to openb_pod_list_default.csv")
+	return ""
+}
+
+// The README's replay tables are docs/replay-tables.md's, and the reduced
+// check run below them in that file is what the replay computes now: a
+// change to the replay that moves its figures fails here until make replay
+// has regenerated the file and the README from the same code.
+func TestReplayTablesMatchAFreshRun(t *testing.T) {
+	file, err := os.ReadFile("../../docs/replay-tables.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, check, ok := splitTables(string(file))
+	if !ok {
+		t.Fatalf("docs/replay-tables.md has no %s line: regenerate it with make replay", replayCheckMark)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), replayTablesBegin+"\n"+tables+replayTablesEnd) {
+		t.Error("the README's replay tables are not docs/replay-tables.md's: run make replay")
+	}
+	path := openbTrace(t)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tasks, stats, err := replay.ReadTrace(path, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nf, err := os.Open(filepath.Join(filepath.Dir(path), "openb_node_list_gpu_node.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nf.Close()
+	nodes, err := replay.ReadNodes(nf.Name(), nf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := replayCheck(tasks, stats, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != check {
+		t.Errorf("the replay computes other figures than docs/replay-tables.md holds: run make replay.\nfresh check run:\n%s\nfile:\n%s", got, check)
+	}
+}
+
+// --seeds N replays N seeds and reports mean and range per load and
+// policy; --tables writes them with the check run, --readme splices them
+// between the markers and leaves the rest of the file alone.
+func TestReplaySeedsAndTables(t *testing.T) {
+	trace, nodes := replayFiles(t, "a,1000,1024,1,1000,,LS,Running,0,600,0\nb,1000,1024,2,1000,,BE,Running,60,900,60\nc,1000,1024,1,1000,,BE,Running,120,700,120\n")
+	dir := t.TempDir()
+	tables := filepath.Join(dir, "tables.md")
+	readme := filepath.Join(dir, "README.md")
+	if err := os.WriteFile(readme, []byte("intro\n"+replayTablesBegin+"\nold\n"+replayTablesEnd+"\nrest\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The check run reads the openb trace's first tasks: this trace's
+	// three are all it has.
+	code, stdout, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--load", "10", "--seeds", "2",
+		"--policies", "per-side-autoscaler,static-peak", "--json", "--tables", tables, "--readme", readme)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Trace   map[string]any   `json:"trace"`
+		Summary []replay.Summary `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Trace["seeds"] != 2.0 || len(rep.Summary) != 2 || rep.Summary[0].Seeds != 2 || rep.Summary[0].Policy != replay.PolicyPerSide {
+		t.Fatalf("trace %v, summary %+v; want 2 seeds, one row per policy", rep.Trace, rep.Summary)
+	}
+	if s := rep.Summary[0].GPUHours; !(s.Min <= s.Mean && s.Mean <= s.Max && s.Mean > 0) {
+		t.Errorf("GPU-hours over seeds %+v: mean outside its range", s)
+	}
+	file, err := os.ReadFile(tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, check, ok := splitTables(string(file))
+	if !ok || !strings.Contains(tab, "KILLS WORK") || !strings.Contains(check, "The check: the first 3 tasks") {
+		t.Errorf("tables file:\n%s", file)
+	}
+	got, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "intro\n" + replayTablesBegin + "\n" + tab + replayTablesEnd + "\nrest\n"; string(got) != want {
+		t.Errorf("README:\n%s\nwant:\n%s", got, want)
+	}
+	if code, _, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--readme", readme); code != 2 || !strings.Contains(errOut, "--readme needs --tables") {
+		t.Errorf("--readme alone: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--placement", "random"); code != 2 || !strings.Contains(errOut, "placement") {
+		t.Errorf("--placement random: exit %d, %s", code, errOut)
+	}
+}
