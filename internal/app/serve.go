@@ -36,7 +36,7 @@ func (m *Main) Run(ctx context.Context) error {
 		if reg == nil {
 			reg = prometheus.NewRegistry()
 		}
-		handler, err := api.New(api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model})
+		handler, err := api.New(api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model, PlanInterval: m.period()})
 		if err != nil {
 			return err
 		}
