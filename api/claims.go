@@ -16,8 +16,10 @@ import (
 const defaultWeight = 1
 
 // queuePathRE matches a full YARN queue path: root, or root followed by
-// dot-separated names without blanks.
-var queuePathRE = regexp.MustCompile(`^root(\.[^.\s]+)*$`)
+// dot-separated names of letters, digits, '-' and '_' (what queue names
+// use in practice; the OpenAPI document states the same pattern, which
+// every regular expression dialect reads alike).
+var queuePathRE = regexp.MustCompile(`^root(\.[A-Za-z0-9_-]+)*$`)
 
 // newClaims checks the queues next claims that cur did not: through the
 // API a claim is an exact path from root (root.a.b), never a leaf name
