@@ -81,6 +81,17 @@ type tenantDryRun struct {
 	claimReport
 }
 
+// dryRunAnswer is t as the store would answer it (lists empty, not null)
+// with what its claims take.
+func dryRunAnswer(t broker.Tenant, c claimReport) tenantDryRun {
+	for _, l := range []*[]string{&t.YARNQueues, &t.Namespaces, &t.Admins} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	return tenantDryRun{Tenant: t, claimReport: c}
+}
+
 // claimReport computes what t's queue claims would take from the other
 // tenants, against the stored tenants and the queues of pending demand.
 // Only an admin gets it: it names other tenants, and only an admin may

@@ -100,7 +100,7 @@ func (s *server) createTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		t.Version = 1
-		writeJSON(w, http.StatusOK, tenantDryRun{Tenant: t, claimReport: claims})
+		writeJSON(w, http.StatusOK, dryRunAnswer(t, claims))
 		return
 	}
 	audited(r).set("tenant/"+t.Name, t.Name)
@@ -185,7 +185,7 @@ func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		t.Version = cur.Version + 1
-		writeJSON(w, http.StatusOK, tenantDryRun{Tenant: t, claimReport: claims})
+		writeJSON(w, http.StatusOK, dryRunAnswer(t, claims))
 		return
 	}
 	updated, err := s.st.UpdateTenant(r.Context(), t)
