@@ -62,6 +62,10 @@ type Config struct {
 	SeriesWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// PlanInterval is the least time between two live observations of
+	// POST /plan: the tick period (default 5s). A call within it gets the
+	// last observation's plan, saying when it was observed.
+	PlanInterval time.Duration
 	// ReadModel, when set, serves /capacity, /demand and /nodes from
 	// memory with ETags (see ReadModel); nil: every read asks the store.
 	ReadModel *ReadModel
@@ -129,6 +133,12 @@ func (c *Config) setDefaults() error {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.PlanInterval == 0 {
+		c.PlanInterval = 5 * time.Second
+	}
+	if c.PlanInterval < 0 {
+		return broker.Invalid("plan_interval", "must be positive, got %s", c.PlanInterval)
+	}
 	return nil
 }
 
@@ -145,6 +155,8 @@ type server struct {
 	state *stateMetrics
 	// capCache holds the last capacity summary (see capacityCache).
 	capCache capacityCache
+	// planGate makes POST /plan single-flight, once per PlanInterval.
+	planGate *planGate
 }
 
 // New returns the HTTP handler serving the API, the dashboard, /healthz,
@@ -158,7 +170,8 @@ func New(cfg Config) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{cfg: cfg, st: cfg.Store, rt: cfg.Runtime, log: cfg.Logger, metrics: m,
-		auth: newAuthCache(cfg.AuthCacheTTL, cfg.Now), ops: newOpsGauge(), state: &stateMetrics{}}
+		auth: newAuthCache(cfg.AuthCacheTTL, cfg.Now), ops: newOpsGauge(), state: &stateMetrics{},
+		planGate: &planGate{interval: cfg.PlanInterval, now: cfg.Now}}
 	if err := cfg.Registry.Register(s.ops.g); err != nil {
 		return nil, fmt.Errorf("register ops metric: %w", err)
 	}
@@ -200,7 +213,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 	r.Route("/api/v1", func(r chi.Router) {
 		r.Get("/openapi.json", serveOpenAPI)
 		r.Group(func(r chi.Router) {
-			r.Use(s.authenticate, s.audit, s.scopeGuard, s.invalidateOnWrite)
+			r.Use(checkInput, s.authenticate, s.audit, s.scopeGuard, s.invalidateOnWrite)
 			r.With(allow(readers...)).Get("/tenants", s.listTenants)
 			r.With(allow(admins...)).Post("/tenants", s.createTenant)
 			r.With(allow(readers...)).Get("/tenants/{name}", s.getTenant)
@@ -227,7 +240,7 @@ func (s *server) routes(dash http.Handler) http.Handler {
 
 			r.With(allow(readers...)).Get("/decisions", s.listDecisions)
 			r.With(allow(readers...)).Get("/ops", s.listOps)
-			r.With(allow(readers...)).Post("/plan", s.plan)
+			r.With(onlyAdmins(planRefusal)).Post("/plan", s.plan)
 
 			r.With(allow(readers...), s.cached).Get("/capacity", s.capacity)
 			r.With(allow(readers...)).Get("/capacity/series", s.capacitySeries)

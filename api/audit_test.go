@@ -112,7 +112,7 @@ func TestEveryWriteRouteIsAudited(t *testing.T) {
 	}
 	// The unaudited routes leave nothing.
 	n := countAudit(t, e)
-	want(t, e.call("POST", "/api/v1/plan", "viewer", nil), 200, "plan")
+	want(t, e.call("POST", "/api/v1/plan", "admin", nil), 200, "plan")
 	want(t, e.call("POST", "/api/v1/nodes/ip-10-0-0-1/report", "agent", map[string]any{"at": "2026-11-30T12:00:00Z"}), 202, "report")
 	if got := countAudit(t, e); got != n {
 		t.Fatalf("plan and report left %d audit entries", got-n)
@@ -156,8 +156,8 @@ func checkValue(t *testing.T, what string, raw json.RawMessage, want string) {
 func TestAuditListing(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
-	want(t, e.call("PUT", "/api/v1/tenants/ml", "ml-admin", map[string]any{"max_gpus": 12, "guaranteed_gpus": 2, "weight": 1,
-		"yarn_queues": []string{"root.ml"}, "namespaces": []string{"ml"}}, `If-Match: "1"`), 200, "ml-admin edits ml")
+	want(t, e.call("PUT", "/api/v1/tenants/ml", "ml-admin", map[string]any{"max_gpus": 16, "guaranteed_gpus": 2, "weight": 1,
+		"yarn_queues": []string{"root.ml"}, "namespaces": []string{"ml"}}, `If-Match: "1"`), 200, "ml-admin sends ml back unchanged")
 	want(t, e.call("PUT", "/api/v1/tenants/vision", "ml-admin", map[string]any{"max_gpus": 1, "weight": 1}, `If-Match: "1"`), 403, "ml-admin edits vision")
 	mid := time.Now()
 	want(t, e.call("PATCH", "/api/v1/policy", "admin", map[string]any{"expander": "price"}, `If-Match: "0"`), 200, "policy")

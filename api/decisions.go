@@ -43,35 +43,3 @@ func (s *server) listDecisions(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
-
-// plan is a dry run: the plan the broker would make now, without acting.
-func (s *server) plan(w http.ResponseWriter, r *http.Request) {
-	if err := s.decode(w, r, &struct{}{}, true); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	rt, ok := s.runtime(w)
-	if !ok {
-		return
-	}
-	pl, err := rt.DryRun(r.Context())
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	sc, ok := s.scoped(w, r)
-	if !ok {
-		return
-	}
-	if pl, err = sc.filterPlan(r.Context(), pl); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if pl.Actions == nil {
-		pl.Actions = []broker.Action{}
-	}
-	if pl.Waits == nil {
-		pl.Waits = []broker.Wait{}
-	}
-	writeJSON(w, http.StatusOK, pl)
-}

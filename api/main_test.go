@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,12 +34,22 @@ type fakeRuntime struct {
 	status engine.RuntimeStatus
 	plan   broker.Plan
 	err    error
+	// dry counts dry runs (each one a live observation in production).
+	dry int
 }
 
 func (f *fakeRuntime) DryRun(context.Context) (broker.Plan, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.dry++
 	return f.plan, f.err
+}
+
+// dryRuns returns how many dry runs were made.
+func (f *fakeRuntime) dryRuns() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dry
 }
 
 func (f *fakeRuntime) Status() engine.RuntimeStatus {
@@ -79,7 +90,12 @@ type env struct {
 	logs    *syncBuffer
 	now     time.Time
 	tokens  map[string]string // admin, ml-admin, viewer, agent
+	// skew moves the API's clock ahead of the wall clock (advance).
+	skew atomic.Int64
 }
+
+// advance moves the API's clock d ahead.
+func (e *env) advance(d time.Duration) { e.skew.Add(int64(d)) }
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -135,7 +151,8 @@ func newEnv(t testing.TB) *env {
 	e.tokens["agent"] = secret
 	e.handler, err = api.New(api.Config{Store: st, Runtime: e.rt, Registry: prometheus.NewRegistry(),
 		Logger:       slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		AuthCacheTTL: -1, MaxBodyBytes: 64 << 10})
+		AuthCacheTTL: -1, MaxBodyBytes: 64 << 10,
+		Now: func() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}

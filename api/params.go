@@ -96,6 +96,21 @@ func (p *params) int64(name string) (int64, bool) {
 	return n, err == nil
 }
 
+// bool reads a true/false parameter; absent is false.
+func (p *params) bool(name string) bool {
+	switch v := p.q.Get(name); v {
+	case "", "false":
+		return false
+	case "true":
+		return true
+	default:
+		if p.err == nil {
+			p.err = broker.Invalid(name, "must be true or false, got %q", v)
+		}
+		return false
+	}
+}
+
 // limit reads the page size: 1 to store.MaxPageSize, 100 by default.
 func (p *params) limit() int {
 	n, ok := p.int64("limit")

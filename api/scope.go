@@ -49,7 +49,7 @@ var readScopes = map[string]string{
 
 	"GET /api/v1/decisions": "decisions about its own tenant's demand (waits, and actions serving it); cluster housekeeping (scale-down, kept, conflicts) is not shown; tenant=<other> is 403; pages may hold fewer than limit items, follow next",
 	"GET /api/v1/ops":       "ops that serve its own tenant's demand; pages may hold fewer than limit items, follow next",
-	"POST /api/v1/plan":     "the actions serving its own tenant's pending demand and that demand's waits; kept-node notes are not shown",
+	"POST /api/v1/plan":     "nothing: admins only (routeRoles, planRule); it reads its demand's decisions at GET /decisions and GET /demand/{id}/why",
 
 	"GET /api/v1/capacity":        "sides and pools (aggregate, shared); demand groups and pending_gpus of its own tenant only",
 	"GET /api/v1/capacity/series": "capacity by side over time (aggregate, pending GPUs of every tenant summed, no names); the demand series of its own tenant only",
@@ -63,7 +63,7 @@ func (s *server) scopeGuard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, _ := principal(r)
 		route := r.Method + " " + routePattern(r)
-		if tok.Role == store.RoleTenantAdmin && (r.Method == http.MethodGet || route == "POST /api/v1/plan") && readScopes[route] == "" {
+		if tok.Role == store.RoleTenantAdmin && r.Method == http.MethodGet && readScopes[route] == "" {
 			writeErr(w, http.StatusForbidden, "forbidden", "",
 				"this route has no tenant scope yet, so a tenant-admin token may not read it; use an admin or viewer token")
 			return
@@ -252,16 +252,6 @@ func (sc *scope) redactIDs(tenants map[string]string, ids []string) []string {
 		}
 	}
 	return out
-}
-
-// maskWork hides another tenant's workload: what it is and whose, not how
-// much it holds.
-func (sc *scope) maskWork(w broker.Workload) broker.Workload {
-	if sc.all() || w.Tenant == sc.tenant {
-		return w
-	}
-	return broker.Workload{Source: w.Source, Tenant: anotherTenant, Priority: w.Priority, GPUs: w.GPUs,
-		Preemptible: w.Preemptible, CheckpointAge: w.CheckpointAge, System: w.System, AM: w.AM, Class: w.Class}
 }
 
 // redactJSON rewrites structured detail (a decision's action or wait, an
@@ -504,48 +494,6 @@ func (sc *scope) filterOps(ctx context.Context, ops []broker.Op) ([]broker.Op, e
 	return out, nil
 }
 
-// filterPlan keeps the actions that serve the scope's tenant's demand and
-// that demand's waits, redacted; kept-node notes are dropped.
-func (sc *scope) filterPlan(ctx context.Context, pl broker.Plan) (broker.Plan, error) {
-	if sc.all() {
-		return pl, nil
-	}
-	var ids []string
-	for _, a := range pl.Actions {
-		ids = append(ids, a.Serves...)
-	}
-	for _, w := range pl.Waits {
-		ids = append(ids, w.Demand)
-	}
-	tenants, err := sc.demandOf(ctx, ids)
-	if err != nil {
-		return broker.Plan{}, err
-	}
-	out := broker.Plan{Actions: []broker.Action{}, Waits: []broker.Wait{}}
-	for _, a := range pl.Actions {
-		if !sc.serves(tenants, a.Serves...) {
-			continue
-		}
-		a.Serves = sc.redactIDs(tenants, a.Serves)
-		a.Reason = sc.redactText(a.Reason, tenants)
-		if a.Victims != nil {
-			vs := make([]broker.Workload, len(a.Victims))
-			for i, v := range a.Victims {
-				vs[i] = sc.maskWork(v)
-			}
-			a.Victims = vs
-		}
-		out.Actions = append(out.Actions, a)
-	}
-	for _, w := range pl.Waits {
-		if sc.serves(tenants, w.Demand) {
-			w.Detail = sc.redactText(w.Detail, tenants)
-			out.Waits = append(out.Waits, w)
-		}
-	}
-	return out, nil
-}
-
 // scoped returns the request's scope, or answers the error and returns
 // false.
 func (s *server) scoped(w http.ResponseWriter, r *http.Request) (*scope, bool) {
@@ -555,4 +503,118 @@ func (s *server) scoped(w http.ResponseWriter, r *http.Request) (*scope, bool) {
 		return nil, false
 	}
 	return sc, true
+}
+
+// routeRoles is the role table of every authenticated route: which roles
+// the router lets through (allow) and why. TestRouteRoles walks the router
+// and calls every route with a token of each role, so a route missing here,
+// or let through for a role this table does not name, fails. What a
+// tenant-admin then sees of a read is readScopes; which fields of a tenant
+// it may change is tenantFieldRules.
+var routeRoles = map[string]struct {
+	roles []store.Role
+	why   string
+}{
+	"GET /api/v1/whoami":         {readers, "the token itself"},
+	"GET /api/v1/tenants":        {readers, "scoped by readScopes"},
+	"GET /api/v1/tenants/{name}": {readers, "scoped by readScopes"},
+	"POST /api/v1/tenants":       {admins, "a new tenant claims queues and namespaces and a share of the cluster"},
+	"PUT /api/v1/tenants/{name}": {editors, "a tenant-admin only on its own tenant, and only the fields tenantFieldRules gives it"},
+	"DELETE /api/v1/tenants/{name}": {admins,
+		"deleting a tenant frees its queues and namespaces for others to claim"},
+	"GET /api/v1/pools":          {readers, "scoped by readScopes"},
+	"GET /api/v1/pools/{name}":   {readers, "scoped by readScopes"},
+	"PATCH /api/v1/pools/{name}": {admins, "pool bounds are capacity every tenant shares"},
+	"GET /api/v1/policy":         {readers, "cluster-wide, no tenant data"},
+	"PATCH /api/v1/policy":       {admins, "the policy rules every tenant"},
+	"GET /api/v1/demand":         {readers, "scoped by readScopes"},
+	"GET /api/v1/demand/{id}/why": {readers,
+		"scoped by readScopes; it is where a tenant-admin or viewer learns why its demand waits"},
+	"GET /api/v1/nodes":                   {readers, "scoped by readScopes"},
+	"GET /api/v1/nodes/{name}":            {readers, "scoped by readScopes"},
+	"POST /api/v1/nodes/{name}/cordon":    {admins, "a node is capacity every tenant shares"},
+	"POST /api/v1/nodes/{name}/drain":     {admins, "a drain stops every tenant's work on the node"},
+	"POST /api/v1/nodes/{name}/transfer":  {admins, "moves capacity between the sides"},
+	"PUT /api/v1/nodes/{name}/protection": {admins, "protection keeps a node from every tenant's reclaim"},
+	"POST /api/v1/nodes/{name}/report":    {agents, "node telemetry; an agent credential reports only for its nodes"},
+	"GET /api/v1/decisions":               {readers, "scoped by readScopes"},
+	"GET /api/v1/ops":                     {readers, "scoped by readScopes"},
+	"POST /api/v1/plan":                   {admins, planRule},
+	"GET /api/v1/capacity":                {readers, "scoped by readScopes"},
+	"GET /api/v1/capacity/series":         {readers, "scoped by readScopes"},
+	"GET /api/v1/audit":                   {editors, "a tenant-admin reads its own tenant's entries (readScopes)"},
+}
+
+// planRule is why POST /plan is the admin's: each call is a live
+// observation of the ResourceManager (per-app calls, tens of MB at scale),
+// Kubernetes and the cloud API, whose rate limits the tick loop needs.
+const planRule = "a dry run observes the ResourceManager, Kubernetes and the cloud API live; " +
+	"it is single-flight and observes at most once per tick period"
+
+// planRefusal is the 403 of POST /plan for the other roles.
+const planRefusal = "POST /api/v1/plan is for admins only: " + planRule +
+	". Read what the broker decided and why with GET /api/v1/decisions and GET /api/v1/demand/{id}/why"
+
+// Who may change a field of a tenant.
+const (
+	byAdmin  = "admin"
+	byServer = "server"
+	byNobody = "nobody"
+)
+
+// tenantFieldRules is, for every field of a tenant, who may change it and
+// the rule why. A tenant-admin may change only what orders demand inside
+// its own tenant; every field below ranks or sizes the tenant against the
+// others, or decides whose work it is, so none is the tenant-admin's:
+// updateTenant answers a tenant-admin's change of any of them 403 naming
+// the field and this rule. A field missing here is treated as admin-only,
+// and a test walks broker.Tenant's JSON fields so that none is missing.
+var tenantFieldRules = map[string]struct{ who, rule string }{
+	"name":          {byNobody, "the path names the tenant; create another tenant instead"},
+	"base_priority": {byAdmin, "it ranks the tenant's YARN demand against every other tenant's"},
+	"guaranteed_gpus": {byAdmin, "demand within a guarantee is admitted before all other demand whatever its priority, " +
+		"so raising it outranks every tenant"},
+	"max_gpus": {byAdmin, "it bounds how much of the shared cluster the tenant may take from the others"},
+	"weight":   {byAdmin, "it sets the tenant's fair share against the other tenants between guaranteed and max"},
+	"yarn_queues": {byAdmin, "a queue claim charges that queue's apps to the tenant and shows it their apps; " +
+		"a parent path (root, root.x) also takes every queue under it that no tenant claims more exactly"},
+	"namespaces": {byAdmin, "a namespace claim charges that namespace's pods to the tenant and shows it their workloads"},
+	"admins":     {byAdmin, "it says who administers the tenant"},
+	"version":    {byServer, "the server counts versions; send the one you read in If-Match"},
+}
+
+// tenantFieldChange names the first field (in JSON name order) that a
+// tenant-admin changed from cur to next but may not, with its rule; ""
+// when it changed none. Lists compare as sets.
+func tenantFieldChange(cur, next broker.Tenant) (field, rule string) {
+	a, b := tenantFieldsJSON(cur), tenantFieldsJSON(next)
+	names := slices.Sorted(maps.Keys(b))
+	for _, name := range names {
+		if bytes.Equal(a[name], b[name]) {
+			continue
+		}
+		r, ok := tenantFieldRules[name]
+		if !ok {
+			r.rule = "the field has no rule in the API's role table, so only an admin may change it"
+		}
+		if r.who == byServer {
+			continue // the handler checks version against If-Match
+		}
+		return name, r.rule
+	}
+	return "", ""
+}
+
+// tenantFieldsJSON is t's JSON fields, lists sorted and nil lists empty.
+func tenantFieldsJSON(t broker.Tenant) map[string]json.RawMessage {
+	for _, l := range []*[]string{&t.YARNQueues, &t.Namespaces, &t.Admins} {
+		*l = sorted(*l)
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	b, _ := json.Marshal(t)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	return m
 }

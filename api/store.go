@@ -23,6 +23,9 @@ type Store interface {
 	CreateTenant(ctx context.Context, t broker.Tenant) (broker.Tenant, error)
 	UpdateTenant(ctx context.Context, t broker.Tenant) (broker.Tenant, error)
 	DeleteTenant(ctx context.Context, name string) error
+	// DemandQueues lists the YARN queues of pending demand, to show what
+	// a queue claim would take over (claims.go).
+	DemandQueues(ctx context.Context) ([]string, error)
 
 	// Pools and the policy.
 	ListPools(ctx context.Context) ([]store.PoolRecord, error)

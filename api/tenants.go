@@ -62,9 +62,17 @@ func (s *server) getTenant(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, t)
 }
 
-// createTenant adds a tenant; the server sets its version (1).
+// createTenant adds a tenant; the server sets its version (1). Weight
+// defaults to 1, as in the configuration file. With dry_run=true it checks
+// the tenant and answers what it would capture, storing nothing.
 func (s *server) createTenant(w http.ResponseWriter, r *http.Request) {
-	var t broker.Tenant
+	p := queryParams(r, "dry_run")
+	dry := p.bool("dry_run")
+	if p.err != nil {
+		s.fail(w, r, p.err)
+		return
+	}
+	t := broker.Tenant{Weight: defaultWeight}
 	if err := s.decode(w, r, &t, false); err != nil {
 		s.fail(w, r, err)
 		return
@@ -77,6 +85,24 @@ func (s *server) createTenant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := newClaims(broker.Tenant{}, t); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	claims, err := s.claimReport(r, t)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if dry {
+		if err := t.Validate(); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		t.Version = 1
+		writeJSON(w, http.StatusOK, dryRunAnswer(t, claims))
+		return
+	}
 	audited(r).set("tenant/"+t.Name, t.Name)
 	created, err := s.st.CreateTenant(r.Context(), t)
 	if err != nil {
@@ -86,12 +112,23 @@ func (s *server) createTenant(w http.ResponseWriter, r *http.Request) {
 	audited(r).values(nil, created)
 	w.Header().Set("ETag", etag(created.Version))
 	w.Header().Set("Location", "/api/v1/tenants/"+url.PathEscape(created.Name))
-	writeJSON(w, http.StatusCreated, created)
+	writeJSON(w, http.StatusCreated, tenantAnswer{Tenant: created, claimReport: claims})
 }
 
+// updateTenant replaces a tenant. An admin may change every field but the
+// name; a tenant-admin only its own tenant's fields that tenantFieldRules
+// gives it (403 naming the field and the rule otherwise). Weight defaults
+// to 1. With dry_run=true it checks the change and answers what it would
+// capture, storing nothing.
 func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	if !mayEditTenant(w, r, name) {
+		return
+	}
+	p := queryParams(r, "dry_run")
+	dry := p.bool("dry_run")
+	if p.err != nil {
+		s.fail(w, r, p.err)
 		return
 	}
 	want, err := ifMatch(r)
@@ -99,7 +136,7 @@ func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var t broker.Tenant
+	t := broker.Tenant{Weight: defaultWeight}
 	if err := s.decode(w, r, &t, false); err != nil {
 		s.fail(w, r, err)
 		return
@@ -126,9 +163,29 @@ func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, stale("tenant "+name, cur.Version, want))
 		return
 	}
-	if field := adminOnlyChange(r, cur, t); field != "" {
-		writeErr(w, http.StatusForbidden, "forbidden", field,
-			field+" may only be changed by an admin; a tenant-admin edits its tenant's queues, namespaces and quotas")
+	if tok, _ := principal(r); tok.Role == store.RoleTenantAdmin {
+		if field, rule := tenantFieldChange(cur, t); field != "" {
+			writeErr(w, http.StatusForbidden, "forbidden", field, field+" may only be changed by an admin: "+rule+
+				". A tenant-admin may change only what orders demand inside its own tenant; send the current "+field+" back unchanged")
+			return
+		}
+	}
+	if err := newClaims(cur, t); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	claims, err := s.claimReport(r, t)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if dry {
+		if err := t.Validate(); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		t.Version = cur.Version + 1
+		writeJSON(w, http.StatusOK, dryRunAnswer(t, claims))
 		return
 	}
 	updated, err := s.st.UpdateTenant(r.Context(), t)
@@ -145,7 +202,7 @@ func (s *server) updateTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	audited(r).values(cur, updated)
 	w.Header().Set("ETag", etag(updated.Version))
-	writeJSON(w, http.StatusOK, updated)
+	writeJSON(w, http.StatusOK, tenantAnswer{Tenant: updated, claimReport: claims})
 }
 
 func (s *server) deleteTenant(w http.ResponseWriter, r *http.Request) {
@@ -175,22 +232,6 @@ func (s *server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	audited(r).values(cur, nil)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// adminOnlyChange names a field that a tenant-admin tried to change but may
-// not: the base priority ranks the tenant against all others, and the
-// admins list says who administers it.
-func adminOnlyChange(r *http.Request, cur, next broker.Tenant) string {
-	if tok, _ := principal(r); tok.Role != store.RoleTenantAdmin {
-		return ""
-	}
-	if next.BasePriority != cur.BasePriority {
-		return "base_priority"
-	}
-	if !slices.Equal(sorted(next.Admins), sorted(cur.Admins)) {
-		return "admins"
-	}
-	return ""
 }
 
 func sorted(xs []string) []string {

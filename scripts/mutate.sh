@@ -171,6 +171,29 @@ replay: the safe autoscaler never drains a busy YARN node~replay/baselines.go~(c
 replay: work-losing kills outside preemption are counted~replay/steps.go~if why != "preempt" {\n\t\t\ts.m.drainKills++~if false {\n\t\t\ts.m.drainKills++~-run TestSafeAutoscalerKillsNothing ./replay/
 replay: work left undone is reported~replay/metrics.go~r.NotDoneGPUHours += float64(t.GPUs) * max(0, left).Hours()~_ = left~-run TestUnservedWorkIsReported ./replay/
 replay: the README's tables cannot drift from the replay~replay/world.go~Placement:       PlacementSpread,~Placement:       PlacementPack,~-run TestReplayTablesMatchAFreshRun ./cmd/gpubroker/
+roles: a tenant-admin changes no admin-only tenant field~api/tenants.go~if field, rule := tenantFieldChange(cur, t); field != "" {~if field, rule := tenantFieldChange(cur, t); false && field != "" {~./api/ -run ^TestTenantAdminConfinement$
+roles: base_priority is the admin's~api/scope.go~"base_priority": {byAdmin,~"base_priority": {byServer,~./api/ -run ^TestTenantAdminConfinement$
+roles: guaranteed_gpus is the admin's~api/scope.go~"guaranteed_gpus": {byAdmin,~"guaranteed_gpus": {byServer,~./api/ -run ^TestTenantAdminConfinement$
+roles: max_gpus is the admin's~api/scope.go~"max_gpus": {byAdmin,~"max_gpus": {byServer,~./api/ -run ^TestTenantAdminConfinement$
+roles: weight is the admin's~api/scope.go~"weight":   {byAdmin,~"weight":   {byServer,~./api/ -run ^TestTenantAdminConfinement$
+roles: yarn_queues are the admin's~api/scope.go~"yarn_queues": {byAdmin,~"yarn_queues": {byServer,~./api/ -run ^TestTenantAdminConfinement$
+roles: namespaces are the admin's~api/scope.go~"namespaces": {byAdmin,~"namespaces": {byServer,~./api/ -run ^TestTenantAdminConfinement$
+roles: admins are the admin's~api/scope.go~"admins":     {byAdmin,~"admins":     {byServer,~./api/ -run ^TestTenantAdminConfinement$
+roles: every tenant field has a rule~api/scope.go~\t"admins":     {byAdmin, "it says who administers the tenant"},\n~\n~./api/ -run ^TestTenantFieldRulesCoverTenant$
+roles: the role table names the roles the router lets through~api/scope.go~"POST /api/v1/plan":                   {admins, planRule},~"POST /api/v1/plan":                   {readers, planRule},~./api/ -run ^TestRouteRoles$
+roles: a queue claim is an exact path from root~api/claims.go~if !queuePathRE.MatchString(q) {~if false {~./api/ -run ^TestQueueClaims$
+roles: a claim shows the queues it takes from other tenants~api/claims.go~out.Captures = append(out.Captures, queueCapture{Queue: q, From: b.Name})~_ = b~./api/ -run ^TestQueueClaims$
+roles: a create's dry run stores nothing~api/tenants.go~\tif dry {\n\t\tif err := t.Validate(); err != nil {\n\t\t\ts.fail(w, r, err)\n\t\t\treturn\n\t\t}\n\t\tt.Version = 1\n~\tif dry && false {\n\t\tif err := t.Validate(); err != nil {\n\t\t\ts.fail(w, r, err)\n\t\t\treturn\n\t\t}\n\t\tt.Version = 1\n~./api/ -run ^TestQueueClaims$
+roles: an update's dry run stores nothing~api/tenants.go~\tif dry {\n\t\tif err := t.Validate(); err != nil {\n\t\t\ts.fail(w, r, err)\n\t\t\treturn\n\t\t}\n\t\tt.Version = cur.Version + 1\n~\tif dry && false {\n\t\tif err := t.Validate(); err != nil {\n\t\t\ts.fail(w, r, err)\n\t\t\treturn\n\t\t}\n\t\tt.Version = cur.Version + 1\n~./api/ -run ^TestQueueClaims$
+roles: a create without weight gets weight 1~api/tenants.go~\tt := broker.Tenant{Weight: defaultWeight}\n\tif err := s.decode(w, r, &t, false); err != nil {\n\t\ts.fail(w, r, err)\n\t\treturn\n\t}\n\tif t.Version != 0 {~\tt := broker.Tenant{}\n\tif err := s.decode(w, r, &t, false); err != nil {\n\t\ts.fail(w, r, err)\n\t\treturn\n\t}\n\tif t.Version != 0 {~./api/ -run ^TestTenantWeightDefault$
+roles: POST /plan is the admin's~api/api.go~r.With(onlyAdmins(planRefusal)).Post("/plan", s.plan)~r.With(allow(readers...)).Post("/plan", s.plan)~./api/ -run ^TestTenantAdminConfinement$
+roles: POST /plan observes at most once per tick period~api/plan.go~if g.last != nil && g.now().Sub(g.last.at) < g.interval {~if false {~./api/ -run ^TestPlanOncePerTickPeriod$
+roles: POST /plan is single-flight~api/plan.go~\tc = g.inflight\n~\tc = nil\n~./api/ -run ^TestPlanGateSingleFlight$
+roles: bad text in a parameter is refused before the database~api/api.go~r.Use(checkInput, s.authenticate,~r.Use(s.authenticate,~./api/ -run ^TestBadTextNeverReachesTheDatabase$
+roles: path parameters are checked~api/input.go~for i, name := range rc.URLParams.Keys {~for i, name := range rc.URLParams.Keys[:0] {~./api/ -run ^TestBadTextNeverReachesTheDatabase$
+roles: a NUL character is refused~api/input.go~case strings.IndexByte(v, 0) >= 0:~case strings.IndexByte(v, 0) >= 0 && false:~./api/ -run ^TestBadTextNeverReachesTheDatabase$
+roles: invalid UTF-8 is refused~api/input.go~case !utf8.ValidString(v):~case !utf8.ValidString(v) && false:~./api/ -run ^TestBadTextNeverReachesTheDatabase$
+roles: an over-long parameter is refused~api/input.go~case len(v) > max:~case false:~./api/ -run ^TestBadTextNeverReachesTheDatabase$
 EOF
 )
 

@@ -26,6 +26,7 @@ targets=(
 	"./cloud/awssim FuzzQueryRequest"
 	"./cmd/gpubroker FuzzParseConfig"
 	"./api FuzzAPIBody"
+	"./api FuzzAPIParams"
 )
 
 start=$(date +%s)

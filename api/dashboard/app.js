@@ -82,7 +82,10 @@ function redact(text) {
   for (const n of otherTenants) out = out.replace(new RegExp("\\b" + n.replace(/[-.]/g, "\\$&") + "\\b", "g"), "another tenant");
   return out;
 }
-function mayEditTenant(name) { return isAdmin() || (me.role === "tenant-admin" && me.tenant === name); }
+// A tenant-admin may change none of a tenant's fields today (each ranks or
+// sizes its tenant against the others, or claims work: api/scope.go's
+// tenantFieldRules), so only admins are offered the edit.
+function mayEditTenant(name) { return isAdmin(); }
 
 // say writes an outcome under an action: ok or bad.
 function say(sel, text, kind) {
@@ -498,6 +501,8 @@ async function saveTenant(name, changes) {
     if (!cur) cur = await api("/tenants/" + encodeURIComponent(name));
     const body = Object.assign({}, cur, changes);
     delete body.version;
+    delete body.captures; // what the last save's claims took: not a field
+    delete body.parent_claims;
     for (const k of Object.keys(body)) if (body[k] === null) delete body[k]; // the API refuses nulls
     const updated = await api("/tenants/" + encodeURIComponent(name), { method: "PUT", body: body, ifMatch: cur.version });
     tenants.set(name, updated);
@@ -617,7 +622,8 @@ async function previewPlan() {
     const why = new Map();
     for (const w of pl.waits) why.set(w.reason, (why.get(w.reason) || 0) + 1);
     $("#plan-summary").textContent = pl.actions.length + " actions, " + pl.waits.length + " waits" +
-      (why.size ? " (" + [...why].map(([r, n]) => n + " " + r).join(", ") + ")" : "");
+      (why.size ? " (" + [...why].map(([r, n]) => n + " " + r).join(", ") + ")" : "") +
+      (pl.reused ? "; observed at " + fmtTime(pl.observed_at) + " for an earlier preview (one observation per tick)" : "");
   } catch (err) {
     if (err.auth) { signOut("The token was refused; paste a valid one."); return; }
     $("#plan-summary").textContent = "no plan: " + err.message;
@@ -688,6 +694,10 @@ async function start() {
     me = { role: "viewer", tenant: "" };
   }
   $("#whoami").textContent = (me.name ? me.name + " · " : "") + me.role + (me.tenant ? " of " + me.tenant : "");
+  // A dry run observes every source live: admins only (POST /plan).
+  $("#plan-run").hidden = !isAdmin();
+  $("#plan-summary").textContent = isAdmin() ? "" : "Only an admin may preview the plan (it observes every source live); " +
+    "the decisions and a demand's history say why demand waits.";
   document.body.dataset.role = me.role;
   refresh();
   clearInterval(timer);

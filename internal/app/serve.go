@@ -36,7 +36,7 @@ func (m *Main) Run(ctx context.Context) error {
 		if reg == nil {
 			reg = prometheus.NewRegistry()
 		}
-		cfg := api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model,
+		cfg := api.Config{Store: m.st, Runtime: ar, Logger: m.log, Registry: reg, ReadModel: model, PlanInterval: m.period(),
 			AgentAnyNode: m.cfg.TLS.AgentAnyNode}
 		if m.reviewer != nil {
 			cfg.AgentReviewer = m.reviewer

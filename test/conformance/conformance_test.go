@@ -20,9 +20,40 @@ import (
 )
 
 var (
-	examples = flag.Int("conformance.examples", 10, "schemathesis examples per operation")
-	budget   = flag.Duration("conformance.timeout", 150*time.Second, "hard limit on the schemathesis run")
+	examples = flag.Int("conformance.examples", 10, "schemathesis examples per operation and seed")
+	budget   = flag.Duration("conformance.timeout", 150*time.Second, "hard limit on each seed's schemathesis run")
+	seeds    = flag.String("conformance.seeds", "1,20261201,7", "comma-separated schemathesis seeds, run one after another")
+	long     = flag.Bool("conformance.long", false,
+		"the long run on demand: 200 examples per operation, seeds 1,20261201,7,42,1337, 30m per seed (flags given explicitly win)")
 )
+
+// longSeeds are the seeds of -conformance.long; 20261201 found
+// GET /api/v1/ops?node=%00… answering 500 (issue 25).
+const longSeeds = "1,20261201,7,42,1337"
+
+// runSettings applies -conformance.long to the flags not given explicitly.
+func runSettings() (n int, per time.Duration, list []string) {
+	n, per, raw := *examples, *budget, *seeds
+	if *long {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["conformance.examples"] {
+			n = 200
+		}
+		if !set["conformance.timeout"] {
+			per = 30 * time.Minute
+		}
+		if !set["conformance.seeds"] {
+			raw = longSeeds
+		}
+	}
+	for _, s := range strings.Split(raw, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			list = append(list, s)
+		}
+	}
+	return n, per, list
+}
 
 var pg *pgtest.Server
 
@@ -92,14 +123,27 @@ func TestSchemathesis(t *testing.T) {
 	}
 	secret := lastLine(string(tokOut))
 
-	ctx, cancel := context.WithTimeout(context.Background(), *budget)
+	n, per, list := runSettings()
+	if len(list) == 0 {
+		t.Fatal("-conformance.seeds names no seed")
+	}
+	for _, s := range list {
+		t.Run("seed="+s, func(t *testing.T) {
+			runSchemathesis(t, st, root, base, secret, s, n, per, srv)
+		})
+	}
+}
+
+// runSchemathesis runs one seed of schemathesis against the server.
+func runSchemathesis(t *testing.T, st, root, base, secret, rngSeed string, n int, per time.Duration, srv *servetest.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), per)
 	defer cancel()
 	args := []string{"--config-file", filepath.Join(root, "test", "conformance", "schemathesis.toml"),
 		"run", base + "/api/v1/openapi.json",
 		"--checks", "all",
 		"--header", "Authorization: Bearer " + secret,
-		"--max-examples", fmt.Sprint(*examples),
-		"--seed", "1",
+		"--max-examples", fmt.Sprint(n),
+		"--seed", rngSeed,
 		"--workers", "2",
 		"--request-timeout", "10",
 		"--suppress-health-check", "all",
@@ -115,11 +159,11 @@ func TestSchemathesis(t *testing.T) {
 	run.Dir = t.TempDir() // schemathesis keeps a .schemathesis cache in its working directory
 	var report bytes.Buffer
 	run.Stdout, run.Stderr = &report, &report
-	err = run.Run()
+	err := run.Run()
 	elapsed := time.Since(t1).Round(time.Millisecond)
 	text := report.String()
 	summary := summaryLine(text)
-	t.Logf("schemathesis run took %s; summary: %s", elapsed, summary)
+	t.Logf("schemathesis seed %s, %d examples per operation, took %s; summary: %s", rngSeed, n, elapsed, summary)
 	if err != nil {
 		t.Fatalf("schemathesis: %v\n%s\nserver log:\n%s", err, text, tail(srv.Log.String(), 4000))
 	}
