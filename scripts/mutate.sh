@@ -73,7 +73,7 @@ executor: a scale-up counts the removals still to come~broker/engine/executor.go
 journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~if o.Kind != broker.ActScaleUp || o.Pool != next.Pool || o.Step != broker.StepAwaitReady ||~if true ||
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
-executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn true~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn false {
+executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn true~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn op.Kind == ""
 drain limits: a PDB allowing no disruption keeps its node~broker/scaledown.go~case budgetBlock(n) != "": // disruption.go~case false:~-run TestConsolidationKnowsDrainLimits|TestConsolidationKeepsNodeWhosePDBAllowsNoDisruption ./broker/ ./test/e2e/
 drain limits: the planner sees the PDBs (observer)~k8s/observer.go~attachBudgets(obs.Nodes, obs.PDBs)~_ = obs.PDBs~-run TestBudgetsReachThePlanner|TestObserverReadsWhatAnEvictionCosts|TestConsolidationKeepsNodeWhosePDBAllowsNoDisruption ./k8s/ ./test/e2e/
 drain limits: work with local storage is not moved~broker/disruption.go~case w.LocalStorage != "":~case false:~-run TestConsolidationKnowsDrainLimits|TestConsolidationKeepsPodWithLocalScratch ./broker/ ./test/e2e/
@@ -82,7 +82,7 @@ drain limits: the informer keeps the volumes~k8s/observer.go~pod.Spec.Volumes = 
 drain limits: Fatal work is not moved~broker/disruption.go~case w.Fatal != "":~case false:~-run TestConsolidationKnowsDrainLimits|TestFatalVictimCostsItsWholeJob|TestConsolidationMovesTheDeploymentNotTheJobAtItsBackoffLimit ./broker/ ./test/e2e/
 drain limits: a Fatal victim costs its Job's whole run~broker/cost.go~if w.Fatal != "" {\n\t\treturn w.fatalLost(now)~if false {\n\t\treturn w.fatalLost(now)~-run TestFatalVictimCostsItsWholeJob ./broker/
 drain limits: a Job at its backoffLimit is Fatal~k8s/disruption.go~if j.Status.Failed < limit {~if true {~-run TestFatalEviction|TestObserverReadsWhatAnEvictionCosts|TestConsolidationMovesTheDeploymentNotTheJobAtItsBackoffLimit ./k8s/ ./test/e2e/
-drain limits: an eviction counts unless podFailurePolicy ignores DisruptionTarget~k8s/disruption.go~return r.Action == batchv1.PodFailurePolicyActionIgnore~return true~-run TestFatalEviction ./k8s/
+drain limits: an eviction counts unless podFailurePolicy ignores DisruptionTarget~k8s/disruption.go~return r.Action == batchv1.PodFailurePolicyActionIgnore~return false~-run TestFatalEviction ./k8s/
 drain limits: an exit-code rule first may count the eviction~k8s/disruption.go~if r.OnExitCodes != nil {~if false {~-run TestFatalEviction ./k8s/
 drain limits: a Job not observed is Fatal~k8s/disruption.go~w.Fatal = fmt.Sprintf("its Job %s/%s is not observed~_ = fmt.Sprintf("its Job %s/%s is not observed~-run TestFatalEviction ./k8s/
 drain limits: a pod on a local PersistentVolume is Fatal~k8s/disruption.go~if pv.Spec.Local != nil || pv.Spec.HostPath != nil {~if false {~-run TestFatalEviction|TestObserverReadsWhatAnEvictionCosts ./k8s/
