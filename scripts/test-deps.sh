@@ -10,7 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-apt_lane=(browser hadoop kerberos wrk)
+apt_lane=(browser hadoop kerberos pgbouncer wrk)
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
