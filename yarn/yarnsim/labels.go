@@ -89,6 +89,7 @@ func (s *Sim) RemoveClusterLabels(names []string) error {
 	}
 	for _, name := range names {
 		if _, ok := s.clusterLabels[name]; !ok {
+			//lint:ignore ST1005 the real RM's message, word for word
 			return fmt.Errorf("%sNode label=%s to be removed doesn't existed in cluster node labels collection.", classIOException, name)
 		}
 		for _, q := range s.cfg.Queues {
@@ -153,6 +154,7 @@ func (s *Sim) ReplaceNodeLabels(nodeToLabels map[string][]string, failOnUnknown 
 		ls := nodeToLabels[k]
 		if len(ls) > 1 {
 			host, _, _ := strings.Cut(k, ":")
+			//lint:ignore ST1005 the real RM's message, word for word
 			return fmt.Errorf("%s%d labels specified on host=%s, please note that we do not support specifying multiple labels on a single host for now.",
 				classIOException, len(ls), host)
 		}
@@ -191,6 +193,7 @@ func checkLabelName(name string) error {
 	case len(name) > 255:
 		return fmt.Errorf("%slabel added = %s, is too long", classIOException, name)
 	case !labelName.MatchString(name):
+		//lint:ignore ST1005 the real RM's message, word for word
 		return fmt.Errorf("%slabel added = %s, is not valid.", classIOException, name)
 	}
 	return nil
