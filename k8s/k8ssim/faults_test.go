@@ -3,6 +3,7 @@ package k8ssim_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,4 +68,59 @@ func TestFaultyClient(t *testing.T) {
 	if got := c.EvictedPods(1); len(got) != 0 {
 		t.Errorf("evicted pods from 1: %+v", got)
 	}
+}
+
+// TestStepAndEvictionsThroughAFaultyClientDoNotDeadlock: the cluster's
+// Step clears every faulty client's recorded actions while evictions run
+// through one of them; the fake clientset holds its lock while the
+// eviction reactor takes the cluster's, so Step must not hold the
+// cluster's lock while it clears (the chaos soak hung on exactly that).
+func TestStepAndEvictionsThroughAFaultyClientDoNotDeadlock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := k8ssim.New(k8ssim.Config{})
+	if err := c.AddNode(ctx, k8ssim.NodeSpec{Name: "gpu-1", GPUs: 8}); err != nil {
+		t.Fatal(err)
+	}
+	f := c.NewFaultyClient()
+	const n = 200
+	for i := range n {
+		if err := c.SubmitPod(ctx, k8ssim.PodSpec{Namespace: "default", Name: fmt.Sprintf("p%d", i), GPUs: 0, Duration: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c.Step(ctx)
+		}
+	}()
+	evicted := make(chan error, 1)
+	go func() {
+		for i := range n {
+			err := f.Client().PolicyV1().Evictions("default").Evict(ctx, &policyv1.Eviction{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("p%d", i)}})
+			if err != nil {
+				evicted <- err
+				return
+			}
+		}
+		evicted <- nil
+	}()
+	select {
+	case err := <-evicted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("evictions through a faulty client did not finish while Step ran: deadlock")
+	}
+	cancel()
+	<-done
 }

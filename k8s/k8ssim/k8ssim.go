@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -301,11 +302,17 @@ func (c *Cluster) Step(ctx context.Context) error {
 	// The fake clientset records every action it serves; nothing reads
 	// them here, so drop them rather than grow for the cluster's life.
 	c.client.ClearActions()
+	// IMPORTANT: clear the faulty clients' records outside c.mu. A fake
+	// clientset holds its own lock while its reactors run, and the
+	// eviction reactor takes c.mu: clearing under c.mu deadlocked the
+	// chaos soak (Step waiting for a client's lock, an eviction through
+	// that client waiting for c.mu).
 	c.mu.Lock()
-	for _, f := range c.faulty {
+	faulty := slices.Clone(c.faulty)
+	c.mu.Unlock()
+	for _, f := range faulty {
 		f.ClearActions()
 	}
-	c.mu.Unlock()
 	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
