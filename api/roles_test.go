@@ -30,6 +30,9 @@ var escalations = map[string]any{
 	"namespaces":      []string{"ml", "kube-system"},
 	"admins":          []string{"mallory"},
 	"name":            "ml-renamed",
+	// An hour's grace keeps preempted containers on their GPUs while
+	// another tenant's higher-priority demand waits.
+	"evict_grace": "1h",
 }
 
 // TestTenantAdminConfinement acts as the holder of a real tenant-admin

@@ -580,7 +580,9 @@ var tenantFieldRules = map[string]struct{ who, rule string }{
 		"a parent path (root, root.x) also takes every queue under it that no tenant claims more exactly"},
 	"namespaces": {byAdmin, "a namespace claim charges that namespace's pods to the tenant and shows it their workloads"},
 	"admins":     {byAdmin, "it says who administers the tenant"},
-	"version":    {byServer, "the server counts versions; send the one you read in If-Match"},
+	"evict_grace": {byAdmin, "it is how long the tenant's preempted YARN containers keep their GPUs while " +
+		"another tenant's higher-priority demand waits for them"},
+	"version": {byServer, "the server counts versions; send the one you read in If-Match"},
 }
 
 // tenantFieldChange names the first field (in JSON name order) that a
