@@ -32,6 +32,10 @@ func TestReleaseComparesLivePodsWithPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := NewSide(env.Client, nil, a, 5*time.Second)
+	// Other tests share the control plane: their pods must not land here.
+	t.Cleanup(func() {
+		env.Client.CoreV1().Nodes().Delete(context.Background(), "plan-drain-1", metav1.DeleteOptions{})
+	})
 	if _, err := env.AddNode(ctx, k8senv.NodeSpec{Name: "plan-drain-1", GPUs: 4, Model: "NVIDIA-A100-SXM4-80GB", Labels: map[string]string{"infra-type": "gpu"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +80,10 @@ func TestObserverReadsWhatAnEvictionCosts(t *testing.T) {
 	defer cancel()
 	createNamespace(t, ctx, env, "evict-cost")
 	o := startObserver(t, ctx, env)
+	// Other tests share the control plane: their pods must not land here.
+	t.Cleanup(func() {
+		env.Client.CoreV1().Nodes().Delete(context.Background(), "evict-cost-1", metav1.DeleteOptions{})
+	})
 	if _, err := env.AddNode(ctx, k8senv.NodeSpec{Name: "evict-cost-1", GPUs: 4, Model: "NVIDIA-A100-SXM4-80GB", Labels: map[string]string{"infra-type": "gpu"}}); err != nil {
 		t.Fatal(err)
 	}
