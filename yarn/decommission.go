@@ -453,14 +453,16 @@ func (d *Decommissioner) decommission(ctx context.Context, host string, n nodeIn
 // placeholder reports whether n is the entry an RM makes from its exclude
 // file when it becomes active (NodesListManager.setDecommissionedNMs: an
 // RMNodeImpl for host:-1 with no HTTP port and version "unknown"), not a
-// NodeManager it decommissioned.
+// NodeManager it decommissioned. An empty HTTP address alone is no sign:
+// a NodeManager without its web UI (the test minicluster's) registers
+// with none and is really decommissioned.
 func placeholder(n nodeInfo) bool {
 	if n.State != "DECOMMISSIONED" {
 		return false
 	}
 	_, port, _ := strings.Cut(n.ID, ":")
 	_, httpPort, _ := strings.Cut(n.NodeHTTPAddress, ":")
-	return port == "-1" || httpPort == "-1" || n.NodeHTTPAddress == "" || strings.EqualFold(n.Version, "unknown")
+	return port == "-1" || httpPort == "-1" || strings.EqualFold(n.Version, "unknown")
 }
 
 // Cordon stops new containers from landing on node, keeping running ones:

@@ -288,9 +288,12 @@ func runDecommission(t *testing.T, tg decomTarget) {
 		t.Fatal(err)
 	}
 
-	// 7. An infinite timeout (a zero deadline: drain by attrition) writes
-	// -1 and the node keeps its container, while a node decommissioned at
-	// the same time with a 3s timeout is cut off by the same RM.
+	// 7. A release never puts a busy host into the exclude file (a
+	// failover would turn that decommission into a kill): Release of h1
+	// with its container reports progress and leaves the file alone. An
+	// operator's decommission with an infinite timeout (-1) keeps the
+	// container, while a node decommissioned at the same time with a 3s
+	// timeout is cut off by the same RM.
 	_, cLong, err := tg.run(ctx, h1, 1, 600)
 	if err != nil {
 		t.Fatalf("run a long container on %s: %v", h1, err)
@@ -303,6 +306,10 @@ func runDecommission(t *testing.T, tg decomTarget) {
 	if st := release(h1, time.Time{}); st.Drained || st.Unknown != "" {
 		t.Fatalf("Release(%s, infinite) = %+v", h1, st)
 	}
+	if hs, _ := ex.Hosts(); slices.ContainsFunc(hs, func(e yarn.ExcludedHost) bool { return e.Name == h1 }) {
+		t.Fatalf("Release of busy %s put it into the exclude file: %+v", h1, hs)
+	}
+	waitDecommissioning(t, ctx, d, h1, -time.Second)
 	if hs, _ := ex.Hosts(); !slices.Contains(hs, yarn.ExcludedHost{Name: h1, Timeout: -time.Second}) {
 		t.Fatalf("exclude file = %+v, want %s with -1", hs, h1)
 	}
