@@ -57,14 +57,10 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 		guardedPod = pods.Items[0].Name
 		return true
 	})
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guard", Namespace: w.ns},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
-	if _, err := c.PolicyV1().PodDisruptionBudgets(w.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	// The idle node is reclaimed; its drain blocks on the budget.
+	// The idle node is reclaimed; its drain blocks on a budget that comes
+	// once the scale-down is journaled (the planner leaves a node whose
+	// budget allows no disruption alone, so it must not be there before),
+	// while the fence waits for a fresh observation.
 	open := func(kind broker.ActionKind) []broker.Op {
 		ops, err := w.st.OpenOps(ctx)
 		if err != nil {
@@ -77,6 +73,13 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 			}
 		}
 		return out
+	}
+	w.eventually(60*time.Second, "a journaled scale-down", func() bool { return len(open(broker.ActScaleDown)) == 1 })
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guard", Namespace: w.ns},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}}}
+	if _, err := c.PolicyV1().PodDisruptionBudgets(w.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	w.eventually(60*time.Second, "a scale-down stuck in its drain", func() bool {
 		ops := open(broker.ActScaleDown)
