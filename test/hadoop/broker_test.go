@@ -110,7 +110,10 @@ func simBrokerTarget(t *testing.T) brokerTarget {
 }
 
 func hadoopBrokerTarget(t *testing.T, version string) brokerTarget {
-	c := startHadoop(t, version)
+	// Node labels on, with every queue's accessible labels listed, so the
+	// broker's cordon label is one no queue may use: the broker suite runs
+	// the product as a cluster that offers the cordon runs it.
+	c := startHadoopWith(t, hadoop.Config{Version: version, Cordon: yarn.DefaultCordonLabel})
 	return brokerTarget{
 		decomTarget: decomTarget{
 			url: c.Ready.RMWeb, admin: c.Ready.RMAdmin, exclude: c.Ready.ExcludePath,

@@ -88,10 +88,18 @@ func simTarget(t *testing.T, f yarnsim.Flavor) target {
 
 // startHadoop runs a minicluster of three 4-GPU NodeManagers for the test.
 func startHadoop(t *testing.T, version string) *hadoop.Cluster {
+	return startHadoopWith(t, hadoop.Config{Version: version})
+}
+
+// startHadoopWith is startHadoop with more of the launcher's settings
+// (its version, directory, nodes and GPUs are filled in).
+func startHadoopWith(t *testing.T, cfg hadoop.Config) *hadoop.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c, err := hadoop.Start(ctx, hadoop.Config{Version: version, Dir: t.TempDir(), Nodes: 3, GPUsPerNode: 4})
+	version := cfg.Version
+	cfg.Dir, cfg.Nodes, cfg.GPUsPerNode = t.TempDir(), 3, 4
+	c, err := hadoop.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start hadoop %s: %v", version, err)
 	}
