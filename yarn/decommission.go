@@ -684,7 +684,9 @@ func (d *Decommissioner) Recommission(ctx context.Context, host string, poll tim
 // updateNodeResource, keeping its memory and vcores, for a quick
 // reversible hand-over; containers above the new total are preempted after
 // overCommit (negative: never). The node keeps that total until its
-// NodeManager re-registers.
+// NodeManager re-registers; it survives an RM restart or failover only
+// once the NodeManager has heard it in a heartbeat answer (test/hadoop
+// TestFailover).
 func (d *Decommissioner) SetGPUs(ctx context.Context, host string, gpus int, overCommit time.Duration) error {
 	n, err := d.node(ctx, host)
 	if err != nil {

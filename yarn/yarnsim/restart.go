@@ -26,9 +26,11 @@ import (
 //     them.
 //   - The applications (state store), the cluster's node labels and each
 //     node's label (label store) and the exclude file (on disk) survive.
-//   - An updateNodeResource override survives too: the RM pushed the new
-//     total to the NodeManager, which resyncs with it (measured on 3.3.6);
-//     only a NodeManager restart drops it (nodemanager.go).
+//   - An updateNodeResource override survives too once the RM pushed the new
+//     total to the NodeManager in a heartbeat answer, which it resyncs with
+//     (a restart within a heartbeat of the change loses it: not modelled
+//     here, the simulator has no heartbeats); only a NodeManager restart
+//     drops it (nodemanager.go).
 
 // RestartRM makes the simulator the new active RM after a restart or a
 // failover, as described above. The REST and admin endpoints keep
