@@ -64,6 +64,12 @@ type brokerTarget struct {
 }
 
 func simBrokerTarget(t *testing.T) brokerTarget {
+	tg, _, _ := simBrokerWorld(t)
+	return tg
+}
+
+// simBrokerWorld is simBrokerTarget with its simulator and admin server.
+func simBrokerWorld(t *testing.T) (brokerTarget, *yarnsim.Sim, *yarnsim.AdminServer) {
 	sim, err := yarnsim.New(yarnsim.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +112,7 @@ func simBrokerTarget(t *testing.T) brokerTarget {
 		return sim.Submit(yarnsim.AppSpec{Queue: queue, Requests: []yarnsim.RequestSpec{{Containers: containers, GPUs: gpus}}})
 	}
 	tg.finish = func(_ context.Context, app string) error { return sim.Finish(app) }
-	return tg
+	return tg, sim, admin
 }
 
 func hadoopBrokerTarget(t *testing.T, version string) brokerTarget {
