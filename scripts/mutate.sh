@@ -198,6 +198,7 @@ roles: an over-long parameter is refused~api/input.go~case len(v) > max:~case fa
 yarnfail: a real RM's placeholder is never a release~yarn/decommission.go~case placeholder(n):~case false:~./test/hadoop -run TestFailover/yarnsim
 yarnfail: a tenant's evict grace is answered as stored~api/tenants.go~return broker.Duration(d.D().Truncate(time.Millisecond))~return d~./test/conformance
 yarnfail: a busy host is held by the cordon, never the exclude file~yarn/decommission.go~\tif len(running) > 0 {\n\t\trs := broker.ReleaseStatus{Remaining: running}~\tif false {\n\t\trs := broker.ReleaseStatus{Remaining: running}~./test/hadoop -run TestBrokerCordonSurvivesFailover/yarnsim
+chaosfail: a replace's surge stays within the cluster GPU max~broker/engine/executor.go~case withinCluster && (ps.Pool.MaxNodes <= 0~case (withinCluster || true) && (ps.Pool.MaxNodes <= 0~-run TestRuntimeReplace ./broker/engine/
 EOF
 )
 

@@ -554,7 +554,7 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 		return r.release(ctx, s, policy)
 
 	case broker.StepSurge:
-		return r.surge(ctx, s, pools)
+		return r.surge(ctx, s, pools, policy)
 
 	case broker.StepTerminate:
 		return r.terminate(ctx, s, pools)
@@ -976,7 +976,11 @@ func (r *Runtime) releaseYARNPreempted(ctx context.Context, act SideActions, s *
 // by one, and the terminate's decrement takes it back, so a pool at its
 // minimum never refuses the terminate and never waits for a scale-up that
 // waits for it. Providers that terminate without a decrement skip it.
-func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []broker.PoolState) (broker.Op, bool) {
+//
+// The surge stays within the pool's max and the policy's cluster GPU max
+// (counted over every pool's desired capacity as the provider answers
+// it); where it cannot, the terminate goes first.
+func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []broker.PoolState, policy broker.Policy) (broker.Op, bool) {
 	op := s.op
 	if _, ok := r.cfg.Pools.(KeepDesiredTerminator); ok {
 		return s.moveTo(broker.StepTerminate)
@@ -987,17 +991,26 @@ func (r *Runtime) surge(ctx context.Context, s *stepCtx, pools []broker.PoolStat
 			return s.waitFor(5*time.Second, "observe pools: "+err.Error())
 		}
 		ps, ok := findPool(fresh, op.Pool)
+		clusterGPUs := 0
+		for _, p := range fresh {
+			clusterGPUs += p.Desired * p.Pool.GPUsPerNode
+		}
+		// IMPORTANT: a surge never takes the cluster over its GPU max
+		// (chaos, seed 1: a replace surged a cluster at 24 of 24 GPUs to
+		// 28 while its terminate failed).
+		withinCluster := policy.ClusterMaxGPUs <= 0 || clusterGPUs+ps.Pool.GPUsPerNode <= policy.ClusterMaxGPUs
 		switch {
 		case !ok || ps.Stale != "":
 			return s.waitFor(5*time.Second, fmt.Sprintf("pool %s is not observed at the cloud provider", op.Pool))
-		case ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes:
+		case withinCluster && (ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes):
 			// IMPORTANT: persist the surge before setting it, so a resumed
 			// step sets the same absolute value and the planner and the
 			// pool's scale-ups count the decrement still to come.
 			s.data.SurgeTo = ps.Desired + 1
 			return s.save(), true
 		case ps.Desired-1 >= ps.Pool.MinNodes:
-			// At max: the terminate's decrement keeps the pool within min.
+			// At the pool's or the cluster's max: the terminate's
+			// decrement keeps the pool within min.
 			return s.moveTo(broker.StepTerminate)
 		default:
 			return s.giveUp(fmt.Sprintf("pool %s is at its min and max of %d nodes and the provider cannot terminate without lowering the desired capacity", op.Pool, ps.Desired))

@@ -104,6 +104,34 @@ func TestRuntimeReplaceAtPoolMinBuysTheReplacementFirst(t *testing.T) {
 	}
 }
 
+// TestRuntimeReplaceSurgeStaysWithinClusterMax: a replace whose pool may
+// grow but whose cluster is at its GPU max terminates first and buys the
+// replacement after: the desired capacity never goes above the cluster's
+// max, even while the terminate is pending.
+func TestRuntimeReplaceSurgeStaysWithinClusterMax(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.ledger.policy.ClusterMaxGPUs = 8
+	w.machine(w.k8s, "n1")
+	w.machine(w.k8s, "n2")
+	w.ledger.reports["n1"] = twice(broker.NodeReport{Node: "n1", At: t0, GPUs: []broker.GPUReport{{Index: 0, UUID: "GPU-0", XIDs: []uint64{79}}}})
+	r := w.runtime()
+	for range 8 {
+		w.ticks(r, 1, 5*time.Second)
+		if d := w.cloud.pools[rtPool].Desired; d*4 > 8 {
+			t.Fatalf("desired %d nodes (%d GPUs) over the cluster max of 8 GPUs; SetDesired calls %v", d, d*4, w.cloud.setCalls)
+		}
+	}
+	reps := w.ledger.opsOf(broker.ActReplace)
+	if len(reps) != 1 || fmt.Sprint(w.cloud.terminated) != "[i-n1]" {
+		t.Fatalf("replace ops %+v, terminated %v: want n1 replaced", reps, w.cloud.terminated)
+	}
+	for _, c := range w.cloud.setCalls {
+		if c > 2 {
+			t.Fatalf("SetDesired %v: a surge above the cluster max", w.cloud.setCalls)
+		}
+	}
+}
+
 // TestRuntimeReplaceWithKeepDesiredTerminator: a provider that terminates
 // without a decrement replaces the instance itself; no surge.
 func TestRuntimeReplaceWithKeepDesiredTerminator(t *testing.T) {
