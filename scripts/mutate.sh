@@ -199,6 +199,9 @@ yarnfail: a real RM's placeholder is never a release~yarn/decommission.go~case p
 yarnfail: a tenant's evict grace is answered as stored~api/tenants.go~return broker.Duration(d.D().Truncate(time.Millisecond))~return d~./test/conformance
 yarnfail: a busy host is held by the cordon, never the exclude file~yarn/decommission.go~\tif len(running) > 0 {\n\t\trs := broker.ReleaseStatus{Remaining: running}~\tif false {\n\t\trs := broker.ReleaseStatus{Remaining: running}~./test/hadoop -run TestBrokerCordonSurvivesFailover/yarnsim
 chaosfail: a replace's surge stays within the cluster GPU max~broker/engine/executor.go~case withinCluster && (ps.Pool.MaxNodes <= 0~case (withinCluster || true) && (ps.Pool.MaxNodes <= 0~-run TestRuntimeReplace ./broker/engine/
+chaosfail: the placeholder of a host excluded empty is a release~yarn/decommission.go~if ok, why := d.placeholderReleased(host); ok {~if ok, why := d.placeholderReleased(host); ok && false {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
+chaosfail: only a host the broker excluded empty is released by its placeholder~yarn/decommission.go~mine := d.emptyExcluded[host]~mine := true~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
+chaosfail: a new leader trusts only the short timeout~yarn/decommission.go~h.Timeout > 0 && h.Timeout == d.cfg.ShortTimeout~h.Timeout != 0~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 EOF
 )
 

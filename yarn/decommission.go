@@ -99,6 +99,10 @@ type Decommissioner struct {
 	// not named and the wait before a short timeout starts again.
 	running    map[string][]string
 	decomSince map[string]time.Time
+	// emptyExcluded holds the hosts this process put in the exclude file
+	// because the RM and the NodeManager reported them empty under the
+	// cordon's hold (see placeholderReleased).
+	emptyExcluded map[string]bool
 	// stopped says how each victim Evict reported done stopped
 	// (HowStopped), by container id, or app id for a whole app.
 	stopped map[string]string
@@ -149,7 +153,8 @@ func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 		return nil, errors.New("yarn decommissioner: RestartInterval, EvictGrace and DeadlineMargin must not be negative")
 	}
 	return &Decommissioner{cfg: cfg, seen: map[string]*decomState{}, restarted: map[string]restartRun{},
-		evicting: map[string]eviction{}, running: map[string][]string{}, decomSince: map[string]time.Time{}}, nil
+		evicting: map[string]eviction{}, running: map[string][]string{}, decomSince: map[string]time.Time{},
+		emptyExcluded: map[string]bool{}}, nil
 }
 
 // Source reports the YARN side.
@@ -328,15 +333,26 @@ func (d *Decommissioner) release(ctx context.Context, host string) (broker.Relea
 	case n.State == "":
 		return broker.ReleaseStatus{Unknown: fmt.Sprintf("the RM does not list host %s (an RM restart or failover lists NodeManagers only as they register again)", host)}, nil
 	case placeholder(n):
-		// IMPORTANT: never a release. The RM made this entry from the
-		// exclude file when it became active; the NodeManager has not
-		// registered with it yet (or was told to shut down).
+		// IMPORTANT: no release by itself. The RM made this entry from
+		// the exclude file when it became active; the NodeManager has not
+		// registered with it yet (or was told to shut down). Only a host
+		// the broker excluded because it was empty is released by it.
+		if ok, why := d.placeholderReleased(host); ok {
+			d.mu.Lock()
+			lost := d.running[host]
+			delete(d.running, host)
+			delete(d.decomSince, host)
+			d.mu.Unlock()
+			d.cfg.Logger.Warn("yarn node released by an RM failover", "node", host, "placeholder", n.ID, "evidence", why, "lost", lost)
+			return broker.ReleaseStatus{Drained: true, Lost: lost}, nil
+		}
 		return broker.ReleaseStatus{Unknown: fmt.Sprintf("the RM lists host %s only as a DECOMMISSIONED placeholder (%s): it restarted or failed over; waiting for the NodeManager's own entry", host, n.ID)}, nil
 	case n.State == "DECOMMISSIONED", (n.State == "LOST" || n.State == "SHUTDOWN") && n.NumContainers == 0:
 		d.mu.Lock()
 		lost := d.running[host]
 		delete(d.running, host)
 		delete(d.decomSince, host)
+		delete(d.emptyExcluded, host)
 		d.mu.Unlock()
 		if len(lost) > 0 {
 			d.cfg.Logger.Warn("yarn node released with work lost", "node", host, "state", n.State, "lost", lost)
@@ -382,6 +398,7 @@ func (d *Decommissioner) release(ctx context.Context, host string) (broker.Relea
 		if err := d.decommission(ctx, host, n, d.cfg.ShortTimeout); err != nil {
 			return broker.ReleaseStatus{}, err
 		}
+		d.markEmptyExcluded(host)
 		return broker.ReleaseStatus{BlockedBy: "empty and DECOMMISSIONING with the short timeout " + d.cfg.ShortTimeout.String()}, nil
 	}
 	if !schedulable(n.State) {
@@ -401,7 +418,43 @@ func (d *Decommissioner) release(ctx context.Context, host string) (broker.Relea
 	if err := d.decommission(ctx, host, n, InfiniteTimeout); err != nil {
 		return broker.ReleaseStatus{}, err
 	}
+	d.markEmptyExcluded(host)
 	return broker.ReleaseStatus{BlockedBy: "empty; graceful decommission requested without a timeout"}, nil
+}
+
+func (d *Decommissioner) markEmptyExcluded(host string) {
+	d.mu.Lock()
+	d.emptyExcluded[host] = true
+	d.mu.Unlock()
+}
+
+// placeholderReleased reports whether a host the new active RM lists only
+// as its placeholder is released, and on what evidence. A new active RM
+// answers SHUTDOWN to the NodeManager of every excluded host, and it never
+// registers again while excluded: waiting for its own entry would wait
+// forever. The host is released when the broker put it in the exclude
+// file because the RM and its NodeManager reported it empty after the
+// cordon's hold (nothing could be allocated there since): this process
+// remembers doing so, or the entry carries the short timeout, which the
+// broker writes only for such a host (a new leader's evidence). Any other
+// excluded host (an operator's entry, one excluded busy) stays unknown.
+func (d *Decommissioner) placeholderReleased(host string) (bool, string) {
+	d.mu.Lock()
+	mine := d.emptyExcluded[host]
+	d.mu.Unlock()
+	if mine {
+		return true, "this broker excluded the host when it was empty under the cordon"
+	}
+	hs, err := d.cfg.Exclude.Hosts()
+	if err != nil {
+		return false, ""
+	}
+	for _, h := range hs {
+		if h.Name == host && h.Timeout > 0 && h.Timeout == d.cfg.ShortTimeout {
+			return true, fmt.Sprintf("its exclude entry has the short timeout %s the broker gives only an empty host", h.Timeout)
+		}
+	}
+	return false, ""
 }
 
 // cordonHeld reports how long the cordon has held host (listed: the RM
@@ -542,6 +595,7 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 	}
 	d.mu.Lock()
 	delete(d.seen, node)
+	delete(d.emptyExcluded, node)
 	d.mu.Unlock()
 	// IMPORTANT: the NodeManager is restarted only after the host left the
 	// exclude file and the RM refreshed: the RM tells a NodeManager that
@@ -571,6 +625,7 @@ func (d *Decommissioner) Forget(ctx context.Context, host string) error {
 	d.mu.Lock()
 	delete(d.seen, host)
 	delete(d.restarted, host)
+	delete(d.emptyExcluded, host)
 	d.mu.Unlock()
 	return nil
 }

@@ -915,3 +915,62 @@ func excluded(t *testing.T, ex *yarn.ExcludeFile, host string) (time.Duration, b
 	}
 	return 0, false
 }
+
+// TestPlaceholderOfAnEmptyExcludedHostIsReleased: a new active RM lists
+// every excluded host only as its placeholder and shuts its NodeManager
+// down for good. A host the broker put in the exclude file because it was
+// empty under the cordon's hold is released by that (nothing lost); one
+// excluded any other way (busy, an operator's entry) stays unknown. A new
+// leader, which does not remember, trusts only the short timeout the
+// broker writes for an empty host.
+func TestPlaceholderOfAnEmptyExcludedHostIsReleased(t *testing.T) {
+	ctx := testCtx(t)
+	e := newCordonEnv(t, []string{"g1", "g2"}, time.Minute, yarn.DecommissionConfig{})
+	if _, err := e.admin.RunOn("a", "g2", 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.Decommission(ctx, "g2", yarn.InfiniteTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Cordon(ctx, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "empty g1 in the exclude file", func() bool {
+		e.clk.Add(30 * time.Second)
+		if _, err := e.d.Release(ctx, "g1", time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		in, err := e.ex.Contains("g1")
+		return err == nil && in
+	})
+	if err := e.admin.RestartRM(); err != nil {
+		t.Fatal(err)
+	}
+	if !e.sim.Placeholder("g1") || !e.sim.Placeholder("g2") {
+		t.Fatal("the new RM does not list g1 and g2 as placeholders")
+	}
+	if st, err := e.d.Release(ctx, "g2", time.Time{}); err != nil || st.Drained || st.Unknown == "" {
+		t.Fatalf("Release(g2), excluded busy = %+v, %v; want unknown", st, err)
+	}
+	if st, err := e.d.Release(ctx, "g1", time.Time{}); err != nil || !st.Drained || len(st.Lost) != 0 {
+		t.Fatalf("Release(g1), excluded empty = %+v, %v; want drained, nothing lost", st, err)
+	}
+
+	// A new leader: the -1 entry proves nothing; the short timeout does.
+	d2, err := yarn.NewDecommissioner(func() yarn.DecommissionConfig { c := e.cfg; c.Cordon = e.cordon; return c }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d2.Release(ctx, "g1", time.Time{}); err != nil || st.Drained {
+		t.Fatalf("new leader: Release(g1) with a -1 entry = %+v, %v; want unknown", st, err)
+	}
+	if _, err := e.ex.Add("g1", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d2.Release(ctx, "g1", time.Time{}); err != nil || !st.Drained {
+		t.Fatalf("new leader: Release(g1) with the short-timeout entry = %+v, %v; want drained", st, err)
+	}
+	if st, err := d2.Release(ctx, "g2", time.Time{}); err != nil || st.Drained {
+		t.Fatalf("new leader: Release(g2) = %+v, %v; want unknown", st, err)
+	}
+}
