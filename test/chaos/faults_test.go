@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/yarn"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
@@ -22,6 +23,15 @@ const (
 	fKillDecommission = "kill leader mid-decommission"
 	fPGRestart        = "postgres restart"
 	fRMFailover       = "rm failover"
+	// RM failovers aimed at a YARN node the broker holds: one it drains
+	// by attrition under the cordon, one whose release (the fence, then
+	// the decommission of the empty host) is in flight, one whose
+	// preemption waits for its victims to exit. A new active RM shuts
+	// down the NodeManager of every excluded host: the work-killed
+	// invariant catches a busy host the broker excluded.
+	fRMFailoverAttrition = "rm failover under attrition"
+	fRMFailoverFenced    = "rm failover while a yarn release is in flight"
+	fRMFailoverPreempt   = "rm failover while preempting"
 	fRM500            = "rm answers 500"
 	fRMLogin          = "rm answers a login page"
 	fAPIDown          = "apiserver unavailable"
@@ -32,7 +42,8 @@ const (
 	fXID79            = "agent reports xid 79"
 )
 
-var allFaults = []string{fKillScaleUp, fKillDrain, fKillDecommission, fPGRestart, fRMFailover, fRM500, fRMLogin,
+var allFaults = []string{fKillScaleUp, fKillDrain, fKillDecommission, fPGRestart, fRMFailover,
+	fRMFailoverAttrition, fRMFailoverFenced, fRMFailoverPreempt, fRM500, fRMLogin,
 	fAPIDown, fThrottle, fICE, fNeverRegister, fTerminateFails, fXID79}
 
 // Recovery figures.
@@ -52,6 +63,7 @@ type injector struct {
 	until  time.Time
 	wg     sync.WaitGroup
 	killMu sync.Mutex // one kill and takeover at a time
+	failMu sync.Mutex // one RM failover at a time
 
 	mu       sync.Mutex
 	armed    map[string]bool
@@ -139,18 +151,25 @@ func (in *injector) inject(ctx context.Context, kind string) {
 			in.recovered(recPG, ok.Sub(at))
 		}
 	case fRMFailover:
-		from := w.ha.Active()
-		gap := in.between(500*time.Millisecond, 2*time.Second)
-		at := time.Now()
-		w.yadmin.SetStandby(true)
-		w.ha.SetActive(-1)
-		sleep(ctx, gap)
-		w.ha.SetActive(1 - from)
-		w.yadmin.SetStandby(false)
-		in.note(kind, "active RM %d → %d after %s without an active RM", from, 1-from, gap.Round(time.Millisecond))
-		if ok := w.ticked(time.Now(), []string{"yarn"}, time.Minute); !ok.IsZero() {
-			in.recovered(recRM, ok.Sub(at))
-		}
+		in.failover(ctx, kind, "")
+	case fRMFailoverAttrition:
+		in.armWhen(ctx, kind, func() (string, bool) {
+			return in.openOp(ctx, func(op broker.Op) bool {
+				return broker.AttritionOp(&op) && in.yarnBusy(op.Node) && slices.Contains(w.ysim.NodeLabels(op.Node), yarn.DefaultCordonLabel)
+			})
+		}, in.failover)
+	case fRMFailoverFenced:
+		in.armWhen(ctx, kind, func() (string, bool) {
+			return in.openOp(ctx, func(op broker.Op) bool {
+				return !broker.AttritionOp(&op) && in.releasing(ctx, op, broker.OwnerYARN)
+			})
+		}, in.failover)
+	case fRMFailoverPreempt:
+		in.armWhen(ctx, kind, func() (string, bool) {
+			return in.openOp(ctx, func(op broker.Op) bool {
+				return op.Kind == broker.ActPreempt && op.Node != "" && in.yarnBusy(op.Node)
+			})
+		}, in.failover)
 	case fRM500, fRMLogin:
 		f := yarnsim.FaultServerError
 		if kind == fRMLogin {
@@ -279,7 +298,43 @@ func (in *injector) openOp(ctx context.Context, match func(broker.Op) bool) (str
 // cond describes (until the faults end), kills the leader then, and times
 // the standby's takeover; a new process then starts as the next standby,
 // as a supervisor would restart the killed one.
+// failover fails the YARN RM over to the standby after a gap without an
+// active RM; what names the state it was aimed at.
+func (in *injector) failover(ctx context.Context, kind, what string) {
+	in.failMu.Lock()
+	defer in.failMu.Unlock()
+	w := in.w
+	from := w.ha.Active()
+	gap := in.between(500*time.Millisecond, 2*time.Second)
+	at := time.Now()
+	w.yadmin.SetStandby(true)
+	w.ha.SetActive(-1)
+	sleep(ctx, gap)
+	w.ha.SetActive(1 - from)
+	w.yadmin.SetStandby(false)
+	if what != "" {
+		what = " during " + what
+	}
+	in.note(kind, "active RM %d → %d after %s without an active RM%s", from, 1-from, gap.Round(time.Millisecond), what)
+	if ok := w.ticked(time.Now(), []string{"yarn"}, time.Minute); !ok.IsZero() {
+		in.recovered(recRM, ok.Sub(at))
+	}
+}
+
+// yarnBusy reports whether the simulated RM runs any container (of any
+// app, AMs included) on host.
+func (in *injector) yarnBusy(host string) bool {
+	return host != "" && in.w.ysim.NodeContainers(host) > 0
+}
+
 func (in *injector) armKill(ctx context.Context, kind string, cond func() (string, bool)) {
+	in.armWhen(ctx, kind, cond, in.killLeader)
+}
+
+// armWhen waits, without holding up the other faults, for the moment
+// cond describes (until the faults end), then fires the fault; when the
+// moment never comes, the notes say so.
+func (in *injector) armWhen(ctx context.Context, kind string, cond func() (string, bool), fire func(ctx context.Context, kind, what string)) {
 	in.mu.Lock()
 	if in.armed[kind] {
 		in.mu.Unlock()
@@ -310,7 +365,7 @@ func (in *injector) armKill(ctx context.Context, kind string, cond func() (strin
 			}
 			what, hit := cond()
 			if hit {
-				in.killLeader(ctx, kind, what)
+				fire(ctx, kind, what)
 				return
 			}
 			sleep(ctx, 100*time.Millisecond)

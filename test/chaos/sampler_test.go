@@ -19,13 +19,34 @@ import (
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
 
-// yapp is a YARN app of the workload: it runs for dur once its container
-// is placed, then the sampler finishes it.
+// yapp is a YARN app of the workload: it runs for dur once all its
+// containers are placed, then the sampler finishes it. Every container
+// counts as work, its ApplicationMaster and CPU containers too.
 type yapp struct {
-	dur       time.Duration
-	started   time.Time
-	container string
-	host      string
+	dur     time.Duration
+	started time.Time
+	// want is how many non-AM containers it asks for; gpu whether any of
+	// them asks for GPUs (then it is GPU demand while none runs).
+	want    int
+	gpu     bool
+	running map[string]ycontainer // by container id, as last seen
+}
+
+// ycontainer is a container of a workload app as last seen.
+type ycontainer struct {
+	host string
+	am   bool
+	gpus int
+}
+
+func (c ycontainer) what() string {
+	switch {
+	case c.am:
+		return "its ApplicationMaster container"
+	case c.gpus == 0:
+		return "its CPU container"
+	}
+	return "its GPU container"
 }
 
 // sampler builds the checker's samples. It also finishes YARN apps (in
@@ -83,14 +104,33 @@ func (s *sampler) runWorkload(ctx context.Context, gen *workload.Generator) {
 			if !t.Preemptible {
 				tags = append(tags, yarn.TagNotPreemptible)
 			}
+			// Every app has a managed AM (a 0-GPU container on a GPU
+			// node); one in four has a CPU executor beside its GPU
+			// container, and one in ten is a CPU-only app on the GPU
+			// nodes: any of them keeps its node on YARN.
+			s.mu.Lock()
+			i := s.submitted
+			s.mu.Unlock()
+			reqs := []yarnsim.RequestSpec{{Containers: 1, GPUs: t.GPUs}}
+			switch {
+			case i%10 == 7:
+				reqs = []yarnsim.RequestSpec{{Containers: 2, GPUs: 0}}
+			case i%4 == 1:
+				reqs = append(reqs, yarnsim.RequestSpec{Containers: 1, GPUs: 0})
+			}
 			id, err := w.ysim.Submit(yarnsim.AppSpec{Name: t.Name, Queue: queue, Priority: t.Priority, Tags: tags,
-				Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: t.GPUs}}})
+				ManagedAM: true, Requests: reqs})
 			if err != nil {
 				w.t.Errorf("submit app %s: %v", t.Name, err)
 				return
 			}
+			a := &yapp{dur: t.Duration, running: map[string]ycontainer{}}
+			for _, r := range reqs {
+				a.want += r.Containers
+				a.gpu = a.gpu || r.GPUs > 0
+			}
 			s.mu.Lock()
-			s.apps[id] = &yapp{dur: t.Duration}
+			s.apps[id] = a
 			s.mu.Unlock()
 		}
 		s.mu.Lock()
@@ -99,38 +139,52 @@ func (s *sampler) runWorkload(ctx context.Context, gen *workload.Generator) {
 	}
 }
 
-// yarnStep finishes the apps whose run time is over and reports the
-// containers that ended otherwise.
+// yarnStep finishes the apps whose run time is over and reports every
+// container (AMs and CPU containers too) that ended otherwise.
 func (s *sampler) yarnStep(now time.Time) []Kill {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var kills []Kill
+	lost := func(id, cid string, c ycontainer, why string) {
+		kills = append(kills, Kill{Source: broker.SourceYARN, Key: cid, App: id, Node: c.host, Why: c.what() + " " + why})
+	}
 	for id, a := range s.apps {
 		cs, err := s.w.ysim.Containers(id)
 		if err != nil {
 			// The app is gone without being finished here: killed.
-			if a.container != "" {
-				kills = append(kills, Kill{Source: broker.SourceYARN, Key: a.container, App: id, Node: a.host, Why: "its app was killed"})
+			for cid, c := range a.running {
+				lost(id, cid, c, "died with its app")
 			}
 			delete(s.apps, id)
 			continue
 		}
-		var cur *yarnsim.Container
-		for i := range cs {
-			if !cs[i].AM {
-				cur = &cs[i]
-				break
+		cur := map[string]yarnsim.Container{}
+		for _, c := range cs {
+			cur[c.ID] = c
+		}
+		for cid, c := range a.running {
+			if _, ok := cur[cid]; !ok {
+				lost(id, cid, c, "was lost")
+				delete(a.running, cid)
+				if !c.am {
+					a.started = time.Time{} // its work starts again
+				}
 			}
 		}
-		if a.container != "" && (cur == nil || cur.ID != a.container) {
-			kills = append(kills, Kill{Source: broker.SourceYARN, Key: a.container, App: id, Node: a.host, Why: "its container was lost"})
-			a.container, a.host = "", ""
+		work := 0
+		for _, c := range cs {
+			if _, ok := a.running[c.ID]; !ok {
+				a.running[c.ID] = ycontainer{host: c.Host, am: c.AM, gpus: c.GPUs}
+			}
+			if !c.AM {
+				work++
+			}
 		}
-		if cur == nil {
-			continue
-		}
-		if a.container == "" {
-			a.container, a.host, a.started = cur.ID, cur.Host, now
+		if a.started.IsZero() {
+			if work < a.want {
+				continue
+			}
+			a.started = now
 		}
 		if now.Sub(a.started) >= a.dur {
 			delete(s.apps, id)
@@ -150,7 +204,14 @@ func (s *sampler) pendingYARN() []string {
 	defer s.mu.Unlock()
 	var out []string
 	for id, a := range s.apps {
-		if a.container == "" {
+		if !a.gpu {
+			continue // no GPU demand
+		}
+		gpuRunning := false
+		for _, c := range a.running {
+			gpuRunning = gpuRunning || c.gpus > 0
+		}
+		if !gpuRunning {
 			out = append(out, "yarn/"+id+"/")
 		}
 	}

@@ -68,6 +68,9 @@ func chaosPolicy() broker.Policy {
 	pol.DrainTimeout = broker.Duration(20 * time.Second)
 	pol.UnhealthyNodeTimeout = broker.Duration(10 * time.Second)
 	pol.PlacementGrace = broker.Duration(30 * time.Second)
+	// Busy YARN nodes leave by attrition under the cordon, so the RM
+	// fails over while the broker holds some (fRMFailoverAttrition).
+	pol.YARNDrainByAttrition = true
 	return pol
 }
 
@@ -493,8 +496,11 @@ func (w *world) startReplica() (*replica, error) {
 	for {
 		m, err = app.Open(ctx, app.Config{DatabaseURL: w.pg.DatabaseURL(w.dbName, px.Addr()), MaxConns: 8,
 			Seed: true, Pools: chaosPools, Tenants: chaosTenants, Policy: chaosPolicy(),
+			// The cordon's hold is seconds here: the simulator launches
+			// what it allocates at once, so nothing can be allocated and
+			// not yet listed once a host is empty under the cordon.
 			YARN: app.YARNConfig{RM: w.ha.URLs(), Timeout: 2 * time.Second, AdminAddress: []string{w.yadmAddr}, Exclude: w.yex,
-				RestartNodeManager: w.restartNodeManager},
+				RestartNodeManager: w.restartNodeManager, CordonHold: 3 * time.Second},
 			Kubernetes: app.KubernetesConfig{Client: fk.Client(), Adapter: w.kcfg, DrainStep: time.Second},
 			Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: w.awsURL, Pools: pools,
 				Credentials: credentials.NewStaticCredentialsProvider("chaos", "chaos", ""), PoolBackoff: 30 * time.Second},

@@ -121,3 +121,14 @@ func (s *Sim) NodeState(host string) string {
 	st, _ := s.nodeState(host)
 	return st
 }
+
+// NodeContainers returns how many containers (of any app, AMs included)
+// run on host; 0 when the RM does not list it.
+func (s *Sim) NodeContainers(host string) int {
+	s.mu.lockRead()
+	defer s.mu.Unlock()
+	if n, ok := s.nodes[host]; ok {
+		return n.containers
+	}
+	return 0
+}
