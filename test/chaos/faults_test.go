@@ -32,14 +32,14 @@ const (
 	fRMFailoverAttrition = "rm failover under attrition"
 	fRMFailoverFenced    = "rm failover while a yarn release is in flight"
 	fRMFailoverPreempt   = "rm failover while preempting"
-	fRM500            = "rm answers 500"
-	fRMLogin          = "rm answers a login page"
-	fAPIDown          = "apiserver unavailable"
-	fThrottle         = "cloud throttling"
-	fICE              = "insufficient instance capacity"
-	fNeverRegister    = "launch never registers"
-	fTerminateFails   = "terminate fails"
-	fXID79            = "agent reports xid 79"
+	fRM500               = "rm answers 500"
+	fRMLogin             = "rm answers a login page"
+	fAPIDown             = "apiserver unavailable"
+	fThrottle            = "cloud throttling"
+	fICE                 = "insufficient instance capacity"
+	fNeverRegister       = "launch never registers"
+	fTerminateFails      = "terminate fails"
+	fXID79               = "agent reports xid 79"
 )
 
 var allFaults = []string{fKillScaleUp, fKillDrain, fKillDecommission, fPGRestart, fRMFailover,
