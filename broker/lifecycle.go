@@ -115,6 +115,46 @@ func (pl *planner) replaceUnhealthy() {
 		pl.removals = append(pl.removals, Action{Kind: ActReplace, Pool: pool.Name, Node: n.Name, From: n.Owner,
 			Reason: fmt.Sprintf("replace %s; the pool keeps its %d nodes (min %d)", late, size, pool.MinNodes)})
 	}
+	pl.removeStranded(pendingDownGPUs)
+}
+
+// removeStranded scales down a node that neither side owns, that no op
+// holds and that runs nothing: the broker cordoned it on both sides (the
+// gpubroker.io/owner taint "none", the exclude file) for an op that ended
+// without giving it back. Left alone it is paid for and serves nobody; an
+// operator's own cordon is not this (it leaves the node's owner as it was).
+// It waits for the unneeded time in that phase and keeps the pool's and
+// the cluster's minimum; both sides must be fresh, since either may still
+// list work there.
+func (pl *planner) removeStranded(pendingDownGPUs int) {
+	unneeded := pl.p.ScaleDownUnneeded.D()
+	for i := range pl.nodes {
+		w := &pl.nodes[i]
+		n := w.n
+		switch n.Phase {
+		case PhaseActive, PhaseGPUReady, PhaseDrained:
+		default:
+			continue
+		}
+		if n.Owner != OwnerNone || w.busy || w.removed || w.touched || w.pool < 0 || n.Protected || n.Down != "" ||
+			hasWork(n) || n.GPUsAllocated > 0 || pl.staleYARN || pl.staleK8s || pl.pools[w.pool].stale != "" ||
+			pl.now.Sub(n.PhaseSince) < unneeded {
+			continue
+		}
+		wp := &pl.pools[w.pool]
+		pool := &wp.st.Pool
+		size := wp.size - wp.pendingDown - wp.downs
+		if size-1 < pool.MinNodes || pl.clusterGPUs-pendingDownGPUs-pool.GPUsPerNode < pl.p.ClusterMinGPUs {
+			continue
+		}
+		w.removed = true
+		wp.downs++
+		pl.clusterGPUs -= pool.GPUsPerNode
+		pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
+		pl.removals = append(pl.removals, Action{Kind: ActScaleDown, Pool: pool.Name, Node: n.Name, From: OwnerNone,
+			Reason: fmt.Sprintf("terminate node %s of pool %s: neither side owns it and no op holds it (the broker cordoned it for an op that ended without giving it back), and it has run nothing for %s (unneeded time %s); pool goes from %d to %d nodes (min %d)",
+				n.Name, pool.Name, pl.now.Sub(n.PhaseSince).Round(time.Second), unneeded, size, size-1, pool.MinNodes)})
+	}
 }
 
 // MaxUnhealthyFraction is the share of a pool's nodes that may be

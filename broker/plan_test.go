@@ -629,6 +629,32 @@ func TestPlanScaleDown(t *testing.T) {
 			actions: []Action{replace(gtg, "n2", OwnerYARN)},
 		},
 		{
+			name:   "a node nobody owns and no op holds is terminated once unneeded",
+			snap:   snap(two, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseDrained, 20*time.Minute)), busy("n2", 4)}, nil),
+			policy: refPolicy(), actions: []Action{down(gtg, "n1", OwnerNone)},
+		},
+		{
+			name: "a node nobody owns is left to the op that holds it",
+			snap: snap(two, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseDrained, 20*time.Minute)), busy("n2", 4)}, nil,
+				inflight(Op{ID: 1, Kind: ActTransfer, Pool: gtg, Node: "n1", State: OpRunning})),
+			policy: refPolicy(),
+		},
+		{
+			name:   "a node nobody owns waits the unneeded time",
+			snap:   snap(two, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseDrained, 4*time.Minute)), busy("n2", 4)}, nil),
+			policy: refPolicy(),
+		},
+		{
+			name:   "a node nobody owns that runs work is not terminated",
+			snap:   snap(two, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseDrained, 20*time.Minute), work(job("cpu", 0, 0, false))), busy("n2", 4)}, nil),
+			policy: refPolicy(),
+		},
+		{
+			name:   "an operator's cordon is left alone",
+			snap:   snap(two, []Node{gpuNode("n1", gtg, OwnerK8s, 4, 0, phase(PhaseDrained, 20*time.Minute), underused(20*time.Minute)), busy("n2", 4)}, nil),
+			policy: refPolicy(),
+		},
+		{
 			name:   "a node without a health report is not replaced",
 			snap:   snap(two, []Node{busy("n1", 4), gpuNode("n2", gtg, OwnerYARN, 4, 2, func(n *Node) { n.Healthy = false })}, nil),
 			policy: refPolicy(),

@@ -202,6 +202,10 @@ chaosfail: a replace's surge stays within the cluster GPU max~broker/engine/exec
 chaosfail: the placeholder of a host excluded empty is a release~yarn/decommission.go~if ok, why := d.placeholderReleased(host); ok {~if ok, why := d.placeholderReleased(host); ok && false {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 chaosfail: only a host the broker excluded empty is released by its placeholder~yarn/decommission.go~mine := d.emptyExcluded[host]~mine := true~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 chaosfail: a new leader trusts only the short timeout~yarn/decommission.go~h.Timeout > 0 && h.Timeout == d.cfg.ShortTimeout~h.Timeout != 0~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
+stranded: a node nobody owns and no op holds is reconsidered~broker/lifecycle.go~\tpl.removeStranded(pendingDownGPUs)\n~\t_ = pendingDownGPUs\n~-run TestPlanScaleDown ./broker/
+stranded: a node an op holds is left to it~broker/lifecycle.go~if n.Owner != OwnerNone || w.busy || w.removed~if n.Owner != OwnerNone || w.removed~-run TestPlanScaleDown ./broker/
+stranded: a node nobody owns that runs work is kept~broker/lifecycle.go~\t\t\thasWork(n) || n.GPUsAllocated > 0 || pl.staleYARN~\t\t\tpl.staleYARN~-run TestPlanScaleDown ./broker/
+stranded: only a node nobody owns (an operator's cordon is not the broker's)~broker/lifecycle.go~if n.Owner != OwnerNone || w.busy~if w.busy~-run TestPlanScaleDown ./broker/
 EOF
 )
 

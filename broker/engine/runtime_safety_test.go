@@ -766,3 +766,27 @@ func TestRuntimeHandBackKeepsLaunchedMachinesAndNeedsAFreshPool(t *testing.T) {
 		t.Fatalf("SetDesired %v, terminated %v: want the hand-back to 1 (the machine that exists), none terminated", got, w.cloud.terminated)
 	}
 }
+
+// TestRuntimeStrandedNodeIsTerminated: a node the broker left cordoned
+// and owned by nobody (an op ended without giving it back) is not paid
+// for forever: once unneeded it is scaled down and its instance
+// terminated, with no side asked to release work it does not run.
+func TestRuntimeStrandedNodeIsTerminated(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.machine(w.k8s, "n1")
+	w.k8s.mu.Lock()
+	w.k8s.released["n1"] = true
+	n := w.k8s.nodes["n1"]
+	n.Phase, n.PhaseSince = broker.PhaseDrained, t0
+	w.k8s.mu.Unlock()
+	r := w.runtime()
+	w.ticks(r, 2, time.Second)
+	if len(w.cloud.terminated) != 0 {
+		t.Fatalf("terminated %v before the unneeded time", w.cloud.terminated)
+	}
+	w.ticks(r, 6, 5*time.Minute)
+	downs := w.ledger.opsOf(broker.ActScaleDown)
+	if len(downs) != 1 || downs[0].Node != "n1" || downs[0].State != broker.OpDone || fmt.Sprint(w.cloud.terminated) != "[i-n1]" {
+		t.Fatalf("scale-downs %+v, terminated %v: want n1 scaled down and terminated", downs, w.cloud.terminated)
+	}
+}
