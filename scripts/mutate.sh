@@ -206,6 +206,8 @@ stranded: a node nobody owns and no op holds is reconsidered~broker/lifecycle.go
 stranded: a node an op holds is left to it~broker/lifecycle.go~if n.Owner != OwnerNone || w.busy || w.removed~if n.Owner != OwnerNone || w.removed~-run TestPlanScaleDown ./broker/
 stranded: a node nobody owns that runs work is kept~broker/lifecycle.go~\t\t\thasWork(n) || n.GPUsAllocated > 0 || pl.staleYARN~\t\t\tpl.staleYARN~-run TestPlanScaleDown ./broker/
 stranded: only a node nobody owns (an operator's cordon is not the broker's)~broker/lifecycle.go~if n.Owner != OwnerNone || w.busy~if w.busy~-run TestPlanScaleDown ./broker/
+chaosfail: a placeholder that stays one past the settle is released~yarn/decommission.go~now.Sub(since) >= settle {~now.Sub(since) >= settle && false {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
+chaosfail: a placeholder is no release before the settle~yarn/decommission.go~now.Sub(since) >= settle {~now.Sub(since) >= 0 {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased|TestReleasePlaceholderIsNeverDrained ./yarn/
 EOF
 )
 

@@ -247,6 +247,13 @@ func (c *Cordon) Observed(nodes []Node) {
 	defer c.mu.Unlock()
 	at := c.cfg.Now()
 	for _, n := range nodes {
+		switch n.State {
+		case "DECOMMISSIONED", "LOST", "SHUTDOWN":
+			// No NodeManager serves there (a placeholder has no labels):
+			// nothing can land, and there is no label to re-apply.
+			delete(c.labels, n.Host)
+			continue
+		}
 		c.seenLocked(n.Host, n.Labels, at)
 	}
 }

@@ -41,6 +41,11 @@ type DecommissionConfig struct {
 	// has held empty for its Hold. Nil: there is no cordon, busy nodes are
 	// left alone, and Release decommissions only a host that is empty.
 	Cordon *Cordon
+	// PlaceholderSettle is how long a host must stay only a new active
+	// RM's DECOMMISSIONED placeholder before Release takes it for
+	// released, naming the work it last saw there as lost (default
+	// DefaultPlaceholderSettle).
+	PlaceholderSettle time.Duration
 	// ShortTimeout is the graceful timeout a decommission gets once its
 	// DECOMMISSIONING host is empty (default 1s): the RM otherwise keeps
 	// it DECOMMISSIONING while any application that ran there runs.
@@ -99,6 +104,9 @@ type Decommissioner struct {
 	// not named and the wait before a short timeout starts again.
 	running    map[string][]string
 	decomSince map[string]time.Time
+	// placeholderSince is when each host was first seen as only a new
+	// active RM's placeholder (see placeholderReleased).
+	placeholderSince map[string]time.Time
 	// emptyExcluded holds the hosts this process put in the exclude file
 	// because the RM and the NodeManager reported them empty under the
 	// cordon's hold (see placeholderReleased).
@@ -124,6 +132,9 @@ var _ engine.SideActions = (*Decommissioner)(nil)
 func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 	if cfg.Client == nil || cfg.Admin == nil || cfg.Exclude == nil {
 		return nil, errors.New("yarn decommissioner: Client, Admin and Exclude must be set")
+	}
+	if cfg.PlaceholderSettle <= 0 {
+		cfg.PlaceholderSettle = DefaultPlaceholderSettle
 	}
 	if cfg.ShortTimeout == 0 {
 		cfg.ShortTimeout = time.Second
@@ -154,7 +165,7 @@ func NewDecommissioner(cfg DecommissionConfig) (*Decommissioner, error) {
 	}
 	return &Decommissioner{cfg: cfg, seen: map[string]*decomState{}, restarted: map[string]restartRun{},
 		evicting: map[string]eviction{}, running: map[string][]string{}, decomSince: map[string]time.Time{},
-		emptyExcluded: map[string]bool{}}, nil
+		emptyExcluded: map[string]bool{}, placeholderSince: map[string]time.Time{}}, nil
 }
 
 // Source reports the YARN side.
@@ -179,6 +190,12 @@ type DecommissionStatus struct {
 	TimedOut bool
 	CutOff   []string
 }
+
+// DefaultPlaceholderSettle is how long a host stays only a new active
+// RM's placeholder before Release takes it for released: many heartbeats
+// of a NodeManager (one second by default), which the new RM answers with
+// SHUTDOWN at the first.
+const DefaultPlaceholderSettle = time.Minute
 
 // InfiniteTimeout asks Decommission for a graceful decommission without a
 // timeout: the exclude file carries -1, so no new containers land on the
@@ -326,6 +343,11 @@ func (d *Decommissioner) release(ctx context.Context, host string) (broker.Relea
 		return broker.ReleaseStatus{}, rmError{err}
 	}
 	now := d.cfg.Now()
+	if !placeholder(n) {
+		d.mu.Lock()
+		delete(d.placeholderSince, host)
+		d.mu.Unlock()
+	}
 	if d.cfg.Cordon != nil && n.State != "" && !placeholder(n) {
 		d.cfg.Cordon.seen(host, n.NodeLabels, now)
 	}
@@ -337,7 +359,7 @@ func (d *Decommissioner) release(ctx context.Context, host string) (broker.Relea
 		// the exclude file when it became active; the NodeManager has not
 		// registered with it yet (or was told to shut down). Only a host
 		// the broker excluded because it was empty is released by it.
-		if ok, why := d.placeholderReleased(host); ok {
+		if ok, why := d.placeholderReleased(host, now); ok {
 			d.mu.Lock()
 			lost := d.running[host]
 			delete(d.running, host)
@@ -438,12 +460,28 @@ func (d *Decommissioner) markEmptyExcluded(host string) {
 // remembers doing so, or the entry carries the short timeout, which the
 // broker writes only for such a host (a new leader's evidence). Any other
 // excluded host (an operator's entry, one excluded busy) stays unknown.
-func (d *Decommissioner) placeholderReleased(host string) (bool, string) {
+//
+// Any other placeholder is released once it has stayed one for the
+// PlaceholderSettle: a new active RM answers SHUTDOWN to the excluded
+// host's NodeManager at its first heartbeat (measured: half a second after
+// the new RM served, test/hadoop TestFailover), so by then nothing YARN
+// runs there, and whatever ran was lost to the failover, not to a
+// terminate: Release names it in Lost (what this process last saw
+// running), which the op records.
+func (d *Decommissioner) placeholderReleased(host string, now time.Time) (bool, string) {
 	d.mu.Lock()
 	mine := d.emptyExcluded[host]
+	since, ok := d.placeholderSince[host]
+	if !ok {
+		since = now
+		d.placeholderSince[host] = now
+	}
 	d.mu.Unlock()
 	if mine {
 		return true, "this broker excluded the host when it was empty under the cordon"
+	}
+	if settle := d.cfg.PlaceholderSettle; now.Sub(since) >= settle {
+		return true, fmt.Sprintf("the new active RM has listed it only as its placeholder for %s (settle %s): its NodeManager was told to shut down", now.Sub(since).Round(time.Second), settle)
 	}
 	hs, err := d.cfg.Exclude.Hosts()
 	if err != nil {

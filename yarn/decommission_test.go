@@ -943,6 +943,9 @@ func TestPlaceholderOfAnEmptyExcludedHostIsReleased(t *testing.T) {
 		in, err := e.ex.Contains("g1")
 		return err == nil && in
 	})
+	if st, err := e.d.Release(ctx, "g2", time.Time{}); err != nil || len(st.Remaining) == 0 {
+		t.Fatalf("Release(g2) before the failover = %+v, %v; want its container remaining", st, err)
+	}
 	if err := e.admin.RestartRM(); err != nil {
 		t.Fatal(err)
 	}
@@ -972,5 +975,17 @@ func TestPlaceholderOfAnEmptyExcludedHostIsReleased(t *testing.T) {
 	}
 	if st, err := d2.Release(ctx, "g2", time.Time{}); err != nil || st.Drained {
 		t.Fatalf("new leader: Release(g2) = %+v, %v; want unknown", st, err)
+	}
+
+	// A placeholder that stays one past the settle is released: its
+	// NodeManager was told to shut down; the work last seen there is
+	// named lost, for the op to record.
+	e.clk.Add(yarn.DefaultPlaceholderSettle - time.Second)
+	if st, err := e.d.Release(ctx, "g2", time.Time{}); err != nil || st.Drained {
+		t.Fatalf("Release(g2) within the settle = %+v, %v; want unknown", st, err)
+	}
+	e.clk.Add(time.Second)
+	if st, err := e.d.Release(ctx, "g2", time.Time{}); err != nil || !st.Drained || len(st.Lost) == 0 {
+		t.Fatalf("Release(g2) past the settle = %+v, %v; want drained with its container lost", st, err)
 	}
 }
