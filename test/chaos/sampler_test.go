@@ -124,6 +124,13 @@ func (s *sampler) runWorkload(ctx context.Context, gen *workload.Generator) {
 				w.t.Errorf("submit app %s: %v", t.Name, err)
 				return
 			}
+			if i%5 == 3 {
+				// A trainer that traps SIGTERM to checkpoint: preempted,
+				// it outlives its grace and gets FORCEFUL_SHUTDOWN, so a
+				// preemption is in flight long enough for a failover to
+				// hit it (fRMFailoverPreempt).
+				w.ysim.IgnoreGracefulShutdown(id)
+			}
 			a := &yapp{dur: t.Duration, running: map[string]ycontainer{}}
 			for _, r := range reqs {
 				a.want += r.Containers
