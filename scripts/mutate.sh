@@ -208,6 +208,8 @@ stranded: a node nobody owns that runs work is kept~broker/lifecycle.go~\t\t\tha
 stranded: only a node nobody owns (an operator's cordon is not the broker's)~broker/lifecycle.go~if n.Owner != OwnerNone || w.busy~if w.busy~-run TestPlanScaleDown ./broker/
 chaosfail: a placeholder that stays one past the settle is released~yarn/decommission.go~now.Sub(since) >= settle {~now.Sub(since) >= settle && false {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 chaosfail: a placeholder is no release before the settle~yarn/decommission.go~now.Sub(since) >= settle {~now.Sub(since) >= 0 {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased|TestReleasePlaceholderIsNeverDrained ./yarn/
+yarnwork e2e: the op records that the victim needed FORCEFUL_SHUTDOWN~yarn/preempt.go~case !ev.forceful.IsZero():~case false:~./test/hadoop -run TestBrokerStopsNothingItNeedNot/yarnsim
+yarnwork e2e: FORCEFUL_SHUTDOWN only once the victim's grace is over~yarn/preempt.go~case now.Sub(ev.sent()) < grace:~case false:~./test/hadoop -run TestBrokerStopsNothingItNeedNot/yarnsim
 EOF
 )
 

@@ -98,7 +98,10 @@ func startHadoopWith(t *testing.T, cfg hadoop.Config) *hadoop.Cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	version := cfg.Version
-	cfg.Dir, cfg.Nodes, cfg.GPUsPerNode = t.TempDir(), 3, 4
+	cfg.Dir, cfg.GPUsPerNode = t.TempDir(), 4
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 3
+	}
 	c, err := hadoop.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("start hadoop %s: %v", version, err)

@@ -27,3 +27,51 @@ func (c *Cluster) Restart(ctx context.Context, host string) error {
 	_, err := c.command(ctx, "restart "+host)
 	return err
 }
+
+// Spread starts an application with one real container per spec, each
+// placed on its Host and running `sleep seconds` (a Trap container
+// ignores SIGTERM, so GRACEFUL_SHUTDOWN does not stop it); the
+// application finishes once all have completed. It returns the
+// application id and the container ids in spec order.
+func (c *Cluster) Spread(ctx context.Context, queue string, seconds int, specs ...ContainerSpec) (app string, containers []string, err error) {
+	line := fmt.Sprintf("spread %s %d", queue, seconds)
+	for _, s := range specs {
+		line += fmt.Sprintf(" %s:%d", s.Host, s.GPUs)
+		if s.Trap {
+			line += ":trap"
+		}
+	}
+	out, err := c.command(ctx, line)
+	if err != nil {
+		return "", nil, err
+	}
+	f := strings.Fields(out)
+	if len(f) != 1+len(specs) {
+		return "", nil, fmt.Errorf("launcher: spread: unexpected answer %q", out)
+	}
+	return f[0], f[1:], nil
+}
+
+// ContainerSpec is one container of Spread.
+type ContainerSpec struct {
+	Host string
+	GPUs int
+	// Trap makes the container ignore SIGTERM.
+	Trap bool
+}
+
+// ManagedAM starts an application whose ApplicationMaster is a real
+// managed AM (a JVM the RM places, 0 GPUs) that registers and stays for
+// seconds. It returns the application, its AM container and the host
+// the RM placed it on.
+func (c *Cluster) ManagedAM(ctx context.Context, queue string, seconds int) (app, container, host string, err error) {
+	out, err := c.command(ctx, fmt.Sprintf("am %s %d", queue, seconds))
+	if err != nil {
+		return "", "", "", err
+	}
+	f := strings.Fields(out)
+	if len(f) != 3 {
+		return "", "", "", fmt.Errorf("launcher: am: unexpected answer %q", out)
+	}
+	return f[0], f[1], f[2], nil
+}

@@ -43,6 +43,9 @@ type appRules struct {
 	oneShot map[string]bool
 	// ignoreTERM apps' containers survive GRACEFUL_SHUTDOWN.
 	ignoreTERM map[string]bool
+	// noReask apps do not ask again for a container that ended, as
+	// Spread's (and the test launcher's) AM does not.
+	noReask map[string]bool
 }
 
 func (t *appRules) init() {
@@ -50,6 +53,7 @@ func (t *appRules) init() {
 		t.ended = map[string]string{}
 		t.oneShot = map[string]bool{}
 		t.ignoreTERM = map[string]bool{}
+		t.noReask = map[string]bool{}
 	}
 }
 
@@ -146,7 +150,7 @@ func (s *Sim) stopContainer(c *container) (finish string) {
 		return a.id
 	}
 	s.dropContainer(c)
-	if c.req != amRequest {
+	if c.req != amRequest && !s.rules.noReask[a.id] {
 		a.requests[c.req].pending++
 	}
 	s.scheduleAll()

@@ -142,39 +142,92 @@ func (a *AdminServer) SetStandby(standby bool) {
 // host, which finishes after d; the app ends with its container, also
 // when a decommission cuts it off.
 func (a *AdminServer) RunOn(queue, host string, gpus int, d time.Duration) (string, error) {
-	id, err := a.sim.Submit(AppSpec{Queue: queue, Requests: []RequestSpec{{Containers: 0, GPUs: gpus}}})
+	id, _, err := a.place(queue, d, true, Placement{Host: host, GPUs: gpus})
+	return id, err
+}
+
+// Placement is one container of Spread: its host and GPUs; a Trap
+// container survives GRACEFUL_SHUTDOWN (a process that traps SIGTERM), so
+// only FORCEFUL_SHUTDOWN stops it early; the simulator gives the trap to
+// all of its app's containers.
+type Placement struct {
+	Host string
+	GPUs int
+	Trap bool
+}
+
+// Spread starts an app in queue with one container per placement, on
+// its host, as the test launcher's spread does: the app finishes after
+// d; a container that ends is not asked for again, and the app runs on
+// with the others. It returns the app and its container ids in order.
+func (a *AdminServer) Spread(queue string, d time.Duration, ps ...Placement) (string, []string, error) {
+	return a.place(queue, d, false, ps...)
+}
+
+func (a *AdminServer) place(queue string, d time.Duration, oneShot bool, ps ...Placement) (string, []string, error) {
+	reqs := make([]RequestSpec, len(ps))
+	for i, p := range ps {
+		reqs[i] = RequestSpec{Priority: int32(1 + i), Containers: 0, GPUs: p.GPUs}
+	}
+	id, err := a.sim.Submit(AppSpec{Queue: queue, Requests: reqs})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	s := a.sim
 	s.mu.Lock()
-	ap, n := s.appByID[id], s.nodes[host]
-	if n == nil || n.state != "RUNNING" || n.freeGPUs() < gpus {
-		s.mu.Unlock()
-		_ = s.Finish(id)
-		return "", fmt.Errorf("yarnsim: run on %s: node not RUNNING with %d GPUs free", host, gpus)
+	ap := s.appByID[id]
+	need := map[string]int{}
+	for _, p := range ps {
+		need[p.Host] += p.GPUs
 	}
-	r := ap.requests[0].spec
-	n.usedGPUs += gpus
-	n.usedMem += r.MemoryMB
-	n.usedVCores += r.VCores
-	n.containers++
-	n.allocs[ap] = map[int]int{0: 1}
-	s.newContainer(ap, n, 0)
+	for h, g := range need {
+		if n := s.nodes[h]; n == nil || n.state != "RUNNING" || n.freeGPUs() < g {
+			s.mu.Unlock()
+			_ = s.Finish(id)
+			return "", nil, fmt.Errorf("yarnsim: run on %s: node not RUNNING with %d GPUs free", h, g)
+		}
+	}
 	s.rules.init()
-	s.rules.oneShot[id] = true // the app ends with its container
-	s.freeByLabel[label(n.spec.Labels)] -= gpus
-	ap.running++
-	ap.usedGPUs += gpus
-	ap.usedMem += r.MemoryMB
-	ap.usedCores += r.VCores
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		n := s.nodes[p.Host]
+		r := ap.requests[i].spec
+		n.usedGPUs += p.GPUs
+		n.usedMem += r.MemoryMB
+		n.usedVCores += r.VCores
+		n.containers++
+		if n.allocs[ap] == nil {
+			n.allocs[ap] = map[int]int{}
+		}
+		n.allocs[ap][i]++
+		ids[i] = s.newContainer(ap, n, i).id
+		s.freeByLabel[label(n.spec.Labels)] -= p.GPUs
+		ap.running++
+		ap.usedGPUs += p.GPUs
+		ap.usedMem += r.MemoryMB
+		ap.usedCores += r.VCores
+		if p.Trap {
+			s.rules.ignoreTERM[id] = true
+		}
+	}
+	if oneShot {
+		s.rules.oneShot[id] = true // the app ends with its container
+	} else {
+		s.rules.noReask[id] = true
+	}
 	s.live = nil
 	s.mu.Unlock()
-	a.mu.Lock()
-	a.runs[host] = append(a.runs[host], id)
-	a.mu.Unlock()
+	if oneShot {
+		// A NodeManager that stops ends the app with its container; a
+		// Spread app loses only the containers on that host.
+		a.mu.Lock()
+		for h := range need {
+			a.runs[h] = append(a.runs[h], id)
+		}
+		a.mu.Unlock()
+	}
 	time.AfterFunc(d, func() { _ = s.Finish(id) })
-	return id, nil
+	return id, ids, nil
 }
 
 // tickLoop ends graceful decommissions whose nodes are empty or whose

@@ -71,6 +71,15 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  *   <li>run QUEUE HOST GPUS SECONDS — an application whose one container
  *       (GPUS yarn.io/gpu) really runs "sleep SECONDS" on HOST; it finishes
  *       when the container completes; answers "OK APP_ID CONTAINER_ID"</li>
+ *   <li>spread QUEUE SECONDS HOST:GPUS[:trap]... — an application with one
+ *       real container per spec on its HOST, each running "sleep SECONDS"
+ *       (a trap one ignores SIGTERM, so GRACEFUL_SHUTDOWN does not stop
+ *       it); it finishes once all have completed; answers
+ *       "OK APP_ID CONTAINER_ID..."</li>
+ *   <li>am QUEUE SECONDS — an application with a real managed AM (a JVM
+ *       the RM places and a NodeManager launches, 0 GPUs) that registers,
+ *       heartbeats and unregisters after SECONDS; answers
+ *       "OK APP_ID AM_CONTAINER_ID HOST" once it has registered</li>
  *   <li>restart HOST — stops (if running) and starts HOST's NodeManager, as
  *       a service manager restarts one that a decommission stopped</li>
  *   <li>label HOST — puts HOST's NodeManager into the partition named by
@@ -148,6 +157,10 @@ public final class Launcher {
   }
 
   public static void main(String[] args) throws Exception {
+    if (args.length == 3 && args[0].equals("sleep-am")) {
+      sleepAM(args[1], Integer.parseInt(args[2]));
+      System.exit(0);
+    }
     String dirArg = null;
     String ready = null;
     int nodes = 3;
@@ -439,6 +452,18 @@ public final class Launcher {
             }
             reply = "OK " + run(f[1], f[2], Integer.parseInt(f[3]), Integer.parseInt(f[4]));
             break;
+          case "spread":
+            if (f.length < 4) {
+              throw new IllegalArgumentException("usage: spread QUEUE SECONDS HOST:GPUS[:trap]...");
+            }
+            reply = "OK " + spread(f[1], Integer.parseInt(f[2]), java.util.Arrays.copyOfRange(f, 3, f.length));
+            break;
+          case "am":
+            if (f.length != 3) {
+              throw new IllegalArgumentException("usage: am QUEUE SECONDS");
+            }
+            reply = "OK " + managedAM(f[1], Integer.parseInt(f[2]));
+            break;
           case "rm-restart":
             if (f.length != 1) {
               throw new IllegalArgumentException("usage: rm-restart");
@@ -591,47 +616,90 @@ public final class Launcher {
    * unregisters) as soon as that container completes, however it ends.
    */
   private String run(String queue, String host, int gpus, int seconds) throws Exception {
-    String appId = submit(queue, 0, 1, gpus, host, true, null);
+    return spread(queue, seconds, new String[] {host + ":" + gpus});
+  }
+
+  /**
+   * spread submits an application with one real container per spec
+   * "HOST:GPUS" or "HOST:GPUS:trap", each placed on HOST (strict
+   * locality, request priority 1, 2, ... in order) and running "sleep
+   * seconds"; a trap container ignores SIGTERM (GRACEFUL_SHUTDOWN), as a
+   * trainer that goes on checkpointing does, so only SIGKILL
+   * (FORCEFUL_SHUTDOWN) stops it early. The application finishes (its
+   * unmanaged AM unregisters) once all its containers have completed,
+   * however they end. It answers "APP_ID CONTAINER_ID..." in spec order,
+   * once every container runs.
+   */
+  private String spread(String queue, int seconds, String[] specs) throws Exception {
+    final int n = specs.length;
+    final String[] hostOf = new String[n];
+    final int[] gpusOf = new int[n];
+    final boolean[] trap = new boolean[n];
+    for (int i = 0; i < n; i++) {
+      String[] p = specs[i].split(":");
+      if (p.length < 2 || p.length > 3 || p.length == 3 && !p[2].equals("trap")) {
+        throw new IllegalArgumentException("container spec " + specs[i] + ": want HOST:GPUS or HOST:GPUS:trap");
+      }
+      hostOf[i] = p[0];
+      gpusOf[i] = Integer.parseInt(p[1]);
+      trap[i] = p.length == 3;
+    }
+    String appId = submit(queue, 0, 0, 0, null, true, null);
     final AppHandle h;
     synchronized (apps) {
       h = apps.get(apps.size() - 1);
     }
-    final org.apache.hadoop.yarn.api.records.Container[] got = new org.apache.hadoop.yarn.api.records.Container[1];
+    final org.apache.hadoop.yarn.api.records.Container[] got = new org.apache.hadoop.yarn.api.records.Container[n];
     h.ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
+      for (int i = 0; i < n; i++) {
+        Resource cap = Resource.newInstance(1024, 1);
+        cap.setResourceValue(GPU, gpusOf[i]);
+        ContainerRequest req = new ContainerRequest(cap, new String[] {hostOf[i]}, null,
+            Priority.newInstance(1 + i), false, null);
+        h.amrm.addContainerRequest(req);
+        h.asks.add(req);
+      }
       long deadline = System.currentTimeMillis() + 60_000;
-      while (got[0] == null) {
+      int placed = 0;
+      while (placed < n) {
         for (org.apache.hadoop.yarn.api.records.Container c : h.amrm.allocate(0.1f).getAllocatedContainers()) {
-          if (got[0] == null && c.getNodeId().getHost().equals(host)) {
-            got[0] = c;
+          int i = c.getPriority().getPriority() - 1;
+          if (i >= 0 && i < n && got[i] == null && c.getNodeId().getHost().equals(hostOf[i])) {
+            got[i] = c;
+            placed++;
           } else {
             h.amrm.releaseAssignedContainer(c.getId());
           }
         }
-        if (got[0] == null && System.currentTimeMillis() > deadline) {
-          throw new IOException(appId + ": no container on " + host + " in time");
+        if (placed < n && System.currentTimeMillis() > deadline) {
+          throw new IOException(appId + ": " + placed + " of " + n + " containers placed in time");
         }
         Thread.sleep(100);
       }
-      // The ask is served: drop it, or the AMRM client sends it again when
-      // it resyncs with a restarted RM and gets a second container.
+      // The asks are served: drop them, or the AMRM client sends them
+      // again when it resyncs with a restarted RM and gets more containers.
       for (ContainerRequest req : h.asks) {
         h.amrm.removeContainerRequest(req);
       }
       org.apache.hadoop.yarn.client.api.NMClient nm = org.apache.hadoop.yarn.client.api.NMClient.createNMClient();
       nm.init(conf);
       nm.start();
-      nm.startContainer(got[0], ContainerLaunchContext.newInstance(
-          Collections.emptyMap(), Collections.emptyMap(),
-          Collections.singletonList("sleep " + seconds),
-          Collections.emptyMap(), null, Collections.emptyMap()));
-      // Answer once the NodeManager runs it (and reports it to the RM).
+      for (int i = 0; i < n; i++) {
+        String cmd = (trap[i] ? "trap '' TERM; " : "") + "sleep " + seconds;
+        nm.startContainer(got[i], ContainerLaunchContext.newInstance(
+            Collections.emptyMap(), Collections.emptyMap(), Collections.singletonList(cmd),
+            Collections.emptyMap(), null, Collections.emptyMap()));
+      }
+      // Answer once the NodeManagers run them (and report them to the RM).
       long runDeadline = System.currentTimeMillis() + 60_000;
-      while (nm.getContainerStatus(got[0].getId(), got[0].getNodeId()).getState()
-          != org.apache.hadoop.yarn.api.records.ContainerState.RUNNING) {
-        if (System.currentTimeMillis() > runDeadline) {
-          throw new IOException(got[0].getId() + " not running in time");
+      for (int i = 0; i < n; i++) {
+        while (nm.getContainerStatus(got[i].getId(), got[i].getNodeId()).getState()
+            != org.apache.hadoop.yarn.api.records.ContainerState.RUNNING) {
+          if (System.currentTimeMillis() > runDeadline) {
+            throw new IOException(got[i].getId() + " not running in time");
+          }
+          Thread.sleep(100);
         }
-        Thread.sleep(100);
       }
       Thread.sleep(1000); // a few NodeManager heartbeats (250 ms)
       return null;
@@ -639,24 +707,25 @@ public final class Launcher {
     Thread t = new Thread(() -> {
       try {
         h.ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
-          while (true) {
-            boolean done = false;
+          java.util.Set<org.apache.hadoop.yarn.api.records.ContainerId> left = new java.util.HashSet<>();
+          for (org.apache.hadoop.yarn.api.records.Container c : got) {
+            left.add(c.getId());
+          }
+          while (!left.isEmpty()) {
             for (org.apache.hadoop.yarn.api.records.ContainerStatus st
                 : h.amrm.allocate(0.5f).getCompletedContainersStatuses()) {
-              if (st.getContainerId().equals(got[0].getId())) {
-                done = true;
-              }
+              left.remove(st.getContainerId());
             }
-            if (done) {
-              h.amrm.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, "done", "");
-              h.amrm.stop();
-              synchronized (apps) {
-                apps.remove(h);
-              }
-              return null;
+            if (!left.isEmpty()) {
+              Thread.sleep(250);
             }
-            Thread.sleep(250);
           }
+          h.amrm.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, "done", "");
+          h.amrm.stop();
+          synchronized (apps) {
+            apps.remove(h);
+          }
+          return null;
         });
       } catch (Throwable e) {
         e.printStackTrace();
@@ -664,7 +733,100 @@ public final class Launcher {
     }, "am-" + appId);
     t.setDaemon(true);
     t.start();
-    return appId + " " + got[0].getId();
+    StringBuilder b = new StringBuilder(appId);
+    for (org.apache.hadoop.yarn.api.records.Container c : got) {
+      b.append(' ').append(c.getId());
+    }
+    return b.toString();
+  }
+
+  /**
+   * managedAM submits an application whose ApplicationMaster is a real
+   * managed AM: the RM places its container (1024 MB, 1 vcore, no GPUs)
+   * on a node of its choosing and a NodeManager launches it, a JVM
+   * (this class, "sleep-am") that registers with the RM, heartbeats each
+   * second, asks for nothing, and unregisters after seconds. It answers
+   * "APP_ID AM_CONTAINER_ID HOST" once the AM has registered.
+   */
+  private String managedAM(String queue, int seconds) throws Exception {
+    YarnClientApplication app = yarn.createApplication();
+    ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
+    ApplicationId id = ctx.getApplicationId();
+    ctx.setApplicationName("gpubroker-test-am-" + id.getId());
+    ctx.setApplicationType("GPUBROKER-TEST");
+    ctx.setQueue(queue);
+    ctx.setMaxAppAttempts(1);
+    String java = System.getProperty("java.home") + "/bin/java";
+    String cmd = java + " @" + amArgs().getAbsolutePath() + " io.gpubroker.hadoop.Launcher sleep-am "
+        + conf.get(YarnConfiguration.RM_SCHEDULER_ADDRESS) + " " + seconds
+        + " 1>" + org.apache.hadoop.yarn.api.ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stdout"
+        + " 2>" + org.apache.hadoop.yarn.api.ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/stderr";
+    ctx.setAMContainerSpec(ContainerLaunchContext.newInstance(
+        Collections.emptyMap(), Collections.emptyMap(), Collections.singletonList(cmd),
+        Collections.emptyMap(), null, Collections.emptyMap()));
+    ctx.setResource(Resource.newInstance(1024, 1));
+    yarn.submitApplication(ctx);
+    long deadline = System.currentTimeMillis() + 90_000;
+    while (true) {
+      ApplicationReport r = yarn.getApplicationReport(id);
+      YarnApplicationState s = r.getYarnApplicationState();
+      if (EnumSet.of(YarnApplicationState.FAILED, YarnApplicationState.KILLED,
+          YarnApplicationState.FINISHED).contains(s)) {
+        throw new IOException(id + " ended as " + s + ": " + r.getDiagnostics());
+      }
+      if (s == YarnApplicationState.RUNNING) {
+        org.apache.hadoop.yarn.api.records.Container am = rm.getRMContext().getRMApps().get(id)
+            .getCurrentAppAttempt().getMasterContainer();
+        return id + " " + am.getId() + " " + am.getNodeId().getHost();
+      }
+      if (System.currentTimeMillis() > deadline) {
+        throw new IOException(id + " AM not registered in time: " + s + " " + r.getDiagnostics());
+      }
+      Thread.sleep(100);
+    }
+  }
+
+  /**
+   * amArgs writes (once) a java @argfile with this JVM's options and class
+   * path, for the managed AMs' JVMs; a class path passed on the command
+   * line or in the environment would pass the kernel's 128 KiB limit on
+   * one string.
+   */
+  private synchronized File amArgs() throws IOException {
+    File f = new File(dir, "am-java.args");
+    if (f.isFile()) {
+      return f;
+    }
+    StringBuilder b = new StringBuilder("-Xmx128m\n");
+    for (String a : java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()) {
+      if (!a.startsWith("-Xmx")) {
+        b.append('"').append(a.replace("\\", "\\\\")).append("\"\n");
+      }
+    }
+    b.append("-cp\n\"").append(System.getProperty("java.class.path").replace("\\", "\\\\")).append("\"\n");
+    Files.write(f.toPath(), b.toString().getBytes(StandardCharsets.UTF_8));
+    return f;
+  }
+
+  /**
+   * sleepAM is the managed AM's main: register with the RM's scheduler at
+   * sched with the AMRM token the NodeManager handed the container,
+   * heartbeat each second for seconds, unregister.
+   */
+  private static void sleepAM(String sched, int seconds) throws Exception {
+    YarnConfiguration c = new YarnConfiguration();
+    c.set(YarnConfiguration.RM_SCHEDULER_ADDRESS, sched);
+    AMRMClient<ContainerRequest> amrm = AMRMClient.createAMRMClient();
+    amrm.init(c);
+    amrm.start();
+    amrm.registerApplicationMaster("", 0, "");
+    long end = System.currentTimeMillis() + seconds * 1000L;
+    while (System.currentTimeMillis() < end) {
+      amrm.allocate(0.5f);
+      Thread.sleep(1000);
+    }
+    amrm.unregisterApplicationMaster(FinalApplicationStatus.SUCCEEDED, "done", "");
+    amrm.stop();
   }
 
   /**
