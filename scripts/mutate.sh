@@ -210,6 +210,8 @@ chaosfail: a placeholder that stays one past the settle is released~yarn/decommi
 chaosfail: a placeholder is no release before the settle~yarn/decommission.go~now.Sub(since) >= settle {~now.Sub(since) >= 0 {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased|TestReleasePlaceholderIsNeverDrained ./yarn/
 yarnwork e2e: the op records that the victim needed FORCEFUL_SHUTDOWN~yarn/preempt.go~case !ev.forceful.IsZero():~case false:~./test/hadoop -run TestBrokerStopsNothingItNeedNot/yarnsim
 yarnwork e2e: FORCEFUL_SHUTDOWN only once the victim's grace is over~yarn/preempt.go~case now.Sub(ev.sent()) < grace:~case false:~./test/hadoop -run TestBrokerStopsNothingItNeedNot/yarnsim
+lease: a session that lost the lock stops acting~store/leader.go~case !held:~case false:~-run TestLeaseLostWhenLockOrBackendMoves ./store/
+lease: a connection moved to another backend stops acting~store/leader.go~case pid != l.pid:~case false:~-run TestLeaseLostWhenLockOrBackendMoves ./store/
 EOF
 )
 

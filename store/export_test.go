@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -30,4 +31,23 @@ func SeenCachedForTest(s *Store, src broker.Source) bool {
 	s.seen.mu.Lock()
 	defer s.seen.mu.Unlock()
 	return s.seen.src[src] != nil
+}
+
+// UnlockLeaseForTest releases the leader lock on the lease's own session
+// while the lease lives on, as a session that lost its lock without
+// losing its connection would be.
+func UnlockLeaseForTest(l *Lease) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err := l.conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", LeaderLockKey)
+	return err
+}
+
+// MoveLeaseBackendForTest makes the lease believe it took the lock on
+// another server backend than the one its connection now reaches, as a
+// pooler that hands the client another server session would.
+func MoveLeaseBackendForTest(l *Lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pid++
 }

@@ -227,3 +227,49 @@ func TestLeaseLostWhenEpochMoves(t *testing.T) {
 		t.Fatalf("Check: %v, want the epoch superseded", err)
 	}
 }
+
+// TestLeaseLostWhenLockOrBackendMoves: the periodic proof fails, and the
+// acting context ends with the reason, when the lease's session no longer
+// holds the lock, and when its connection reaches another server backend
+// than the one that took the lock (a pooler handing the session over).
+func TestLeaseLostWhenLockOrBackendMoves(t *testing.T) {
+	for _, tc := range []struct {
+		name, want string
+		move       func(*store.Lease) error
+	}{
+		{"lock released", "no longer holds the leader lock", store.UnlockLeaseForTest},
+		{"backend moved", "a pooler in transaction mode", func(l *store.Lease) error {
+			store.MoveLeaseBackendForTest(l)
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			s, _ := newStore(t)
+			l, err := s.TryLead(ctx, 100*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			act, stop := l.Context(ctx)
+			defer stop()
+			if err := l.Check(); err != nil {
+				t.Fatalf("fresh lease: %v", err)
+			}
+			if err := tc.move(l); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-act.Done():
+			case <-time.After(time.Minute):
+				t.Fatal("the acting context outlived the broken lease by a minute")
+			}
+			if cause := context.Cause(act); !errors.Is(cause, store.ErrLeaseLost) || !strings.Contains(cause.Error(), tc.want) {
+				t.Fatalf("cause: %v, want ErrLeaseLost saying %q", cause, tc.want)
+			}
+			if err := l.Check(); !errors.Is(err, store.ErrLeaseLost) {
+				t.Fatalf("Check: %v", err)
+			}
+		})
+	}
+}
