@@ -58,6 +58,9 @@ var (
 	descPoolBackoff = prometheus.NewDesc("gpubroker_pool_backoff",
 		"1 while a pool backs off (a purchase failed or timed out; it does not grow), else 0; the reason is in GET /api/v1/pools/{name}.",
 		[]string{"pool"}, nil)
+	descPoolRepairsPaused = prometheus.NewDesc("gpubroker_pool_repairs_paused",
+		"1 while more than 20% of a pool's nodes are unhealthy, so the broker replaces none of them (a fleet-wide false alarm must not drain the pool), else 0; GET /api/v1/decisions?kind=kept names each node left unrepaired and why.",
+		[]string{"pool"}, nil)
 	descDemandGPUs = prometheus.NewDesc("gpubroker_demand_pending_gpus",
 		"GPUs of pending demand by tenant and wait reason (over-quota, pool-backoff, in-flight, ...; none: no plan has given it a reason).",
 		[]string{"tenant", "wait_reason"}, nil)
@@ -78,7 +81,7 @@ var (
 
 var stateDescs = []*prometheus.Desc{descLeader, descLastTick, descSourceStale, descPoolStale, descClaimConflicts,
 	descSideGPUs, descSideNodes, descPoolGPUs, descPoolNodes, descPoolMaxNodes, descPoolMinNodes, descPoolBackoff,
-	descDemandGPUs, descDemandUnits, descDemandWait, descNodeUnhealthy, descNodeClaimConflict, descNodes}
+	descPoolRepairsPaused, descDemandGPUs, descDemandUnits, descDemandWait, descNodeUnhealthy, descNodeClaimConflict, descNodes}
 
 // Describe implements prometheus.Collector.
 func (m *stateMetrics) Describe(ch chan<- *prometheus.Desc) {
@@ -160,7 +163,10 @@ func (m *stateMetrics) refresh(ctx context.Context, s *server) error {
 			gauge(descSideGPUs, float64(sc.GPUsInFlight), side, "in_flight"),
 			gauge(descSideNodes, float64(sc.Nodes), side))
 	}
+	paused := broker.PausedRepairs(nodes)
 	for _, pc := range sum.Pools {
+		_, p := paused[pc.Name]
+		out = append(out, gauge(descPoolRepairsPaused, flag(p), pc.Name))
 		out = append(out,
 			gauge(descPoolGPUs, float64(pc.GPUsTotal), pc.Name, "total"),
 			gauge(descPoolGPUs, float64(pc.GPUsBusy), pc.Name, "busy"),

@@ -59,3 +59,34 @@ func TestNodeMetricsDownAndClaimed(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolRepairsPausedMetric: gpubroker_pool_repairs_paused is 0 while at
+// most 20% of a pool's nodes (rounded up to a node) are unhealthy, 1 once
+// more are, counting nodes down on their side and nodes their agent
+// reports faulty alike, as the planner does.
+func TestPoolRepairsPausedMetric(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	ctx := context.Background()
+	const series = `gpubroker_pool_repairs_paused{pool="gpu-training-group"}`
+	check := func(what string, want float64) {
+		t.Helper()
+		if got, ok := scrape(t, e, "")[series]; !ok || got != want {
+			t.Fatalf("%s: %s = %v (exported %v), want %v", what, series, got, ok, want)
+		}
+	}
+	check("all healthy", 0)
+	// One of three down: the one node a three-node pool may repair.
+	if err := e.st.UpsertNodes(ctx, []broker.Node{{Name: "ip-10-0-0-2", InstanceID: "i-2", Pool: "gpu-training-group",
+		Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUModel: "H100", GPUsTotal: 4, Utilisation: 0.2,
+		Healthy: true, Down: "NodeManager LOST", DownSince: e.now.Add(-time.Minute)}}, e.now); err != nil {
+		t.Fatal(err)
+	}
+	check("one of three down", 0)
+	if err := e.st.UpsertNodes(ctx, []broker.Node{{Name: "ip-10-0-0-1", InstanceID: "i-1", Pool: "gpu-training-group",
+		Owner: broker.OwnerK8s, Phase: broker.PhaseActive, GPUModel: "H100", GPUsTotal: 4, Utilisation: 0.7,
+		Healthy: false, HealthReason: "XID 79"}}, e.now); err != nil {
+		t.Fatal(err)
+	}
+	check("two of three unhealthy", 1)
+}

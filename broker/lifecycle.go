@@ -173,7 +173,7 @@ func (pl *planner) repairsPaused() map[int]string {
 	for i := range pl.nodes {
 		w := &pl.nodes[i]
 		n := w.n
-		if w.pool < 0 || n.Phase == PhaseTerminating || n.Phase == PhaseGone {
+		if w.pool < 0 || !countsForRepair(n) {
 			continue
 		}
 		total[w.pool]++
@@ -183,15 +183,52 @@ func (pl *planner) repairsPaused() map[int]string {
 	}
 	var out map[int]string
 	for pi := range pl.pools {
-		allowed := int(math.Ceil(MaxUnhealthyFraction * float64(total[pi])))
-		if bad[pi] <= allowed {
+		if why, paused := repairPause(pl.pools[pi].st.Pool.Name, total[pi], bad[pi]); paused {
+			if out == nil {
+				out = map[int]string{}
+			}
+			out[pi] = why
+		}
+	}
+	return out
+}
+
+// countsForRepair reports whether n counts in its pool's share of
+// unhealthy nodes: every node but those terminating or gone.
+func countsForRepair(n *Node) bool { return n.Phase != PhaseTerminating && n.Phase != PhaseGone }
+
+// repairPause says whether repairs pause in pool, with bad of its total
+// nodes unhealthy, and why. The planner and the metrics
+// (gpubroker_pool_repairs_paused) both ask it.
+func repairPause(pool string, total, bad int) (string, bool) {
+	allowed := int(math.Ceil(MaxUnhealthyFraction * float64(total)))
+	if bad <= allowed {
+		return "", false
+	}
+	return fmt.Sprintf("repairs of pool %s are paused: %d of its %d nodes are unhealthy, more than %.0f%% (%d); so many at once is more likely a false alarm (a driver or agent fault, an API outage) than failing hardware, and replacing them would drain the pool; check the nodes' health reasons",
+		pool, bad, total, MaxUnhealthyFraction*100, allowed), true
+}
+
+// PausedRepairs returns, for each pool (by name) whose repairs pause, why,
+// counting the stored nodes of each pool as the planner does.
+func PausedRepairs(nodes []Node) map[string]string {
+	total := map[string]int{}
+	bad := map[string]int{}
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Pool == "" || !countsForRepair(n) {
 			continue
 		}
-		if out == nil {
-			out = map[int]string{}
+		total[n.Pool]++
+		if !healthy(n) {
+			bad[n.Pool]++
 		}
-		out[pi] = fmt.Sprintf("repairs of pool %s are paused: %d of its %d nodes are unhealthy, more than %.0f%% (%d); so many at once is more likely a false alarm (a driver or agent fault, an API outage) than failing hardware, and replacing them would drain the pool; check the nodes' health reasons",
-			pl.pools[pi].st.Pool.Name, bad[pi], total[pi], MaxUnhealthyFraction*100, allowed)
+	}
+	out := map[string]string{}
+	for p, t := range total {
+		if why, paused := repairPause(p, t, bad[p]); paused {
+			out[p] = why
+		}
 	}
 	return out
 }

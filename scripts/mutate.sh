@@ -87,7 +87,8 @@ agents: pruning keeps the reports of live nodes~store/reports.go~AND NOT EXISTS 
 agents: freshness is the receive time~broker/merge.go~received := r.ReceivedAt~received := r.At~-run TestMergeHealthNeedsTwoReports ./broker/
 agents: unhealthy needs two consecutive reports~broker/merge.go~case fresh && prevBad:~case fresh || prevBad:~-run TestMergeHealthNeedsTwoReports ./broker/
 agents: XID 94 is contained, an application error~broker/report.go~94: {XIDApplication, "contained ECC error"}~94: {XIDFatal, "contained ECC error"}~-run TestXIDClasses ./broker/
-agents: repairs pause past 20% of a pool~broker/lifecycle.go~if bad[pi] <= allowed {~if true {~-run TestPlanRepairsPauseWhenMuchOfAPoolIsUnhealthy ./broker/
+agents: repairs pause past 20% of a pool~broker/lifecycle.go~if bad <= allowed {~if true {~-run TestPlanRepairsPauseWhenMuchOfAPoolIsUnhealthy ./broker/
+agents: the repair pause is exported per pool~broker/lifecycle.go~if why, paused := repairPause(p, t, bad[p]); paused {~if why, paused := repairPause(p, t, 0); paused {~-run TestPoolRepairsPausedMetric ./api/
 agents: a node that needs a reset keeps its work~broker/lifecycle.go~if n.NeedsReset && hasWork(n) {~if false {~-run TestPlanRepairsPauseWhenMuchOfAPoolIsUnhealthy ./broker/
 agents: GPU memory through NVML v2~cmd/gpubroker-agent/internal/gpu/reader.go~m, ret := d.GetMemoryInfo_v2()~m, ret := nvml.Memory_v2{}, nvml.ERROR_NOT_SUPPORTED~-run TestMemoryThroughNVMLv2 ./cmd/gpubroker-agent/internal/gpu/
 fencing: an op update carries the leader's epoch~store/ops.go~AND ($8::bigint = 0 OR epoch = $8)`~AND true`~-run TestStaleLeaderOpWritesAreFenced ./store/

@@ -248,7 +248,7 @@ func TestRulesAndDashboardReferenceExportedMetrics(t *testing.T) {
 		}
 	}
 	for _, n := range []string{"gpubroker_side_gpus", "gpubroker_demand_pending_gpus", "gpubroker_ops", "gpubroker_pool_nodes",
-		"gpubroker_pool_backoff", "gpubroker_source_stale", "gpubroker_pool_stale", "gpubroker_leader"} {
+		"gpubroker_pool_backoff", "gpubroker_pool_repairs_paused", "gpubroker_source_stale", "gpubroker_pool_stale", "gpubroker_leader"} {
 		if !used[n] {
 			t.Errorf("the dashboard shows nothing of %s", n)
 		}
