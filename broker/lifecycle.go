@@ -131,14 +131,7 @@ func (pl *planner) removeStranded(pendingDownGPUs int) {
 	for i := range pl.nodes {
 		w := &pl.nodes[i]
 		n := w.n
-		switch n.Phase {
-		case PhaseActive, PhaseGPUReady, PhaseDrained:
-		default:
-			continue
-		}
-		if n.Owner != OwnerNone || w.busy || w.removed || w.touched || w.pool < 0 || n.Protected || n.Down != "" ||
-			hasWork(n) || n.GPUsAllocated > 0 || pl.staleYARN || pl.staleK8s || pl.pools[w.pool].stale != "" ||
-			pl.now.Sub(n.PhaseSince) < unneeded {
+		if !pl.stranded(w) || w.removed || w.touched || pl.now.Sub(n.PhaseSince) < unneeded {
 			continue
 		}
 		wp := &pl.pools[w.pool]
@@ -156,6 +149,29 @@ func (pl *planner) removeStranded(pendingDownGPUs int) {
 				n.Name, pool.Name, pl.now.Sub(n.PhaseSince).Round(time.Second), unneeded, size, size-1, pool.MinNodes)})
 	}
 }
+
+// stranded reports whether node w is stranded: neither side owns it (the
+// broker's cordon on both), no op holds it, it runs nothing, nothing
+// protects it, it is up and in a pool the cloud showed, and both sides are
+// fresh (either may still list work there). Such a node is offered to
+// pending demand (StrandedSettle after its last phase change) and, while
+// none wants it, scaled down once unneeded.
+func (pl *planner) stranded(w *wnode) bool {
+	n := w.n
+	switch n.Phase {
+	case PhaseActive, PhaseGPUReady, PhaseDrained:
+	default:
+		return false
+	}
+	return n.Owner == OwnerNone && !w.busy && w.pool >= 0 && !n.Protected && n.Down == "" &&
+		!hasWork(n) && n.GPUsAllocated == 0 && !pl.staleYARN && !pl.staleK8s && pl.pools[w.pool].stale == ""
+}
+
+// StrandedSettle is how long a stranded node (neither side owns it, no op
+// holds it) must have kept its phase before it is offered to pending
+// demand: an op that just ended may still be followed by its side's
+// observation of the node.
+const StrandedSettle = time.Minute
 
 // MaxUnhealthyFraction is the share of a pool's nodes that may be
 // unhealthy (down on their side, or faulty by their agent) while the

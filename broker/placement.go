@@ -94,7 +94,7 @@ func (pl *planner) newClass(src Source, c *Constraints) *dclass {
 			cl.own = append(cl.own, int32(i))
 			cl.ownSet[i] = true
 			cl.startFree = max(cl.startFree, w.free)
-		case w.owned && !ownSide && poolServes:
+		case (w.owned && !ownSide || w.stranded) && poolServes:
 			cl.xall = append(cl.xall, int32(i))
 			cl.xSet[i] = true
 		}
@@ -487,7 +487,7 @@ func (pl *planner) takeTransfer(d *wdemand, g int) bool {
 	for r := 0; r < len(list); r++ {
 		ni := list[r]
 		n := &pl.nodes[ni]
-		if !n.sched || !n.idle || n.touched || n.removed || n.n.Protected {
+		if !n.sched && !n.stranded || !n.idle || n.touched || n.removed || n.n.Protected {
 			c.inXfer[ni] = false
 			continue
 		}

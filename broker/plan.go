@@ -106,17 +106,21 @@ type planner struct {
 
 // wnode is a node in the working copy.
 type wnode struct {
-	n       *Node
-	pool    int // -1 when the node is in no known pool
-	side    Source
-	owned   bool   // side is set (Owner is yarn or k8s)
-	model   string // the node's GPU model, or its pool's
-	free    int    // working free GPUs
-	sched   bool   // its scheduler may place work on it now
-	idle    bool   // no non-system work and nothing allocated
-	busy    bool   // an in-flight op acts on it
-	touched bool   // this plan reserved, preempted or moved something on it
-	removed bool   // this plan scales it down, replaces or transfers it
+	n     *Node
+	pool  int // -1 when the node is in no known pool
+	side  Source
+	owned bool   // side is set (Owner is yarn or k8s)
+	model string // the node's GPU model, or its pool's
+	free  int    // working free GPUs
+	sched bool   // its scheduler may place work on it now
+	// stranded: neither side owns it nor does an op hold it, it runs
+	// nothing and has settled (StrandedSettle): it may be handed to
+	// either side its pool serves, as an idle node of the other side is.
+	stranded bool
+	idle     bool // no non-system work and nothing allocated
+	busy     bool // an in-flight op acts on it
+	touched  bool // this plan reserved, preempted or moved something on it
+	removed  bool // this plan scales it down, replaces or transfers it
 
 	xfer    *transfer // set when this plan hands it to the other side
 	victims []victim  // preemptible work, cheapest first; built lazily
@@ -294,6 +298,8 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		w.idle = n.GPUsAllocated == 0 && !hasWork(n)
 		w.sched = w.owned && !w.busy && healthy(n) &&
 			(n.Phase == PhaseActive || n.Phase == PhaseGPUReady) && n.GPUsTotal > 0
+		w.stranded = !w.owned && pl.stranded(&w) && healthy(n) && n.GPUsTotal > 0 &&
+			pl.now.Sub(n.PhaseSince) >= StrandedSettle
 		if w.pool >= 0 {
 			wp := &pl.pools[w.pool]
 			if wp.stale != "" {

@@ -650,6 +650,25 @@ func TestPlanScaleDown(t *testing.T) {
 			policy: refPolicy(),
 		},
 		{
+			name:    "a node nobody owns serves pending demand before any purchase",
+			snap:    snap(two, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseDrained, 2*time.Minute)), busy("n2", 4)}, []Demand{yarnApp("a/1", 1, 4)}),
+			policy:  refPolicy(),
+			actions: []Action{move(gtg, "n1", OwnerNone, OwnerYARN, "yarn/a/1")},
+		},
+		{
+			name:    "a node nobody owns is offered only once it has settled",
+			snap:    snap(two, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseDrained, 30*time.Second)), busy("n2", 4)}, []Demand{yarnApp("a/1", 1, 4)}),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 3, "yarn/a/1")},
+		},
+		{
+			name: "a node nobody owns is not offered while a side is stale",
+			snap: snap(two, []Node{gpuNode("n1", gtg, OwnerNone, 4, 0, phase(PhaseDrained, 2*time.Minute)), busy("n2", 4)}, []Demand{pod("p", perUnit(4))},
+				stale(SourceYARN)),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 3, "k8s/p")},
+		},
+		{
 			name:   "an operator's cordon is left alone",
 			snap:   snap(two, []Node{gpuNode("n1", gtg, OwnerK8s, 4, 0, phase(PhaseDrained, 20*time.Minute), underused(20*time.Minute)), busy("n2", 4)}, nil),
 			policy: refPolicy(),

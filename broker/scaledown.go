@@ -69,6 +69,9 @@ func (t *transfer) action(pl *planner) Action {
 	if t.reclaimed != "" {
 		what = fmt.Sprintf("drain underused node %s (%s) and hand it", n.Name, t.reclaimed)
 	}
+	if t.from == OwnerNone {
+		what = fmt.Sprintf("hand stranded node %s (%d GPUs of %s, pool %s; neither side owns it and no op holds it)", n.Name, n.GPUsTotal, orAny(pl.nodes[t.node].model), n.Pool)
+	}
 	return Action{
 		Kind:         ActTransfer,
 		Pool:         n.Pool,

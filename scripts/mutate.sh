@@ -204,15 +204,17 @@ chaosfail: the placeholder of a host excluded empty is a release~yarn/decommissi
 chaosfail: only a host the broker excluded empty is released by its placeholder~yarn/decommission.go~mine := d.emptyExcluded[host]~mine := true~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 chaosfail: a new leader trusts only the short timeout~yarn/decommission.go~h.Timeout > 0 && h.Timeout == d.cfg.ShortTimeout~h.Timeout != 0~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 stranded: a node nobody owns and no op holds is reconsidered~broker/lifecycle.go~\tpl.removeStranded(pendingDownGPUs)\n~\t_ = pendingDownGPUs\n~-run TestPlanScaleDown ./broker/
-stranded: a node an op holds is left to it~broker/lifecycle.go~if n.Owner != OwnerNone || w.busy || w.removed~if n.Owner != OwnerNone || w.removed~-run TestPlanScaleDown ./broker/
-stranded: a node nobody owns that runs work is kept~broker/lifecycle.go~\t\t\thasWork(n) || n.GPUsAllocated > 0 || pl.staleYARN~\t\t\tpl.staleYARN~-run TestPlanScaleDown ./broker/
-stranded: only a node nobody owns (an operator's cordon is not the broker's)~broker/lifecycle.go~if n.Owner != OwnerNone || w.busy~if w.busy~-run TestPlanScaleDown ./broker/
+stranded: a node an op holds is left to it~broker/lifecycle.go~return n.Owner == OwnerNone && !w.busy && w.pool >= 0~return n.Owner == OwnerNone && w.pool >= 0~-run TestPlanScaleDown ./broker/
+stranded: a node nobody owns that runs work is kept~broker/lifecycle.go~!hasWork(n) && n.GPUsAllocated == 0 && !pl.staleYARN~!pl.staleYARN~-run TestPlanScaleDown ./broker/
+stranded: only a node nobody owns (an operator's cordon is not the broker's)~broker/lifecycle.go~return n.Owner == OwnerNone && !w.busy~return !w.busy~-run TestPlanScaleDown ./broker/
 chaosfail: a placeholder that stays one past the settle is released~yarn/decommission.go~now.Sub(since) >= settle {~now.Sub(since) >= settle && false {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 chaosfail: a placeholder is no release before the settle~yarn/decommission.go~now.Sub(since) >= settle {~now.Sub(since) >= 0 {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased|TestReleasePlaceholderIsNeverDrained ./yarn/
 yarnwork e2e: the op records that the victim needed FORCEFUL_SHUTDOWN~yarn/preempt.go~case !ev.forceful.IsZero():~case false:~./test/hadoop -run TestBrokerStopsNothingItNeedNot/yarnsim
 yarnwork e2e: FORCEFUL_SHUTDOWN only once the victim's grace is over~yarn/preempt.go~case now.Sub(ev.sent()) < grace:~case false:~./test/hadoop -run TestBrokerStopsNothingItNeedNot/yarnsim
 lease: a session that lost the lock stops acting~store/leader.go~case !held:~case false:~-run TestLeaseLostWhenLockOrBackendMoves ./store/
 lease: a connection moved to another backend stops acting~store/leader.go~case pid != l.pid:~case false:~-run TestLeaseLostWhenLockOrBackendMoves ./store/
+stranded: a node nobody owns serves pending demand before a purchase~broker/placement.go~case (w.owned && !ownSide || w.stranded) && poolServes:~case w.owned && !ownSide && poolServes:~-run TestPlanScaleDown|TestRuntimeStranded ./broker/ ./broker/engine/
+stranded: a node nobody owns is offered only once settled~broker/plan.go~pl.now.Sub(n.PhaseSince) >= StrandedSettle~true~-run TestPlanScaleDown ./broker/
 EOF
 )
 

@@ -790,3 +790,37 @@ func TestRuntimeStrandedNodeIsTerminated(t *testing.T) {
 		t.Fatalf("scale-downs %+v, terminated %v: want n1 scaled down and terminated", downs, w.cloud.terminated)
 	}
 }
+
+// TestRuntimeStrandedNodeServesPendingDemand: a node the broker left
+// cordoned on both sides (no op holds it, it runs nothing) is handed to
+// pending YARN demand once settled, instead of a purchase: the transfer
+// releases nothing (no side holds it) and YARN admits it.
+func TestRuntimeStrandedNodeServesPendingDemand(t *testing.T) {
+	w := newRTWorld(t, 5)
+	w.machine(w.k8s, "n1")
+	w.k8s.mu.Lock()
+	w.k8s.released["n1"] = true
+	n := w.k8s.nodes["n1"]
+	n.Phase, n.PhaseSince = broker.PhaseDrained, t0
+	w.k8s.mu.Unlock()
+	r := w.runtime()
+	w.ticks(r, 3, 40*time.Second) // settled, not yet unneeded
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
+		GPUsPerUnit: 4, Units: 1})
+	for i := 0; i < 4 && len(w.ledger.opsOf(broker.ActTransfer)) == 0; i++ {
+		w.ticks(r, 1, 10*time.Second)
+	}
+	// The NodeManager registers once admitted; the demand runs there.
+	w.yarn.join("n1", rtPool, 4, map[string]string{"infra-type": "gpu"}, nil)
+	w.ticks(r, 3, 10*time.Second)
+	xs := w.ledger.opsOf(broker.ActTransfer)
+	if len(xs) != 1 || xs[0].Node != "n1" || xs[0].To != broker.OwnerYARN || xs[0].State != broker.OpDone {
+		t.Fatalf("transfers %+v: want n1 handed to yarn", xs)
+	}
+	if !slices.Contains(w.yarn.admitted, "n1") || w.k8s.releases["n1"] != 0 {
+		t.Fatalf("yarn admitted %v, k8s releases of n1 %d: want n1 admitted to yarn and nothing drained", w.yarn.admitted, w.k8s.releases["n1"])
+	}
+	if ups, downs := w.ledger.opsOf(broker.ActScaleUp), w.ledger.opsOf(broker.ActScaleDown); len(ups) != 0 || len(downs) != 0 || len(w.cloud.terminated) != 0 {
+		t.Fatalf("scale-ups %+v, scale-downs %+v, terminated %v: want none", ups, downs, w.cloud.terminated)
+	}
+}
