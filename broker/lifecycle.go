@@ -83,6 +83,12 @@ func (pl *planner) replaceUnhealthy() {
 	for i := range pl.pools {
 		pendingDownGPUs += pl.pools[i].pendingDown * pl.pools[i].st.Pool.GPUsPerNode
 	}
+	// Attrition scale-downs in flight will remove their nodes too: count
+	// them against the pool and cluster minimum, as reclaim does.
+	attr := pl.attritionDowns()
+	for pi, k := range attr {
+		pendingDownGPUs += k * pl.pools[pi].st.Pool.GPUsPerNode
+	}
 	for _, ni := range pl.overdue {
 		w := &pl.nodes[ni]
 		n := w.n
@@ -97,7 +103,7 @@ func (pl *planner) replaceUnhealthy() {
 		w.removed = true
 		late := fmt.Sprintf("instance %s (node %s) of pool %s has been %s for %s, longer than the max provision time of %s, and never became gpu-ready",
 			n.InstanceID, n.Name, pool.Name, n.Phase, pl.now.Sub(n.PhaseSince).Round(time.Second), pl.maxProv)
-		size := wp.size - wp.pendingDown - wp.downs
+		size := wp.size - wp.pendingDown - wp.downs - attr[w.pool]
 		if size-1 >= pool.MinNodes && pl.clusterGPUs-pendingDownGPUs-pool.GPUsPerNode >= pl.p.ClusterMinGPUs {
 			// The cluster autoscaler's rule: a node that does not register
 			// in time is removed and the group's target lowered.
@@ -115,7 +121,7 @@ func (pl *planner) replaceUnhealthy() {
 		pl.removals = append(pl.removals, Action{Kind: ActReplace, Pool: pool.Name, Node: n.Name, From: n.Owner,
 			Reason: fmt.Sprintf("replace %s; the pool keeps its %d nodes (min %d)", late, size, pool.MinNodes)})
 	}
-	pl.removeStranded(pendingDownGPUs)
+	pl.removeStranded(pendingDownGPUs, attr)
 }
 
 // removeStranded scales down a node that neither side owns, that no op
@@ -126,17 +132,20 @@ func (pl *planner) replaceUnhealthy() {
 // It waits for the unneeded time in that phase and keeps the pool's and
 // the cluster's minimum; both sides must be fresh, since either may still
 // list work there.
-func (pl *planner) removeStranded(pendingDownGPUs int) {
+func (pl *planner) removeStranded(pendingDownGPUs int, attr map[int]int) {
 	unneeded := pl.p.ScaleDownUnneeded.D()
 	for i := range pl.nodes {
 		w := &pl.nodes[i]
 		n := w.n
-		if !pl.stranded(w) || w.removed || w.touched || pl.now.Sub(n.PhaseSince) < unneeded {
+		// A pool that grows in this plan does not shrink in it, and the
+		// node is offered to demand (StrandedSettle) before it may go.
+		if !pl.stranded(w) || w.removed || w.touched || pl.pools[w.pool].add > 0 ||
+			pl.now.Sub(n.PhaseSince) < max(unneeded, StrandedSettle) {
 			continue
 		}
 		wp := &pl.pools[w.pool]
 		pool := &wp.st.Pool
-		size := wp.size - wp.pendingDown - wp.downs
+		size := wp.size - wp.pendingDown - wp.downs - attr[w.pool]
 		if size-1 < pool.MinNodes || pl.clusterGPUs-pendingDownGPUs-pool.GPUsPerNode < pl.p.ClusterMinGPUs {
 			continue
 		}

@@ -341,8 +341,8 @@ func (v *view) pendingDown(pool string) int {
 func (v *view) pendingLeft(plan Plan, pool string) int {
 	k := v.pendingDown(pool)
 	for _, a := range plan.Actions {
-		if a.Kind == ActCancelScaleDown && a.Pool == pool {
-			k--
+		if a.Kind == ActCancelScaleDown && a.Pool == pool && k > 0 {
+			k-- // as the planner: a cancel takes back only a removal counted
 		}
 	}
 	return k
@@ -414,7 +414,7 @@ func checkMax(t fataler, v *view, p Policy, plan Plan) {
 		// The target is the size after the pool's pending removals, which
 		// the executor lets terminate first.
 		if base := v.size(a.Pool) - v.pendingLeft(plan, a.Pool); a.Target <= base {
-			t.Fatalf("scale-up of %s to %d does not grow it from %d", a.Pool, a.Target, base)
+			t.Fatalf("scale-up of %s to %d does not grow it from %d (size %d, pendingLeft %d; actions %+v; inflight %+v)", a.Pool, a.Target, base, v.size(a.Pool), v.pendingLeft(plan, a.Pool), plan.Actions, v.s.InFlight)
 		}
 		if _, dup := target[a.Pool]; dup {
 			t.Fatalf("two scale-ups of pool %s", a.Pool)
@@ -465,7 +465,7 @@ func checkMin(t fataler, v *view, p Policy, plan Plan) {
 	for name, ps := range v.pools {
 		after := v.size(name) - v.pendingLeft(plan, name) - downs[name]
 		if downs[name] > 0 && after < ps.Pool.MinNodes {
-			t.Fatalf("pool %s goes to %d nodes, below its min %d", name, after, ps.Pool.MinNodes)
+			t.Fatalf("pool %s goes to %d nodes, below its min %d (size %d, pending %d, downs %d; actions %+v; inflight %+v)", name, after, ps.Pool.MinNodes, v.size(name), v.pendingLeft(plan, name), downs[name], plan.Actions, v.s.InFlight)
 		}
 		total += after * ps.Pool.GPUsPerNode
 	}
@@ -475,7 +475,7 @@ func checkMin(t fataler, v *view, p Policy, plan Plan) {
 		}
 	}
 	if total < p.ClusterMinGPUs {
-		t.Fatalf("cluster goes to %d GPUs, below its min %d", total, p.ClusterMinGPUs)
+		t.Fatalf("cluster goes to %d GPUs, below its min %d (actions %+v; inflight %+v)", total, p.ClusterMinGPUs, plan.Actions, v.s.InFlight)
 	}
 }
 
@@ -536,6 +536,15 @@ func checkScaleDown(t fataler, v *view, p Policy, plan Plan) {
 			}
 			continue
 		}
+		if n != nil && n.Owner == OwnerNone && a.From == OwnerNone &&
+			(n.Phase == PhaseActive || n.Phase == PhaseGPUReady || n.Phase == PhaseDrained) {
+			// A stranded node (the broker left it cordoned on both sides)
+			// is removed once unneeded; it must run nothing.
+			if hasWork(n) || n.GPUsAllocated > 0 {
+				t.Fatalf("scale-down of stranded node %s that runs work", n.Name)
+			}
+			continue
+		}
 		switch {
 		case n == nil:
 			t.Fatalf("scale-down of unknown node %s", a.Node)
@@ -587,12 +596,17 @@ func checkTransfer(t fataler, v *view, p Policy, plan Plan) {
 		if n == nil {
 			t.Fatalf("transfer of unknown node %s", a.Node)
 		}
-		from, ok := n.Owner.Side()
-		if !ok || a.From != n.Owner {
+		from, owned := n.Owner.Side()
+		if a.From != n.Owner || !owned && n.Owner != OwnerNone {
 			t.Fatalf("transfer of %s from %q, but the node is owned by %q", a.Node, a.From, n.Owner)
 		}
+		if !owned && (hasWork(n) || n.GPUsAllocated > 0 || len(v.s.Stale) > 0) {
+			// A stranded node (nobody owns it) is handed over only empty
+			// and while both sides are fresh.
+			t.Fatalf("transfer of stranded node %s (work %v, allocated %d, stale %v)", a.Node, n.Work, n.GPUsAllocated, v.s.Stale)
+		}
 		to, ok := a.To.Side()
-		if !ok || to == from {
+		if !ok || owned && to == from {
 			t.Fatalf("transfer of %s to %q from %q", a.Node, a.To, a.From)
 		}
 		if !p.OwnershipTransfer {
@@ -601,7 +615,7 @@ func checkTransfer(t fataler, v *view, p Policy, plan Plan) {
 		if ps := v.pools[n.Pool]; ps == nil || !ps.Pool.Sides.Serves(to) {
 			t.Fatalf("transfer of %s to %s, which its pool %q may not serve", a.Node, to, n.Pool)
 		}
-		if n.Protected || (n.Phase != PhaseActive && n.Phase != PhaseGPUReady) {
+		if n.Protected || (n.Phase != PhaseActive && n.Phase != PhaseGPUReady && (owned || n.Phase != PhaseDrained)) {
 			t.Fatalf("transfer of node %s (protected %v, phase %s)", a.Node, n.Protected, n.Phase)
 		}
 		if len(a.Serves) == 0 {
@@ -620,7 +634,9 @@ func TestPropNothingDestructiveOnAStaleSide(t *testing.T) {
 func checkStale(t fataler, v *view, p Policy, plan Plan) {
 	t.Helper()
 	for _, a := range plan.Actions {
-		if !a.Kind.Destructive() {
+		if !a.Kind.Destructive() || a.Kind == ActCancelScaleDown {
+			// A cancellation gives a node back to the side it was
+			// leaving: nothing is stopped.
 			continue
 		}
 		n := v.nodes[a.Node]
@@ -629,10 +645,12 @@ func checkStale(t fataler, v *view, p Policy, plan Plan) {
 		}
 		side, ok := n.Owner.Side()
 		if !ok {
-			// Only an instance that registered nowhere may be removed
-			// without an owner, and only while both sides are fresh.
-			if !n.Phase.InFlight() || len(v.s.Stale) > 0 {
-				t.Fatalf("%s of node %s that no side owns", a.Kind, n.Name)
+			// A node no side owns (an instance that registered nowhere,
+			// or a node the broker left cordoned on both sides) may be
+			// removed or handed over only while both sides are fresh:
+			// either may still list work there.
+			if len(v.s.Stale) > 0 {
+				t.Fatalf("%s of node %s that no side owns while %v is stale", a.Kind, n.Name, v.s.Stale)
 			}
 			continue
 		}
