@@ -9,9 +9,13 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/internal/workload"
+	"github.com/gpubroker/gpubroker/k8s"
+	"github.com/gpubroker/gpubroker/k8s/k8ssim"
 	"github.com/gpubroker/gpubroker/yarn"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
@@ -165,10 +169,22 @@ func (in *injector) inject(ctx context.Context, kind string) {
 			})
 		}, in.failover)
 	case fRMFailoverPreempt:
+		// The workload alone may never make the broker preempt a YARN
+		// node (seed 1 did not): five seconds after arming, pods of the
+		// highest class, not preemptible, ask for every GPU the cluster
+		// may have, so that what YARN runs must make room.
+		armedAt, provoked := time.Now(), false
 		in.armWhen(ctx, kind, func() (string, bool) {
-			return in.openOp(ctx, func(op broker.Op) bool {
+			what, hit := in.openOp(ctx, func(op broker.Op) bool {
 				return op.Kind == broker.ActPreempt && op.Node != "" && in.yarnBusy(op.Node)
 			})
+			if !hit && !provoked && time.Since(armedAt) > 5*time.Second {
+				provoked = true
+				for i := 1; i <= clusterMaxGPUs/4; i++ {
+					in.provokePreemption(ctx, kind, i)
+				}
+			}
+			return what, hit
 		}, in.failover)
 	case fRM500, fRMLogin:
 		f := yarnsim.FaultServerError
@@ -329,6 +345,31 @@ func (in *injector) yarnBusy(host string) bool {
 
 func (in *injector) armKill(ctx context.Context, kind string, cond func() (string, bool)) {
 	in.armWhen(ctx, kind, cond, in.killLeader)
+}
+
+// provokePreemption submits the n-th pod that should make the broker
+// preempt: the highest priority class, not preemptible, a whole node's
+// GPUs, for 20 seconds.
+func (in *injector) provokePreemption(ctx context.Context, kind string, n int) {
+	name := fmt.Sprintf("chaos-preemptor-%d", n)
+	err := in.w.kc.SubmitPod(ctx, k8ssim.PodSpec{Namespace: "ml-training", Name: name, GPUs: 4,
+		PriorityClassName: qosClasses[workload.QoSGuaranteed], Priority: int32(guaranteedPriority()),
+		NodeSelector: map[string]string{"infra-type": "gpu"}, Duration: 20 * time.Second,
+		Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		Annotations: map[string]string{k8s.PreemptibleAnnotation: "false"}})
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if err != nil {
+		in.notes = append(in.notes, fmt.Sprintf("%s %s: provoking pod %s not submitted: %v", time.Now().Format("15:04:05.0"), kind, name, err))
+		return
+	}
+	in.notes = append(in.notes, fmt.Sprintf("%s %s: no preemption yet; submitted %s (4 GPUs, %s, not preemptible)",
+		time.Now().Format("15:04:05.0"), kind, name, qosClasses[workload.QoSGuaranteed]))
+}
+
+func guaranteedPriority() int64 {
+	p, _ := workload.QoSGuaranteed.Priority()
+	return p
 }
 
 // armWhen waits, without holding up the other faults, for the moment
