@@ -6,18 +6,14 @@ import (
 	"time"
 )
 
-// Op steps, in order per kind:
-//
-//	scale-up:           set-desired → await-instances → await-ready → done
-//	scale-down/replace: release → (surge, for a replace) → terminate (→ forget, for a YARN node) → done
-//	transfer:           release → admit (→ await-admitted) → done
-//	preempt:            evict → done
+// Op steps. Each op kind's order is its table in steps.go (OpSteps),
+// rendered in the README by StepDiagram.
 //
 // Every op ends: each step retries a bounded number of times with backoff
 // (the executor in broker/engine), and every op has a deadline
-// (OpData.Expires) after which it ends failed with its reason. An op that took a node from its side and
-// cannot finish gives it back first (give-back); a cancelled scale-down
-// does the same and ends cancelled.
+// (OpData.Expires) after which it ends failed with its reason. An op that
+// took a node from its side and cannot finish gives it back first
+// (give-back); a cancelled scale-down does the same and ends cancelled.
 const (
 	StepSetDesired     = "set-desired"
 	StepAwaitInstances = "await-instances"

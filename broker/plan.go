@@ -350,10 +350,10 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			continue
 		}
 		data := OpDataOf(op)
-		// A replacement keeps the desired capacity: it either terminates
-		// without a decrement or first raised the desired capacity by one
-		// (SurgeTo), which its terminate then takes back.
-		if op.Kind == ActScaleDown || data.SurgeTo > 0 {
+		// One rule with the executor's scale-up (PendingRemoval): a
+		// replacement keeps the desired capacity unless it raised it by
+		// one first (SurgeTo), which its terminate then takes back.
+		if PendingRemoval(op) {
 			pl.pools[n.pool].pendingDown++
 		}
 		if op.Kind == ActScaleDown && op.Step == StepRelease && data.From != OwnerNone && !data.Cancel && opsOn[op.Node] == 1 {

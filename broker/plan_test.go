@@ -602,7 +602,7 @@ func TestPlanScaleDown(t *testing.T) {
 			[]Action{down(gtg, "n1", OwnerK8s)}, nil},
 		{
 			name:   "an in-flight scale-down counts towards the minimum",
-			snap:   snap([]PoolState{gpuPool(gtg, 2, bounds(1, 5))}, []Node{idle("n1"), idle("n2")}, nil, inflight(Op{ID: 1, Kind: ActScaleDown, Pool: gtg, Node: "n1", State: OpRunning})),
+			snap:   snap([]PoolState{gpuPool(gtg, 2, bounds(1, 5))}, []Node{idle("n1"), idle("n2")}, nil, inflight(Op{ID: 1, Kind: ActScaleDown, Pool: gtg, Node: "n1", State: OpRunning, Step: StepRelease})),
 			policy: refPolicy(),
 		},
 		{

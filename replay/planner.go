@@ -222,7 +222,7 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 }
 
 // startScaleUps runs the scale-up ops' set-desired step as the executor
-// does (engine's setDesired and pendingRemovals): the planned target
+// does (engine's setDesired and broker.PendingRemoval): the planned target
 // assumed the pool's pending removals had terminated, so the desired
 // capacity set is the target plus those removals still to come, and the
 // op waits for them only when that would pass the pool's max.

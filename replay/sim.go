@@ -318,7 +318,7 @@ func (s *sim) handle(e event) {
 		n.evicting--
 	case evDrainDeadline:
 		n := e.n
-		if n.op == nil || n.op != e.o || n.op.step != "release" {
+		if n.op == nil || n.op != e.o || n.op.step != broker.StepRelease {
 			return
 		}
 		// IMPORTANT: a YARN graceful decommission ends at its timeout:
@@ -335,7 +335,7 @@ func (s *sim) handle(e event) {
 			return
 		}
 		if o.kind == broker.ActTransfer || o.crossSide() {
-			o.step = "admit"
+			o.step = broker.StepAdmit
 			n.phase, n.since, n.owner = broker.PhaseDrained, s.now, broker.OwnerNone
 			s.push(event{at: s.now + s.w.HandOverTime, kind: evAdmitted, n: n, o: o})
 			return

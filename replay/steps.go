@@ -131,7 +131,7 @@ func (s *sim) closeOp(o *op) {
 // pod; YARN decommissions gracefully until the drain timeout.
 func (s *sim) release(n *node, kind broker.ActionKind, to broker.Owner, serves []string) *op {
 	o := s.newOp(kind, n, serves)
-	o.to, o.step = to, "release"
+	o.to, o.step = to, broker.StepRelease
 	if n.side == broker.SourceK8s {
 		for _, t := range slices.Clone(n.tasks) {
 			s.evict(t, "drain")
@@ -149,7 +149,7 @@ func (s *sim) release(n *node, kind broker.ActionKind, to broker.Owner, serves [
 // work has ended (or given back by a recommission).
 func (s *sim) attrit(n *node) *op {
 	o := s.newOp(broker.ActScaleDown, n, nil)
-	o.to, o.step, o.attrition = broker.OwnerNone, "release", true
+	o.to, o.step, o.attrition = broker.OwnerNone, broker.StepRelease, true
 	s.m.attritions++
 	s.checkReleased(n)
 	return o
@@ -159,7 +159,7 @@ func (s *sim) attrit(n *node) *op {
 // again at once.
 func (s *sim) recommission(n *node) bool {
 	o := n.op
-	if o == nil || !o.attrition || o.step != "release" {
+	if o == nil || !o.attrition || o.step != broker.StepRelease {
 		return false
 	}
 	s.closeOp(o)
@@ -177,7 +177,7 @@ func (s *sim) victimsGone(o *op) {
 		return
 	}
 	n := o.node
-	o.step = "release"
+	o.step = broker.StepRelease
 	if n.side == broker.SourceK8s {
 		for _, t := range slices.Clone(n.tasks) {
 			s.evict(t, "drain")
@@ -189,12 +189,17 @@ func (s *sim) victimsGone(o *op) {
 	s.checkReleased(n)
 }
 
+// stepConfirm is the replay's own step between a release that found the
+// node empty and the side confirming it (ReleaseLag later); the other
+// steps are broker.OpSteps' names.
+const stepConfirm = "confirm"
+
 // checkReleased confirms a release once the node has no work left.
 func (s *sim) checkReleased(n *node) {
 	o := n.op
-	if o == nil || o.step != "release" || len(n.tasks) > 0 {
+	if o == nil || o.step != broker.StepRelease || len(n.tasks) > 0 {
 		return
 	}
-	o.step = "confirm"
+	o.step = stepConfirm
 	s.push(event{at: s.now + s.w.ReleaseLag, kind: evReleased, n: n, o: o})
 }

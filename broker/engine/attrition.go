@@ -19,7 +19,8 @@ func (r *Runtime) cancelAttrition(ctx context.Context, a broker.Action) {
 		return
 	}
 	for _, op := range ops {
-		if op.Node != a.Node || !broker.AttritionOp(&op) {
+		to, ok := broker.InterruptTo(op.Kind, broker.ActRecommission, op.Step)
+		if op.Node != a.Node || !broker.AttritionOp(&op) || !ok {
 			continue
 		}
 		var data broker.OpData
@@ -32,7 +33,7 @@ func (r *Runtime) cancelAttrition(ctx context.Context, a broker.Action) {
 			r.log.Error("cancel attrition", "op", op.ID, "node", a.Node, "err", err)
 			return
 		}
-		op.Step, op.Attempts, op.LastError, op.NextAttempt = broker.StepRecommission, 0, "", time.Time{}
+		op.Step, op.Attempts, op.LastError, op.NextAttempt = to, 0, "", time.Time{}
 		if _, err := r.cfg.Ledger.AdvanceOp(ctx, op); err != nil {
 			r.log.Error("cancel attrition", "op", op.ID, "node", a.Node, "err", err)
 			return

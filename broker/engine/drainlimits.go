@@ -37,10 +37,7 @@ func (r *Runtime) unplannedWork(s *stepCtx, side broker.Source, work []string) (
 	op := s.op
 	why := fmt.Sprintf("the drain of node %s found work the plan did not see (%s): the node is given back, not drained", op.Node, strings.Join(work, ", "))
 	r.log.Warn("unplanned work on a node being released", "op", op.ID, "kind", op.Kind, "node", op.Node, "side", side, "work", work)
-	s.data.Cancel = true
-	s.op.LastError = why
-	s.op.Step, s.op.Attempts, s.op.NextAttempt = broker.StepGiveBack, 0, time.Time{}
-	return s.save(), true
+	return s.giveBack(why, true)
 }
 
 // givesBackOnTimeout reports whether a drain whose time ran out gives the

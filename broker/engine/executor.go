@@ -27,17 +27,6 @@ type KeepDesiredTerminator interface {
 	TerminateKeepDesired(ctx context.Context, pool, instanceID string) error
 }
 
-func firstStep(k broker.ActionKind) string {
-	switch k {
-	case broker.ActScaleUp:
-		return broker.StepSetDesired
-	case broker.ActPreempt:
-		return broker.StepEvict
-	default:
-		return broker.StepRelease
-	}
-}
-
 // opTimeout is how long an op of kind may take in all, from its journaling.
 func opTimeout(k broker.ActionKind, p broker.Policy) time.Duration {
 	prov, drain := p.MaxProvisionTime.D(), p.DrainTimeout.D()
@@ -163,7 +152,7 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, policy broker.Poli
 			continue
 		}
 		op := broker.Op{Kind: a.Kind, Pool: a.Pool, Node: a.Node, Target: a.Target, To: a.To,
-			Serves: a.Serves, Reason: a.Reason, State: broker.OpPending, Step: firstStep(a.Kind), Data: raw}
+			Serves: a.Serves, Reason: a.Reason, State: broker.OpPending, Step: broker.FirstStep(a.Kind), Data: raw}
 		// IMPORTANT: the intent is persisted before any step runs, so a
 		// crash after this point resumes the op instead of forgetting it.
 		stored, err := r.cfg.Ledger.InsertOp(ctx, op)
@@ -227,7 +216,8 @@ func (r *Runtime) cancelScaleDown(ctx context.Context, a broker.Action) (broker.
 		return broker.Op{}, false
 	}
 	for _, o := range open {
-		if o.Kind != broker.ActScaleDown || o.Node != a.Node || o.Step != broker.StepRelease {
+		to, ok := broker.InterruptTo(o.Kind, broker.ActCancelScaleDown, o.Step)
+		if o.Node != a.Node || !ok {
 			continue
 		}
 		data := broker.OpDataOf(&o)
@@ -236,7 +226,7 @@ func (r *Runtime) cancelScaleDown(ctx context.Context, a broker.Action) (broker.
 			r.log.Error("cancel scale-down", "op", o.ID, "node", a.Node, "err", err)
 			return broker.Op{}, false
 		}
-		o.Step, o.Attempts, o.NextAttempt, o.LastError = broker.StepGiveBack, 0, time.Time{}, a.Reason
+		o.Step, o.Attempts, o.NextAttempt, o.LastError = to, 0, time.Time{}, a.Reason
 		stored, err := r.cfg.Ledger.AdvanceOp(ctx, o)
 		if err != nil {
 			r.log.Error("cancel scale-down", "op", o.ID, "node", a.Node, "err", err)
@@ -430,12 +420,23 @@ func (s *stepCtx) retry(err error) (broker.Op, bool) {
 	return s.save(), false
 }
 
+// moveTo moves the op to step, along an edge of its kind's table
+// (broker.OpSteps); a move the table does not name is a defect: the op
+// gives up, giving back a node it holds.
 func (s *stepCtx) moveTo(step string) (broker.Op, bool) {
+	if err := broker.CanMove(s.op.Kind, s.op.Step, step); err != nil {
+		s.r.log.Error("op step move outside its table", "op", s.op.ID, "err", err)
+		return s.giveUp(err.Error())
+	}
 	s.op.Step, s.op.Attempts, s.op.LastError, s.op.NextAttempt = step, 0, "", time.Time{}
 	return s.save(), true
 }
 
 func (s *stepCtx) done() (broker.Op, bool) {
+	if err := broker.CanMove(s.op.Kind, s.op.Step, broker.StepDone); err != nil {
+		s.r.log.Error("op ends outside its table", "op", s.op.ID, "err", err)
+		return s.giveUp(err.Error())
+	}
 	s.op.State, s.op.LastError, s.op.NextAttempt = broker.OpDone, "", time.Time{}
 	s.r.log.Info("op done", "op", s.op.ID, "kind", s.op.Kind, "pool", s.op.Pool, "node", s.op.Node)
 	return s.save(), false
@@ -457,15 +458,28 @@ func (s *stepCtx) fail(why string) (broker.Op, bool) {
 // giveUp ends the op: one that holds a node taken from its side gives it
 // back first; others fail with why.
 func (s *stepCtx) giveUp(why string) (broker.Op, bool) {
-	switch s.op.Step {
-	case broker.StepEvict, broker.StepRelease, broker.StepSurge, broker.StepTerminate, broker.StepAdmit, broker.StepAwaitAdmitted:
+	if broker.HoldsNode(s.op.Kind, s.op.Step) {
 		if _, ok := s.data.From.Side(); ok && s.data.Prepared && !s.data.CordonOnly {
-			s.op.LastError = why
-			s.op.Step, s.op.Attempts, s.op.NextAttempt = broker.StepGiveBack, 0, time.Time{}
-			return s.save(), true
+			return s.giveBack(why, false)
 		}
 	}
 	return s.fail(why)
+}
+
+// giveBack moves an op that holds a node (broker.HoldsNode) to
+// StepGiveBack, with why as its reason; cancel ends it cancelled rather
+// than failed once the node is back. It is the one way into give-back.
+func (s *stepCtx) giveBack(why string, cancel bool) (broker.Op, bool) {
+	if !broker.HoldsNode(s.op.Kind, s.op.Step) {
+		s.r.log.Error("give-back from a step that holds no node", "op", s.op.ID, "kind", s.op.Kind, "step", s.op.Step)
+		return s.fail(why)
+	}
+	if cancel {
+		s.data.Cancel = true
+	}
+	s.op.LastError = why
+	s.op.Step, s.op.Attempts, s.op.NextAttempt = broker.StepGiveBack, 0, time.Time{}
+	return s.save(), true
 }
 
 // step runs the op's current step once and returns the op's next state and
@@ -493,177 +507,11 @@ func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, 
 		return s.giveUp(why)
 	}
 
-	switch op.Step {
-	case broker.StepSetDesired:
-		return r.setDesired(ctx, s, pools, open)
-
-	case broker.StepAwaitInstances:
-		// The provider reports the new desired capacity (or the instances).
-		fresh, err := r.cfg.Pools.Pools(ctx)
-		if err != nil {
-			return s.waitFor(5*time.Second, "observe pools: "+err.Error())
-		}
-		ps, ok := findPool(fresh, op.Pool)
-		if ok && ps.Stale == "" && (ps.Desired >= op.Target || ps.InService() >= op.Target) {
-			return s.moveTo(broker.StepAwaitReady)
-		}
-		if s.now.Sub(s.data.SetAt) > policy.MaxProvisionTime.D() {
-			reason := fmt.Sprintf("pool %s has %d of %d instances %s after setting the desired capacity", op.Pool, ps.InService(), op.Target, policy.MaxProvisionTime)
-			if err := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, s.now.Add(policy.MaxProvisionTime.D()), reason); err != nil {
-				return s.retry(err)
-			}
-			return s.fail(reason)
-		}
-		return s.waitFor(time.Second, "")
-
-	case broker.StepAwaitReady:
-		// IMPORTANT: the op stays open, serving its demand, until the
-		// pool's machines are gpu-ready (docs/design.md, arbitration rule 4): the planner keeps
-		// the ordered capacity for that demand, so it does not take another
-		// node meanwhile while the new one idles.
-		fresh, err := r.cfg.Pools.Pools(ctx)
-		if err != nil {
-			return s.waitFor(5*time.Second, "observe pools: "+err.Error())
-		}
-		ps, _ := findPool(fresh, op.Pool)
-		// The desired capacity is set before the provider has launched the
-		// instances: until they exist, none of them can be in flight, and
-		// ending now would let the demand buy a second node.
-		want := s.data.SetTo
-		if want == 0 {
-			want = op.Target
-		}
-		// SetTo counted the pool's removals still to come; one that has
-		// finished since took its instance with it (a terminate with a
-		// decrement), so it is no longer to be waited for.
-		if pending, _ := pendingRemovals(op, open); op.Target+pending < want {
-			want = op.Target + pending
-		}
-		if have := ps.InService(); have < want {
-			if ps.Stale == "" && ps.BackoffUntil.After(s.now) {
-				return r.handBack(ctx, s, ps, want-have)
-			}
-			return s.waitFor(2*time.Second, fmt.Sprintf("waiting for pool %s to launch its instances (%d of %d)", op.Pool, have, want))
-		}
-		if n := r.poolInFlight(ps); n > 0 {
-			return s.waitFor(2*time.Second, fmt.Sprintf("waiting for %d nodes of pool %s to become gpu-ready", n, op.Pool))
-		}
-		return s.done()
-
-	case broker.StepRelease:
-		return r.release(ctx, s, policy)
-
-	case broker.StepSurge:
-		return r.surge(ctx, s, pools, policy)
-
-	case broker.StepTerminate:
-		return r.terminate(ctx, s, pools)
-
-	case broker.StepForget:
-		// The terminated machine's host stays in YARN's exclude file
-		// otherwise, and a later machine that reuses its name (cloud
-		// hostnames follow private IPs) would be refused by the RM.
-		// IMPORTANT: Forget, never Admit: admitting would run the side's
-		// NodeManager restart hook against a machine being terminated.
-		f, ok := r.actions[broker.SourceYARN].(Forgetter)
-		if !ok {
-			return s.done()
-		}
-		if err := f.Forget(ctx, op.Node); err != nil {
-			return s.retry(err)
-		}
-		// IMPORTANT: a cordon still on the terminated host (a release
-		// forced after the drain timeout) comes off too: a later machine
-		// that reuses the host name would otherwise start cordoned.
-		if err := r.uncordonNode(ctx, s, broker.SourceYARN); err != nil {
-			return s.retry(err)
-		}
-		return s.done()
-
-	case broker.StepAdmit:
-		if op.To == broker.OwnerNone {
-			return s.done() // a manual drain: the node stays with no side
-		}
-		to, ok := op.To.Side()
-		if !ok || r.actions[to] == nil {
-			return s.giveUp(fmt.Sprintf("cannot hand node to %q: no actions configured for it", op.To))
-		}
-		if err := r.actions[to].Admit(ctx, op.Node); err != nil {
-			return s.retry(err)
-		}
-		s.data.Admitted = true
-		if _, ok := r.actions[to].(AdmitChecker); ok {
-			return s.moveTo(broker.StepAwaitAdmitted)
-		}
-		return s.done()
-
-	case broker.StepAwaitAdmitted:
-		// IMPORTANT: a hand-over stays open (and its demand linked) until
-		// the receiving side lists the node schedulable with its GPUs; the
-		// op deadline gives it back otherwise.
-		to, _ := op.To.Side()
-		ok, why, err := r.actions[to].(AdmitChecker).Admitted(ctx, op.Node)
-		if err != nil {
-			return s.retry(err)
-		}
-		if ok {
-			return s.done()
-		}
-		return s.waitFor(5*time.Second, fmt.Sprintf("waiting for %s to list node %s schedulable with its GPUs: %s", to, op.Node, why))
-
-	case broker.StepGiveBack:
-		return r.giveBack(ctx, s)
-
-	case broker.StepEvict:
-		if from, ok := s.data.From.Side(); ok && from == broker.SourceK8s && op.To == broker.OwnerYARN && !s.data.Prepared && r.actions[from] != nil {
-			// IMPORTANT: a preemption taking a Kubernetes node across
-			// sides cordons it before evicting the victims, as a drain
-			// does: otherwise the scheduler binds pending pods to the
-			// space a victim frees, and the release's drain evicts them,
-			// work no preemption names. (A YARN node is cordoned before
-			// its victims are signalled: see cordonYARNVictimsNode.)
-			// Prepared: a giving up now gives the node back.
-			if err := r.actions[from].Cordon(ctx, op.Node); err != nil {
-				return s.retry(err)
-			}
-			s.data.Prepared = true
-			s.op = s.save()
-		}
-		if yarnPreemptAcross(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
-			if next, progressed, done := r.cordonYARNVictimsNode(ctx, s); !done {
-				return next, progressed
-			}
-			s.data.Prepared = true
-			s.op = s.save()
-		}
-		for len(s.data.Victims) > 0 {
-			w := s.data.Victims[0]
-			act := r.actions[w.Source]
-			if act == nil {
-				return s.fail(fmt.Sprintf("no actions configured for %s", w.Source))
-			}
-			err := act.Evict(ctx, op.Node, w)
-			if errors.Is(err, broker.ErrInProgress) {
-				// The victim is stopping (a YARN container told to shut
-				// down): progress, not a failed attempt.
-				return s.waitFor(2*time.Second, err.Error())
-			}
-			if err != nil {
-				return s.retry(err)
-			}
-			r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
-			s.data.Stopped = append(s.data.Stopped, howStopped(act, w))
-			s.data.Victims = s.data.Victims[1:]
-		}
-		if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
-			return s.moveTo(broker.StepRelease) // preemption across sides: hand the node over
-		}
-		return s.done()
-
-	case broker.StepRecommission:
-		return r.recommissionStep(ctx, s)
+	h, ok := stepHandlers[op.Step]
+	if !ok {
+		return s.fail(fmt.Sprintf("unknown step %q", op.Step))
 	}
-	return s.fail(fmt.Sprintf("unknown step %q", op.Step))
+	return h(r, ctx, s, stepEnv{policy: policy, pools: pools, open: open})
 }
 
 // setDesired sets a scale-up's absolute target. The target was planned as
@@ -713,14 +561,7 @@ func pendingRemovals(op broker.Op, open []broker.Op) (int, *broker.Op) {
 	var first *broker.Op
 	for i := range open {
 		o := &open[i]
-		if o.Pool != op.Pool || o.ID == op.ID || o.State.Terminal() {
-			continue
-		}
-		d := broker.OpDataOf(o)
-		switch {
-		case o.Kind == broker.ActScaleDown && (o.Step == broker.StepRelease || o.Step == broker.StepTerminate) && !d.Cancel && !d.Attrition:
-		case o.Kind == broker.ActReplace && d.SurgeTo > 0 && (o.Step == broker.StepSurge || o.Step == broker.StepTerminate):
-		default:
+		if o.Pool != op.Pool || o.ID == op.ID || !broker.PendingRemoval(o) {
 			continue
 		}
 		pending++
@@ -872,8 +713,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 				// that cannot drain gives the node back to its side, so no
 				// node stays half-drained and owned by nobody. The why is
 				// kept: giveBack records it as the op's failure.
-				s.op.Step, s.op.Attempts, s.op.LastError, s.op.NextAttempt = broker.StepGiveBack, 0, why, time.Time{}
-				return s.save(), true
+				return s.giveBack(why, false)
 			}
 			if policy.ForceAfterDrainTimeout {
 				r.log.Warn("drain timed out, terminating as the policy allows", "node", op.Node, "remaining", st.Remaining)
@@ -898,6 +738,216 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
 			return s.moveTo(broker.StepAdmit)
 		}
+	}
+	return s.done()
+}
+
+// stepEnv is what a step handler reads besides its op: the policy, the
+// pools and the open ops of this tick.
+type stepEnv struct {
+	policy broker.Policy
+	pools  []broker.PoolState
+	open   []broker.Op
+}
+
+// stepHandler runs one step of an op once and returns the op's next state
+// and whether it moved on.
+type stepHandler func(r *Runtime, ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool)
+
+// stepHandlers runs each step of broker.OpSteps; the moves between them
+// are the table's (stepCtx.moveTo checks each).
+var stepHandlers = map[string]stepHandler{
+	broker.StepSetDesired: func(r *Runtime, ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+		return r.setDesired(ctx, s, e.pools, e.open)
+	},
+	broker.StepAwaitInstances: (*Runtime).awaitInstances,
+	broker.StepAwaitReady:     (*Runtime).awaitReady,
+	broker.StepRelease: func(r *Runtime, ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+		return r.release(ctx, s, e.policy)
+	},
+	broker.StepSurge: func(r *Runtime, ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+		return r.surge(ctx, s, e.pools, e.policy)
+	},
+	broker.StepTerminate: func(r *Runtime, ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+		return r.terminate(ctx, s, e.pools)
+	},
+	broker.StepForget:        (*Runtime).forget,
+	broker.StepAdmit:         (*Runtime).admit,
+	broker.StepAwaitAdmitted: (*Runtime).awaitAdmitted,
+	broker.StepGiveBack: func(r *Runtime, ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+		return r.giveBack(ctx, s)
+	},
+	broker.StepEvict: (*Runtime).evict,
+	broker.StepRecommission: func(r *Runtime, ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+		return r.recommissionStep(ctx, s)
+	},
+}
+
+// awaitInstances waits for the provider to report a scale-up's new desired capacity (or its instances).
+func (r *Runtime) awaitInstances(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+	op := s.op
+	// The provider reports the new desired capacity (or the instances).
+	fresh, err := r.cfg.Pools.Pools(ctx)
+	if err != nil {
+		return s.waitFor(5*time.Second, "observe pools: "+err.Error())
+	}
+	ps, ok := findPool(fresh, op.Pool)
+	if ok && ps.Stale == "" && (ps.Desired >= op.Target || ps.InService() >= op.Target) {
+		return s.moveTo(broker.StepAwaitReady)
+	}
+	if s.now.Sub(s.data.SetAt) > e.policy.MaxProvisionTime.D() {
+		reason := fmt.Sprintf("pool %s has %d of %d instances %s after setting the desired capacity", op.Pool, ps.InService(), op.Target, e.policy.MaxProvisionTime)
+		if err := r.cfg.Ledger.SetPoolBackoff(ctx, op.Pool, s.now.Add(e.policy.MaxProvisionTime.D()), reason); err != nil {
+			return s.retry(err)
+		}
+		return s.fail(reason)
+	}
+	return s.waitFor(time.Second, "")
+}
+
+// awaitReady keeps a scale-up open until its pool's machines are gpu-ready.
+func (r *Runtime) awaitReady(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+	op := s.op
+	// IMPORTANT: the op stays e.open, serving its demand, until the
+	// pool's machines are gpu-ready (docs/design.md, arbitration rule 4): the planner keeps
+	// the ordered capacity for that demand, so it does not take another
+	// node meanwhile while the new one idles.
+	fresh, err := r.cfg.Pools.Pools(ctx)
+	if err != nil {
+		return s.waitFor(5*time.Second, "observe pools: "+err.Error())
+	}
+	ps, _ := findPool(fresh, op.Pool)
+	// The desired capacity is set before the provider has launched the
+	// instances: until they exist, none of them can be in flight, and
+	// ending now would let the demand buy a second node.
+	want := s.data.SetTo
+	if want == 0 {
+		want = op.Target
+	}
+	// SetTo counted the pool's removals still to come; one that has
+	// finished since took its instance with it (a terminate with a
+	// decrement), so it is no longer to be waited for.
+	if pending, _ := pendingRemovals(op, e.open); op.Target+pending < want {
+		want = op.Target + pending
+	}
+	if have := ps.InService(); have < want {
+		if ps.Stale == "" && ps.BackoffUntil.After(s.now) {
+			return r.handBack(ctx, s, ps, want-have)
+		}
+		return s.waitFor(2*time.Second, fmt.Sprintf("waiting for pool %s to launch its instances (%d of %d)", op.Pool, have, want))
+	}
+	if n := r.poolInFlight(ps); n > 0 {
+		return s.waitFor(2*time.Second, fmt.Sprintf("waiting for %d nodes of pool %s to become gpu-ready", n, op.Pool))
+	}
+	return s.done()
+}
+
+// forget takes a terminated YARN host out of the exclude file and the RM's node list.
+func (r *Runtime) forget(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+	op := s.op
+	// The terminated machine's host stays in YARN's exclude file
+	// otherwise, and a later machine that reuses its name (cloud
+	// hostnames follow private IPs) would be refused by the RM.
+	// IMPORTANT: Forget, never Admit: admitting would run the side's
+	// NodeManager restart hook against a machine being terminated.
+	f, ok := r.actions[broker.SourceYARN].(Forgetter)
+	if !ok {
+		return s.done()
+	}
+	if err := f.Forget(ctx, op.Node); err != nil {
+		return s.retry(err)
+	}
+	// IMPORTANT: a cordon still on the terminated host (a release
+	// forced after the drain timeout) comes off too: a later machine
+	// that reuses the host name would otherwise start cordoned.
+	if err := r.uncordonNode(ctx, s, broker.SourceYARN); err != nil {
+		return s.retry(err)
+	}
+	return s.done()
+}
+
+// admit has the receiving side admit a node handed over.
+func (r *Runtime) admit(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+	op := s.op
+	if op.To == broker.OwnerNone {
+		return s.done() // a manual drain: the node stays with no side
+	}
+	to, ok := op.To.Side()
+	if !ok || r.actions[to] == nil {
+		return s.giveUp(fmt.Sprintf("cannot hand node to %q: no actions configured for it", op.To))
+	}
+	if err := r.actions[to].Admit(ctx, op.Node); err != nil {
+		return s.retry(err)
+	}
+	s.data.Admitted = true
+	if _, ok := r.actions[to].(AdmitChecker); ok {
+		return s.moveTo(broker.StepAwaitAdmitted)
+	}
+	return s.done()
+}
+
+// awaitAdmitted waits until the receiving side lists the node schedulable.
+func (r *Runtime) awaitAdmitted(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+	op := s.op
+	// IMPORTANT: a hand-over stays e.open (and its demand linked) until
+	// the receiving side lists the node schedulable with its GPUs; the
+	// op deadline gives it back otherwise.
+	to, _ := op.To.Side()
+	ok, why, err := r.actions[to].(AdmitChecker).Admitted(ctx, op.Node)
+	if err != nil {
+		return s.retry(err)
+	}
+	if ok {
+		return s.done()
+	}
+	return s.waitFor(5*time.Second, fmt.Sprintf("waiting for %s to list node %s schedulable with its GPUs: %s", to, op.Node, why))
+}
+
+// evict stops a preemption's victims, one by one.
+func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
+	op := s.op
+	if from, ok := s.data.From.Side(); ok && from == broker.SourceK8s && op.To == broker.OwnerYARN && !s.data.Prepared && r.actions[from] != nil {
+		// IMPORTANT: a preemption taking a Kubernetes node across
+		// sides cordons it before evicting the victims, as a drain
+		// does: otherwise the scheduler binds pending pods to the
+		// space a victim frees, and the release's drain evicts them,
+		// work no preemption names. (A YARN node is cordoned before
+		// its victims are signalled: see cordonYARNVictimsNode.)
+		// Prepared: a giving up now gives the node back.
+		if err := r.actions[from].Cordon(ctx, op.Node); err != nil {
+			return s.retry(err)
+		}
+		s.data.Prepared = true
+		s.op = s.save()
+	}
+	if yarnPreemptAcross(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
+		if next, progressed, done := r.cordonYARNVictimsNode(ctx, s); !done {
+			return next, progressed
+		}
+		s.data.Prepared = true
+		s.op = s.save()
+	}
+	for len(s.data.Victims) > 0 {
+		w := s.data.Victims[0]
+		act := r.actions[w.Source]
+		if act == nil {
+			return s.fail(fmt.Sprintf("no actions configured for %s", w.Source))
+		}
+		err := act.Evict(ctx, op.Node, w)
+		if errors.Is(err, broker.ErrInProgress) {
+			// The victim is stopping (a YARN container told to shut
+			// down): progress, not a failed attempt.
+			return s.waitFor(2*time.Second, err.Error())
+		}
+		if err != nil {
+			return s.retry(err)
+		}
+		r.log.Info("preempted", "op", op.ID, "node", op.Node, "workload", w.Name, "priority", w.Priority)
+		s.data.Stopped = append(s.data.Stopped, howStopped(act, w))
+		s.data.Victims = s.data.Victims[1:]
+	}
+	if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
+		return s.moveTo(broker.StepRelease) // preemption across sides: hand the node over
 	}
 	return s.done()
 }

@@ -85,10 +85,7 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 	if len(landed) > 0 {
 		why := fmt.Sprintf("work landed on node %s after the plan (%s): the node is given back, not drained", op.Node, strings.Join(landed, ", "))
 		r.log.Warn("work landed on a node being released", "op", op.ID, "kind", op.Kind, "node", op.Node, "side", side, "work", landed)
-		s.data.Cancel = true
-		s.op.LastError = why
-		s.op.Step, s.op.Attempts, s.op.NextAttempt = broker.StepGiveBack, 0, time.Time{}
-		return s.save(), true
+		return s.giveBack(why, true)
 	}
 	s.data.Checked = append(s.data.Checked, o)
 	return s.save(), true

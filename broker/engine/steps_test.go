@@ -1,0 +1,50 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// TestEveryStepHasAHandler: the executor runs a handler for every step of
+// every op kind's table (broker.OpSteps), and has none the tables lack.
+func TestEveryStepHasAHandler(t *testing.T) {
+	inTable := map[string]bool{}
+	for kind, k := range broker.OpSteps {
+		for _, s := range k.Steps {
+			inTable[s.Name] = true
+			if stepHandlers[s.Name] == nil {
+				t.Errorf("step %s of %s has no handler in stepHandlers", s.Name, kind)
+			}
+		}
+	}
+	for name := range stepHandlers {
+		if !inTable[name] {
+			t.Errorf("stepHandlers runs %s, which no op kind's table has", name)
+		}
+	}
+}
+
+// TestMoveOutsideTheTableGivesUp: a handler that moves an op along an
+// edge its kind's table does not name gives the op up (a node it holds
+// goes back to its side) instead of running on in a state nobody drew.
+func TestMoveOutsideTheTableGivesUp(t *testing.T) {
+	w := newRTWorld(t, 2)
+	r := w.runtime()
+	s := &stepCtx{r: r, now: w.clock.Now(), op: broker.Op{ID: 7, Kind: broker.ActScaleUp, Pool: rtPool, Step: broker.StepSetDesired, State: broker.OpRunning}}
+	op, _ := s.moveTo(broker.StepTerminate)
+	if op.State != broker.OpFailed || op.Step != broker.StepSetDesired || !strings.Contains(op.LastError, "broker.OpSteps") {
+		t.Fatalf("scale-up moved to terminate: %+v, want failed in set-desired naming the table", op)
+	}
+	s = &stepCtx{r: r, now: w.clock.Now(), op: broker.Op{ID: 8, Kind: broker.ActTransfer, Node: "n1", Step: broker.StepAdmit, State: broker.OpRunning},
+		data: broker.OpData{From: broker.OwnerK8s, Prepared: true}}
+	op, _ = s.moveTo(broker.StepSurge)
+	if op.State != broker.OpRunning || op.Step != broker.StepGiveBack || !strings.Contains(op.LastError, "broker.OpSteps") {
+		t.Fatalf("transfer moved to surge: %+v, want the node given back", op)
+	}
+	s = &stepCtx{r: r, now: w.clock.Now(), op: broker.Op{ID: 9, Kind: broker.ActScaleUp, Pool: rtPool, Step: broker.StepAwaitInstances, State: broker.OpRunning}}
+	if op, _ := s.done(); op.State != broker.OpFailed {
+		t.Fatalf("scale-up done while awaiting instances: %+v, want failed", op)
+	}
+}
