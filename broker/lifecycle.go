@@ -20,9 +20,6 @@ import (
 // deadlocks on it.
 func (pl *planner) replaceUnhealthy() {
 	timeout := pl.p.UnhealthyNodeTimeout.D()
-	if timeout <= 0 {
-		timeout = DefaultPolicy().UnhealthyNodeTimeout.D()
-	}
 	paused := pl.repairsPaused()
 	for i := range pl.nodes {
 		w := &pl.nodes[i]

@@ -47,10 +47,7 @@ func mergeReport(n *Node, r NodeReport, in MergeInput) {
 	if class == "" {
 		return
 	}
-	timeout := in.Policy.UnhealthyNodeTimeout.D()
-	if timeout <= 0 {
-		timeout = DefaultPolicy().UnhealthyNodeTimeout.D()
-	}
+	timeout := in.Policy.WithDefaults().UnhealthyNodeTimeout.D()
 	prevBad := false
 	if p := r.Previous; p != nil {
 		_, pc, _ := p.Assess(in.XIDs)

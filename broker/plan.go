@@ -39,7 +39,7 @@ import (
 // MinNodes is grown back to it; duplicate demand IDs, node names or pool
 // names keep one entry each.
 func MakePlan(s *Snapshot, p Policy) Plan {
-	pl := newPlanner(s, p)
+	pl := newPlanner(s, p.WithDefaults())
 	pl.resumeAttrition()
 	pl.place()
 	pl.reclaim()
@@ -211,12 +211,6 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		staleYARN: s.IsStale(SourceYARN),
 		staleK8s:  s.IsStale(SourceK8s),
 		diag:      make(map[diagKey]diagVal),
-	}
-	if pl.maxProv <= 0 {
-		pl.maxProv = DefaultPolicy().MaxProvisionTime.D()
-	}
-	if pl.p.Expander == "" {
-		pl.p.Expander = ExpanderLeastWaste
 	}
 	if len(s.NoActions) > 0 && pl.p.OwnershipTransfer {
 		// IMPORTANT: a node cordoned for a side that cannot admit it (or

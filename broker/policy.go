@@ -85,6 +85,28 @@ type Policy struct {
 	Version int64 `json:"version"`
 }
 
+// WithDefaults returns p with the durations whose zero means "the
+// default" (max provision time, drain timeout, unhealthy node timeout) and
+// the expander filled in from DefaultPolicy. The planner (MakePlan) and
+// the runtime (each tick's policy) apply it once, where a policy enters;
+// nothing downstream falls back on its own.
+func (p Policy) WithDefaults() Policy {
+	d := DefaultPolicy()
+	if p.MaxProvisionTime <= 0 {
+		p.MaxProvisionTime = d.MaxProvisionTime
+	}
+	if p.DrainTimeout <= 0 {
+		p.DrainTimeout = d.DrainTimeout
+	}
+	if p.UnhealthyNodeTimeout <= 0 {
+		p.UnhealthyNodeTimeout = d.UnhealthyNodeTimeout
+	}
+	if p.Expander == "" {
+		p.Expander = d.Expander
+	}
+	return p
+}
+
 // DefaultPolicy returns the defaults of docs/design.md: 5 minutes unneeded at or
 // under 0.5 GPU allocation, 15 minutes max provision time, least-waste.
 func DefaultPolicy() Policy {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/internal/workload"
 )
 
 // TraceError is bad input in a trace or node list: it names the line (1 is
@@ -32,36 +33,22 @@ func (e *TraceError) Error() string {
 	return fmt.Sprintf("%s line %d column %q: %s", e.File, e.Line, e.Column, e.Problem)
 }
 
-// QoS is the trace's quality-of-service class.
-type QoS string
+// QoS is the trace's quality-of-service class: internal/workload's, whose
+// Priority maps it onto the unified priority scale (Guaranteed and LS
+// high and never preempted, Burstable and BE low and preemptible), one
+// mapping for the replay, the demo and the chaos soak.
+type QoS = workload.QoS
 
 // The trace's QoS classes, highest priority first.
 const (
-	QoSGuaranteed QoS = "Guaranteed"
-	QoSLS         QoS = "LS" // latency-sensitive
-	QoSBurstable  QoS = "Burstable"
-	QoSBE         QoS = "BE" // best-effort
+	QoSGuaranteed = workload.QoSGuaranteed
+	QoSLS         = workload.QoSLS // latency-sensitive
+	QoSBurstable  = workload.QoSBurstable
+	QoSBE         = workload.QoSBE // best-effort
 )
 
 // QoSClasses lists the classes in report order.
 var QoSClasses = []QoS{QoSLS, QoSBE, QoSBurstable, QoSGuaranteed}
-
-// Priority maps a QoS class onto the unified priority scale and says
-// whether work of that class may be preempted: Guaranteed and LS are high
-// and never preempted, Burstable and BE are low and preemptible. (The same
-// mapping as internal/workload, which the demo uses.)
-func (q QoS) Priority() (priority int64, preemptible bool) {
-	switch q {
-	case QoSGuaranteed:
-		return 1000000, false
-	case QoSLS:
-		return 10000, false
-	case QoSBurstable:
-		return 1000, true
-	default:
-		return 0, true
-	}
-}
 
 // Task is one GPU task of the trace, ready to replay.
 type Task struct {

@@ -219,6 +219,7 @@ steps: a move outside its kind's table gives the op up~broker/engine/executor.go
 steps: an op ends done only where its table allows~broker/engine/executor.go~if err := broker.CanMove(s.op.Kind, s.op.Step, broker.StepDone); err != nil {~if err := error(nil); err != nil {~-run TestMoveOutsideTheTableGivesUp ./broker/engine/
 steps: giving up from a step that holds a node gives it back~broker/engine/executor.go~\tif broker.HoldsNode(s.op.Kind, s.op.Step) {\n\t\tif _, ok~\tif false {\n\t\tif _, ok~./broker/engine/
 steps: the table marks the steps that hold a node~broker/steps.go~return ok && s.HoldsNode~return ok && s.HoldsNode && false~./broker/ ./broker/engine/
+policy: the tick applies the policy's defaults where it enters~broker/engine/runtime.go~policy = r.cordonPolicy(ctx, policy.WithDefaults())~policy = r.cordonPolicy(ctx, policy)~-run TestPolicyDefaultsAppliedAtTheEdge ./broker/engine/
 EOF
 )
 

@@ -29,13 +29,8 @@ type KeepDesiredTerminator interface {
 
 // opTimeout is how long an op of kind may take in all, from its journaling.
 func opTimeout(k broker.ActionKind, p broker.Policy) time.Duration {
+	p = p.WithDefaults()
 	prov, drain := p.MaxProvisionTime.D(), p.DrainTimeout.D()
-	if prov <= 0 {
-		prov = broker.DefaultPolicy().MaxProvisionTime.D()
-	}
-	if drain <= 0 {
-		drain = broker.DefaultPolicy().DrainTimeout.D()
-	}
 	switch k {
 	case broker.ActScaleUp:
 		// Setting the capacity, then the machines booting to gpu-ready.

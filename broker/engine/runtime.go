@@ -348,7 +348,7 @@ func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read policy: %w", err)
 	}
-	policy = r.cordonPolicy(ctx, policy)
+	policy = r.cordonPolicy(ctx, policy.WithDefaults())
 	idx, err := l.TenantIndex(ctx)
 	if err != nil {
 		return nil, broker.Policy{}, fmt.Errorf("read tenants: %w", err)

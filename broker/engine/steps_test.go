@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -46,5 +48,29 @@ func TestMoveOutsideTheTableGivesUp(t *testing.T) {
 	s = &stepCtx{r: r, now: w.clock.Now(), op: broker.Op{ID: 9, Kind: broker.ActScaleUp, Pool: rtPool, Step: broker.StepAwaitInstances, State: broker.OpRunning}}
 	if op, _ := s.done(); op.State != broker.OpFailed {
 		t.Fatalf("scale-up done while awaiting instances: %+v, want failed", op)
+	}
+}
+
+// TestPolicyDefaultsAppliedAtTheEdge: a stored policy without a max
+// provision time (zero: "the default") does not make a scale-up waiting
+// for its instances back off at once: the tick applies the defaults
+// where the policy enters (Policy.WithDefaults), for every step.
+func TestPolicyDefaultsAppliedAtTheEdge(t *testing.T) {
+	w := newRTWorld(t, 3)
+	w.ledger.policy.MaxProvisionTime = 0
+	r := w.runtime()
+	now := w.clock.Now()
+	raw, err := broker.EncodeOpData(broker.OpData{SetAt: now.Add(-time.Minute), SetTo: 2, Expires: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ledger.InsertOp(context.Background(), broker.Op{Kind: broker.ActScaleUp, Pool: rtPool, Target: 2, Reason: "test",
+		State: broker.OpRunning, Step: broker.StepAwaitInstances, Data: raw}); err != nil {
+		t.Fatal(err)
+	}
+	w.ticks(r, 1, time.Second)
+	ups := w.ledger.opsOf(broker.ActScaleUp)
+	if len(ups) == 0 || ups[0].State.Terminal() {
+		t.Fatalf("scale-up %+v: a minute after setting the capacity it must still wait (default max provision time %s)", ups, broker.DefaultPolicy().MaxProvisionTime)
 	}
 }

@@ -56,8 +56,5 @@ func (m *Main) provisionTime(ctx context.Context) time.Duration {
 	if p, err := m.st.GetPolicy(ctx); err == nil && p.MaxProvisionTime > 0 {
 		return p.MaxProvisionTime.D()
 	}
-	if d := m.cfg.Policy.MaxProvisionTime.D(); d > 0 {
-		return d
-	}
-	return broker.DefaultPolicy().MaxProvisionTime.D()
+	return m.cfg.Policy.WithDefaults().MaxProvisionTime.D()
 }
