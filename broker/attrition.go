@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 )
@@ -20,19 +19,14 @@ import (
 const StepRecommission = "recommission"
 
 // attritionData is the part of an op's step data that attrition reads.
-type attritionData struct {
-	Attrition bool  `json:"attrition"`
-	From      Owner `json:"from"`
-}
-
 // AttritionOp reports whether op is an open attrition scale-down that has
 // not reached termination yet.
 func AttritionOp(op *Op) bool {
 	if op.State.Terminal() || op.Kind != ActScaleDown || op.Step != StepRelease || len(op.Data) == 0 {
 		return false
 	}
-	var d attritionData
-	return json.Unmarshal(op.Data, &d) == nil && d.Attrition
+	d, err := DecodeOpData(op)
+	return err == nil && d.Attrition
 }
 
 // attritionDowns counts in-flight attrition scale-downs per pool index.
@@ -70,9 +64,7 @@ func (pl *planner) resumeAttrition() {
 		}
 		w := &pl.nodes[ni]
 		n := w.n
-		var data attritionData
-		_ = json.Unmarshal(op.Data, &data)
-		from := data.From
+		from := OpDataOf(op).From
 		if from == "" || from == OwnerNone {
 			from = n.Owner
 		}

@@ -147,12 +147,22 @@ func EncodeOpData(d OpData) (json.RawMessage, error) {
 	return b, nil
 }
 
-// OpDataOf decodes an op's step data; undecodable data reads as empty (the
-// executor fails such an op on its next step).
-func OpDataOf(op *Op) OpData {
+// DecodeOpData decodes an op's step data: the one decoder of the journal's
+// step data (EncodeOpData is the one encoder). No data is empty data.
+func DecodeOpData(op *Op) (OpData, error) {
 	var d OpData
-	if len(op.Data) > 0 {
-		_ = json.Unmarshal(op.Data, &d)
+	if len(op.Data) == 0 {
+		return d, nil
 	}
+	if err := json.Unmarshal(op.Data, &d); err != nil {
+		return OpData{}, fmt.Errorf("decode op %d step data: %w", op.ID, err)
+	}
+	return d, nil
+}
+
+// OpDataOf is DecodeOpData for readers that only look: undecodable data
+// reads as empty (the executor fails such an op on its next step).
+func OpDataOf(op *Op) OpData {
+	d, _ := DecodeOpData(op)
 	return d
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -23,8 +22,8 @@ func (r *Runtime) cancelAttrition(ctx context.Context, a broker.Action) {
 		if op.Node != a.Node || !broker.AttritionOp(&op) || !ok {
 			continue
 		}
-		var data broker.OpData
-		if err := json.Unmarshal(op.Data, &data); err != nil {
+		data, err := broker.DecodeOpData(&op)
+		if err != nil {
 			r.log.Error("read attrition op", "op", op.ID, "err", err)
 			return
 		}

@@ -481,11 +481,11 @@ func (s *stepCtx) giveBack(why string, cancel bool) (broker.Op, bool) {
 // whether it moved on (so the executor may run the next step now).
 func (r *Runtime) step(ctx context.Context, op broker.Op, policy broker.Policy, pools []broker.PoolState, open []broker.Op) (broker.Op, bool) {
 	s := &stepCtx{r: r, op: op, now: r.cfg.Now()}
-	if len(op.Data) > 0 {
-		if err := json.Unmarshal(op.Data, &s.data); err != nil {
-			return r.fail(op, s.now, fmt.Sprintf("corrupt step data: %s", err)), false
-		}
+	data, err := broker.DecodeOpData(&op)
+	if err != nil {
+		return r.fail(op, s.now, fmt.Sprintf("corrupt step data: %s", err)), false
 	}
+	s.data = data
 	s.op.State = broker.OpRunning
 	if s.data.Expires.IsZero() && !s.data.Attrition {
 		// Ops journaled before deadlines existed, and manual ones, get

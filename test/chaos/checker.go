@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -263,11 +262,7 @@ func (c *Checker) Final(s Sample, pending []string) []Breach {
 // attrition reports an attrition op: it ends when its node's work does,
 // without a deadline of its own (README), so no bound applies.
 func attrition(op broker.Op) bool {
-	var d struct {
-		Attrition bool `json:"attrition"`
-	}
-	_ = json.Unmarshal(op.Data, &d)
-	return d.Attrition
+	return broker.OpDataOf(&op).Attrition
 }
 
 // describeScaleUp names a scale-up op with what a double buy needs to be
