@@ -20,8 +20,16 @@ import (
 )
 
 // Run serves the API (when Config.Listen is set) and, while this replica
-// holds the leader lock, the tick loop, until ctx ends.
+// holds the leader lock, the tick loop, until ctx ends. It returns only
+// once the leader loop and the pruner have stopped: nothing it started
+// acts or logs after it.
 func (m *Main) Run(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	defer func() {
+		stop()
+		loops.Wait()
+	}()
 	model := m.publishReads(ctx)
 	first, err := m.NewRuntime()
 	if err != nil {
@@ -68,8 +76,15 @@ func (m *Main) Run(ctx context.Context) error {
 			m.cfg.Ready(ln.Addr().String())
 		}
 	}
-	go func() { errc <- lead(ctx, m.st, ar, m.NewRuntime, m.trigger, m.log) }()
-	go prune(ctx, m.st, ar, m.auditRetention(), m.log)
+	loops.Add(2)
+	go func() {
+		defer loops.Done()
+		errc <- lead(ctx, m.st, ar, m.NewRuntime, m.trigger, m.log)
+	}()
+	go func() {
+		defer loops.Done()
+		prune(ctx, m.st, ar, m.auditRetention(), m.log)
+	}()
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
