@@ -491,6 +491,19 @@ func TestDecisionsAndPlan(t *testing.T) {
 		t.Fatalf("decision paging: %s", r2.raw)
 	}
 	wantInvalid(t, e.call("GET", "/api/v1/decisions?kind=explode", "viewer", nil), "kind", "bad kind")
+	// Every kind the broker records can be asked for: the runbooks and
+	// the alerts send operators to kind=kept and kind=conflict.
+	if err := e.st.RecordDecisions(context.Background(), []broker.Decision{{At: e.now, Tick: 9, Kind: broker.DecisionKept,
+		Node: "ip-10-0-0-2", Reason: "not repaired: repairs of pool gpu-training-group are paused"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range broker.DecisionKinds() {
+		r := e.call("GET", "/api/v1/decisions?kind="+k, "viewer", nil)
+		want(t, r, 200, "decisions of kind "+k)
+		if k == broker.DecisionKept && len(r.items()) != 1 {
+			t.Fatalf("kind=kept: %s", r.raw)
+		}
+	}
 	wantInvalid(t, e.call("GET", "/api/v1/decisions?since=yesterday", "viewer", nil), "since", "bad since")
 	wantInvalid(t, e.call("GET", "/api/v1/decisions?before=0", "viewer", nil), "before", "bad cursor")
 

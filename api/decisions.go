@@ -16,8 +16,7 @@ func (s *server) listDecisions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := store.DecisionFilter{
-		Kind: p.oneOf("kind", string(broker.ActScaleUp), string(broker.ActScaleDown), string(broker.ActTransfer),
-			string(broker.ActPreempt), string(broker.ActReplace), "wait"),
+		Kind:   p.oneOf("kind", broker.DecisionKinds()...),
 		Demand: p.str("demand"), Tenant: p.str("tenant"), Pool: p.str("pool"), Node: p.str("node"),
 		Since: p.time("since"), Limit: p.limit(), BeforeID: p.cursorID("before"),
 	}

@@ -12,14 +12,14 @@ type SideObservation struct {
 	// Which demand left is the ledger's to say (engine.Ledger.ApplyDemand
 	// closes the side's demand this observation no longer holds); the
 	// adapter only says why, from what it observes now. Closed gives the
-	// reason for keys it names ("scheduled", "finished", "deleted" or
-	// "preempted"; keys that are still pending or were never demand are
-	// ignored). Departed, when set, gives the reason for any other key that
-	// left (e.g. a pod that now runs was scheduled, one that does not was
-	// deleted); the ledger calls it only for keys that left. A key neither
-	// names closes as "vanished".
-	Closed   map[string]string
-	Departed func(key string) string
+	// reason for keys it names (CloseScheduled, CloseFinished, CloseDeleted
+	// or ClosePreempted; keys that are still pending or were never demand
+	// are ignored). Departed, when set, gives the reason for any other key
+	// that left (e.g. a pod that now runs was scheduled, one that does not
+	// was deleted); the ledger calls it only for keys that left. A key
+	// neither names closes as CloseVanished.
+	Closed   map[string]CloseReason
+	Departed func(key string) CloseReason
 	// Nodes are the side's GPU nodes with their running work. Owner is the
 	// side for schedulable nodes and OwnerNone for ones this side has
 	// released (cordoned, decommissioned).
@@ -27,6 +27,29 @@ type SideObservation struct {
 	// Ignored explains pending GPU work that does not count as demand
 	// (gated, nominated, other scheduler, unmapped namespace or queue).
 	Ignored []Wait
+}
+
+// CloseReason says why demand left the ledger.
+type CloseReason string
+
+// Why demand closed. CloseVanished is for demand that left an observation
+// without the adapter knowing why (for example a pod deleted between two
+// observations).
+const (
+	CloseScheduled CloseReason = "scheduled"
+	CloseFinished  CloseReason = "finished"
+	CloseDeleted   CloseReason = "deleted"
+	ClosePreempted CloseReason = "preempted"
+	CloseVanished  CloseReason = "vanished"
+)
+
+// Valid reports whether r is a known reason.
+func (r CloseReason) Valid() bool {
+	switch r {
+	case CloseScheduled, CloseFinished, CloseDeleted, ClosePreempted, CloseVanished:
+		return true
+	}
+	return false
 }
 
 // ReleaseStatus says how far taking a node away from a side has come.

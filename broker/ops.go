@@ -54,7 +54,7 @@ type Decision struct {
 	ID   int64     `json:"id"`
 	At   time.Time `json:"at"`
 	Tick int64     `json:"tick"`
-	// Kind is an ActionKind, or "wait" for a non-decision.
+	// Kind is an ActionKind, or one of the Decision* kinds below.
 	Kind   string `json:"kind"`
 	Demand string `json:"demand,omitempty"`
 	Tenant string `json:"tenant,omitempty"`
@@ -63,4 +63,26 @@ type Decision struct {
 	Reason string `json:"reason"`
 	// Detail holds the structured action or wait.
 	Detail json.RawMessage `json:"detail,omitempty"`
+}
+
+// The kinds of a Decision that are no ActionKind.
+const (
+	// DecisionWait says why demand still waits (recorded when it changes).
+	DecisionWait = "wait"
+	// DecisionKept says why reclaim keeps a node (recorded when it changes).
+	DecisionKept = "kept"
+	// DecisionRejected is an action a fresh observation did not confirm.
+	DecisionRejected = "rejected"
+	// DecisionConflict is a node both sides claimed, and the side kept.
+	DecisionConflict = "conflict"
+	// DecisionLoss names work a release lost (containers, apps, GPU-hours).
+	DecisionLoss = "loss"
+)
+
+// DecisionKinds lists every kind a Decision may have: the action kinds the
+// planner records, then the others.
+func DecisionKinds() []string {
+	return []string{string(ActScaleUp), string(ActScaleDown), string(ActTransfer), string(ActPreempt), string(ActReplace),
+		string(ActCancelScaleDown), string(ActRecommission),
+		DecisionWait, DecisionKept, DecisionRejected, DecisionConflict, DecisionLoss}
 }

@@ -89,11 +89,11 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 		}
 		return m
 	})
-	out.Departed = func(key string) string {
+	out.Departed = func(key string) broker.CloseReason {
 		if running()[key] {
-			return "scheduled"
+			return broker.CloseScheduled
 		}
-		return "deleted"
+		return broker.CloseDeleted
 	}
 	return out, nil
 }

@@ -16,28 +16,18 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 )
 
-// CloseReason says why demand left the ledger.
-type CloseReason string
+// CloseReason says why demand left the ledger: broker's, which the
+// adapters name.
+type CloseReason = broker.CloseReason
 
-// Why demand closed. CloseVanished is for demand that left an observation
-// without the adapter knowing why (for example a pod deleted between two
-// observations).
+// Why demand closed (broker.CloseReason's values).
 const (
-	CloseScheduled CloseReason = "scheduled"
-	CloseFinished  CloseReason = "finished"
-	CloseDeleted   CloseReason = "deleted"
-	ClosePreempted CloseReason = "preempted"
-	CloseVanished  CloseReason = "vanished"
+	CloseScheduled = broker.CloseScheduled
+	CloseFinished  = broker.CloseFinished
+	CloseDeleted   = broker.CloseDeleted
+	ClosePreempted = broker.ClosePreempted
+	CloseVanished  = broker.CloseVanished
 )
-
-// Valid reports whether r is a known reason.
-func (r CloseReason) Valid() bool {
-	switch r {
-	case CloseScheduled, CloseFinished, CloseDeleted, ClosePreempted, CloseVanished:
-		return true
-	}
-	return false
-}
 
 // Observation is one complete view of one source's pending demand. Only a
 // successful, complete observation may be applied: rows missing from it are

@@ -27,7 +27,7 @@ func TestLedgerAdapter(t *testing.T) {
 		t.Fatalf("first seen: %v %v", fs, err)
 	}
 	obs = broker.SideObservation{Source: broker.SourceK8s, At: t0.Add(time.Minute), Demand: []broker.Demand{pod("b", "training", 1)},
-		Closed: map[string]string{"a": "scheduled"}}
+		Closed: map[string]broker.CloseReason{"a": broker.CloseScheduled}}
 	if err := l.ApplyDemand(ctx, obs); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestLedgerAdapter(t *testing.T) {
 	if len(hist) != 1 || hist[0].Reason != "scheduled" || hist[0].Waited != time.Minute {
 		t.Fatalf("history: %+v", hist)
 	}
-	obs.Closed = map[string]string{"b": "teleported"}
+	obs.Closed = map[string]broker.CloseReason{"b": "teleported"}
 	if err := l.ApplyDemand(ctx, obs); err == nil {
 		t.Fatal("an unknown close reason must be refused")
 	}

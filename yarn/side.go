@@ -112,16 +112,16 @@ func (s *Side) Observe(ctx context.Context, idx broker.TenantIndex) (broker.Side
 // departed says why a YARN demand key (<app id>/<priority>...) that left
 // did: its app still runs (its containers were allocated), or it is gone
 // (finished, failed or killed). Which keys left is the ledger's to say.
-func departed(obs *Observation) func(key string) string {
+func departed(obs *Observation) func(key string) broker.CloseReason {
 	apps := make(map[string]bool, len(obs.Apps))
 	for i := range obs.Apps {
 		apps[obs.Apps[i].ID] = true
 	}
-	return func(key string) string {
+	return func(key string) broker.CloseReason {
 		appID, _, _ := strings.Cut(key, "/")
 		if apps[appID] {
-			return "scheduled"
+			return broker.CloseScheduled
 		}
-		return "finished"
+		return broker.CloseFinished
 	}
 }

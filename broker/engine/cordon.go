@@ -189,7 +189,7 @@ func (r *Runtime) recordLoss(ctx context.Context, s *stepCtx, side broker.Source
 	r.mu.Lock()
 	tick := r.tick
 	r.mu.Unlock()
-	if err := r.cfg.Ledger.RecordDecisions(ctx, []broker.Decision{{At: s.now, Tick: tick, Kind: "loss", Pool: s.op.Pool, Node: s.op.Node,
+	if err := r.cfg.Ledger.RecordDecisions(ctx, []broker.Decision{{At: s.now, Tick: tick, Kind: broker.DecisionLoss, Pool: s.op.Pool, Node: s.op.Node,
 		Reason: reason, Detail: detail}}); err != nil {
 		r.log.Warn("record a loss", "op", s.op.ID, "err", err)
 	}

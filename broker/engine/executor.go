@@ -244,7 +244,7 @@ func (r *Runtime) record(ctx context.Context, snap *broker.Snapshot, plan broker
 			Pool: a.Pool, Node: a.Node, Reason: a.Reason, Detail: detail})
 	}
 	for _, a := range rejected {
-		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "rejected", Pool: a.Pool, Node: a.Node,
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: broker.DecisionRejected, Pool: a.Pool, Node: a.Node,
 			Reason: "not confirmed by a fresh observation: " + a.Reason})
 	}
 	tenants := map[string]string{}
@@ -257,8 +257,8 @@ func (r *Runtime) record(ctx context.Context, snap *broker.Snapshot, plan broker
 			continue
 		}
 		r.waitSeen[w.Demand] = w.Reason
-		detail := r.decisionDetail("wait", w)
-		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "wait", Demand: w.Demand,
+		detail := r.decisionDetail(broker.DecisionWait, w)
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: broker.DecisionWait, Demand: w.Demand,
 			Tenant: tenants[w.Demand], Reason: string(w.Reason) + ": " + w.Detail, Detail: detail})
 	}
 	if r.keptSeen == nil {
@@ -271,8 +271,8 @@ func (r *Runtime) record(ctx context.Context, snap *broker.Snapshot, plan broker
 			continue
 		}
 		r.keptSeen[k.Node] = k.Reason
-		detail := r.decisionDetail("kept", k)
-		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "kept", Node: k.Node, Reason: k.Reason, Detail: detail})
+		detail := r.decisionDetail(broker.DecisionKept, k)
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: broker.DecisionKept, Node: k.Node, Reason: k.Reason, Detail: detail})
 	}
 	for node := range r.keptSeen {
 		if !kept[node] {

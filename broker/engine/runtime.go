@@ -710,7 +710,7 @@ func (r *Runtime) resolveClaims(ctx context.Context, snap *broker.Snapshot, rep 
 		tick := r.tick
 		r.mu.Unlock()
 		rep.Conflicts = append(rep.Conflicts, c)
-		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: "conflict", Node: c.Node, Reason: c.Reason})
+		ds = append(ds, broker.Decision{At: snap.Now, Tick: tick, Kind: broker.DecisionConflict, Node: c.Node, Reason: c.Reason})
 		if src, _ := c.Release.Side(); r.actions[src] == nil {
 			r.log.Warn("cannot cordon a claimed node: no actions configured", "node", c.Node, "side", c.Release)
 			continue

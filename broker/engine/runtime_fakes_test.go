@@ -86,7 +86,7 @@ func (l *rtLedger) ApplyDemand(_ context.Context, obs broker.SideObservation) er
 	// As the store: a known reason for every closed key, and never an
 	// observation older than the applied one; nothing changes otherwise.
 	for k, r := range obs.Closed {
-		if !closeReasons[r] {
+		if !r.Valid() {
 			return broker.Invalid("closed["+k+"]", "unknown close reason %q", r)
 		}
 	}
@@ -107,14 +107,14 @@ func (l *rtLedger) ApplyDemand(_ context.Context, obs broker.SideObservation) er
 		reason := obs.Closed[d.Key]
 		if reason == "" && obs.Departed != nil {
 			reason = obs.Departed(d.Key)
-			if reason != "" && !closeReasons[reason] {
+			if reason != "" && !reason.Valid() {
 				return broker.Invalid("departed["+d.Key+"]", "unknown close reason %q", reason)
 			}
 		}
 		if reason == "" {
-			reason = "vanished"
+			reason = broker.CloseVanished
 		}
-		gone[id] = reason
+		gone[id] = string(reason)
 	}
 	l.observed[obs.Source] = obs.At
 	for _, d := range obs.Demand {
@@ -131,9 +131,6 @@ func (l *rtLedger) ApplyDemand(_ context.Context, obs broker.SideObservation) er
 	}
 	return nil
 }
-
-// closeReasons are the store's CloseReason values.
-var closeReasons = map[string]bool{"scheduled": true, "finished": true, "deleted": true, "preempted": true, "vanished": true}
 
 func (l *rtLedger) StoredNodes(context.Context) ([]broker.Node, error) {
 	l.mu.Lock()
@@ -400,7 +397,7 @@ type rtSide struct {
 	src      broker.Source
 	nodes    map[string]*broker.Node
 	pending  []broker.Demand
-	closed   map[string]string
+	closed   map[string]broker.CloseReason
 	err      error
 	released map[string]bool
 	admitted []string
@@ -428,7 +425,7 @@ type rtSide struct {
 }
 
 func newRTSide(src broker.Source) *rtSide {
-	return &rtSide{src: src, nodes: map[string]*broker.Node{}, released: map[string]bool{}, closed: map[string]string{},
+	return &rtSide{src: src, nodes: map[string]*broker.Node{}, released: map[string]bool{}, closed: map[string]broker.CloseReason{},
 		refuse: map[string]string{}, releases: map[string]int{}}
 }
 
@@ -442,7 +439,7 @@ func (s *rtSide) Observe(context.Context, broker.TenantIndex) (broker.SideObserv
 	}
 	s.schedule()
 	obs := broker.SideObservation{Source: s.src, Demand: slices.Clone(s.pending), Closed: s.closed}
-	s.closed = map[string]string{}
+	s.closed = map[string]broker.CloseReason{}
 	for _, n := range s.nodes {
 		cp := *n
 		cp.Work = slices.Clone(n.Work)

@@ -84,7 +84,7 @@ func (k *podK8s) Observe(_ context.Context, tenants broker.TenantIndex) (broker.
 			}
 		}
 	}
-	obs := broker.SideObservation{Source: broker.SourceK8s, At: now, Closed: map[string]string{}}
+	obs := broker.SideObservation{Source: broker.SourceK8s, At: now, Closed: map[string]broker.CloseReason{}}
 	for _, name := range slices.Sorted(mapsKeys(k.owners)) {
 		n := broker.Node{Name: name, Owner: k.owners[name], Phase: broker.PhaseActive, GPUsTotal: k.gpus,
 			GPUsAllocated: used[name], Utilisation: -1, Healthy: true}

@@ -321,7 +321,7 @@ func (k *fakeK8s) Source() broker.Source { return broker.SourceK8s }
 func (k *fakeK8s) Observe(context.Context, broker.TenantIndex) (broker.SideObservation, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	obs := broker.SideObservation{Source: broker.SourceK8s, Closed: map[string]string{}}
+	obs := broker.SideObservation{Source: broker.SourceK8s, Closed: map[string]broker.CloseReason{}}
 	for name, owner := range k.nodes {
 		obs.Nodes = append(obs.Nodes, broker.Node{Name: name, Owner: owner, Phase: broker.PhaseActive,
 			GPUsTotal: k.gpus, Utilisation: -1, Healthy: true})

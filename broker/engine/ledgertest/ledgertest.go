@@ -224,7 +224,7 @@ func departure(t *testing.T, l Ledger) {
 	y := broker.SourceYARN
 	apply(t, l, broker.SideObservation{Source: y, At: t0, Demand: []broker.Demand{demand(y, "app-1", 2), demand(y, "app-2", 1), demand(y, "app-3", 1)}})
 	apply(t, l, broker.SideObservation{Source: y, At: t0.Add(time.Minute), Demand: []broker.Demand{demand(y, "app-3", 1)},
-		Closed: map[string]string{"app-1": "scheduled"}})
+		Closed: map[string]broker.CloseReason{"app-1": broker.CloseScheduled}})
 	fs := firstSeen(t, l)
 	if len(fs) != 1 || !fs[id(y, "app-3")].Equal(t0) {
 		t.Errorf("live demand after departure: %v, want only %s", fs, id(y, "app-3"))
@@ -245,7 +245,7 @@ func departedReasons(t *testing.T, l Ledger) {
 		Demand: []broker.Demand{demand(k, "a", 1), demand(k, "b", 1), demand(k, "c", 1), demand(k, "d", 1)}})
 	var mu sync.Mutex
 	asked := map[string]bool{}
-	departed := func(key string) string {
+	departed := func(key string) broker.CloseReason {
 		mu.Lock()
 		defer mu.Unlock()
 		asked[key] = true
@@ -258,7 +258,7 @@ func departedReasons(t *testing.T, l Ledger) {
 		return ""
 	}
 	apply(t, l, broker.SideObservation{Source: k, At: t0.Add(time.Minute), Demand: []broker.Demand{demand(k, "d", 1)},
-		Closed: map[string]string{"a": "deleted", "d": "scheduled"}, Departed: departed})
+		Closed: map[string]broker.CloseReason{"a": broker.CloseDeleted, "d": broker.CloseScheduled}, Departed: departed})
 	for key, want := range map[string]string{"a": "deleted", "b": "scheduled", "c": "vanished"} {
 		if r, ok := l.Closed(t, id(k, key)); !ok || r != want {
 			t.Errorf("%s closed: %q %v, want %q (Closed, then Departed, else vanished)", key, r, ok, want)
@@ -271,7 +271,7 @@ func departedReasons(t *testing.T, l Ledger) {
 		t.Errorf("Departed must be asked about every key that left and no other: asked %v", asked)
 	}
 	err := l.ApplyDemand(context.Background(), broker.SideObservation{Source: k, At: t0.Add(2 * time.Minute),
-		Departed: func(string) string { return "teleported" }})
+		Departed: func(string) broker.CloseReason { return "teleported" }})
 	if err == nil {
 		t.Fatal("an unknown reason from Departed must be refused")
 	}
@@ -308,7 +308,7 @@ func unknownReason(t *testing.T, l Ledger) {
 	k := broker.SourceK8s
 	apply(t, l, broker.SideObservation{Source: k, At: t0, Demand: []broker.Demand{demand(k, "a", 1), demand(k, "b", 1)}})
 	err := l.ApplyDemand(context.Background(), broker.SideObservation{Source: k, At: t0.Add(time.Minute),
-		Demand: []broker.Demand{demand(k, "b", 1)}, Closed: map[string]string{"a": "teleported"}})
+		Demand: []broker.Demand{demand(k, "b", 1)}, Closed: map[string]broker.CloseReason{"a": "teleported"}})
 	if err == nil {
 		t.Fatal("an unknown close reason must be refused")
 	}
