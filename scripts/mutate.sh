@@ -29,17 +29,17 @@ trap restore EXIT INT TERM
 
 # name~file~snippet~replacement[~go test arguments] (\n and \t are expanded in snippet and replacement)
 mutations=$(cat <<'EOF'
-validate: fresh plan must confirm destructive actions~broker/engine/executor.go~if confirmed[actionKey(a)] {~if true || confirmed[actionKey(a)] {
-validate: compares the victim list~broker/engine/executor.go~a.From, a.To, victims})~a.From, a.To})
-validate: compares transfer sides~broker/engine/executor.go~a.InstanceID, a.From, a.To, victims}~a.InstanceID, victims}
-validate: compares the instance id~broker/engine/executor.go~[]any{a.Kind, a.Pool, a.Node, a.InstanceID,~[]any{a.Kind, a.Pool, a.Node,
-validate: rejects preemption for NoPreempt demand~broker/engine/executor.go~if d.NoPreempt {~if false && d.NoPreempt {
+validate: fresh plan must confirm destructive actions~broker/engine/tickphases.go~if confirmed[actionKey(a)] {~if true || confirmed[actionKey(a)] {
+validate: compares the victim list~broker/engine/tickphases.go~a.From, a.To, victims})~a.From, a.To})
+validate: compares transfer sides~broker/engine/tickphases.go~a.InstanceID, a.From, a.To, victims}~a.InstanceID, victims}
+validate: compares the instance id~broker/engine/tickphases.go~[]any{a.Kind, a.Pool, a.Node, a.InstanceID,~[]any{a.Kind, a.Pool, a.Node,
+validate: rejects preemption for NoPreempt demand~broker/engine/tickphases.go~if d.NoPreempt {~if false && d.NoPreempt {
 plan: NoPreempt demand never preempts (preempt.go)~broker/preempt.go~pl.stale(d.d.Source) || d.d.NoPreempt {~pl.stale(d.d.Source) {
 plan: a down node absorbs no demand~broker/plan.go~return n.Down == "" && (n.Healthy~return (n.Healthy
 plan: a down node is not in flight and causes no backoff~broker/plan.go~case n.Down != "" && n.Phase != PhaseTerminating && n.Phase != PhaseGone:~case false:
 plan: a node down past the timeout is replaced~broker/lifecycle.go~\t\tcase n.Down != "":\n~\t\tcase false && n.Down != "":\n
 plan: an instance that never registers is removed~broker/lifecycle.go~for _, ni := range pl.overdue {~for _, ni := range pl.overdue[:0] {
-plan: a replacement keeps the pool size (no min restore behind it)~broker/plan.go~if op.Kind == ActScaleDown || data.SurgeTo > 0 {~if true {
+plan: a replacement keeps the pool size (no min restore behind it)~broker/steps.go~return d.SurgeTo > 0 && (o.Step == StepSurge || o.Step == StepTerminate)~return o.Step == StepSurge || o.Step == StepTerminate
 plan: capacity present but not scheduling~broker/plan.go~case pl.notScheduling(d):~case false && pl.notScheduling(d):
 fence: a planned release fences first and checks for work that landed~broker/engine/fence.go~if !d.Guarded || op.Kind~if true || !d.Guarded || op.Kind
 fence: a YARN fence starts only once the RM confirms the decommission~broker/engine/fence.go~\t\t\tif st.Unknown != "" {\n\t\t\t\t// IMPORTANT: a refresh~\t\t\tif false && st.Unknown != "" {\n\t\t\t\t// IMPORTANT: a refresh
@@ -58,22 +58,22 @@ runtime: claimed nodes are detected~broker/merge.go~if n.Owner != OwnerNone && s
 plan: idle reclaim never drains a busy YARN node~broker/scaledown.go~case w.side == SourceYARN && nc.work > 0:~case false:
 plan: unknown allocated GPUs are never idle~broker/scaledown.go~case n.GPUsAllocated > nc.knownGPUs:~case false:
 plan: consolidation loses at most max_work_lost~broker/scaledown.go~case nc.lost > pl.p.MaxWorkLost.D():~case false:
-executor: a scale-up waits for its instances to launch~broker/engine/executor.go~if have := ps.InService(); have < want {~if have := ps.InService(); have < want && want < 0 {
+executor: a scale-up waits for its instances to launch~broker/engine/steps_pool.go~if have := ps.InService(); have < want {~if have := ps.InService(); have < want && want < 0 {
 executor: every op has a deadline~broker/engine/executor.go~if !s.data.Expires.IsZero() && s.now.After(s.data.Expires) && op.Step != broker.StepGiveBack {~if false {
 executor: retries are bounded~broker/engine/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
-executor: an unknown release is never drained nor forced~broker/engine/executor.go~if st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained~if false && st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained
-executor: terminate only after every side drained~broker/engine/executor.go~if st.Drained {~if true {
-executor: a removal releases every side that holds the node~broker/engine/executor.go~s.data.Sides = r.sidesOf(op.Node, s.data.From)~s.data.Sides = nil
-executor: a replacement is bought first at pool min~broker/engine/executor.go~case withinCluster && (ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes):~case false && withinCluster:
-executor: a node without instance is given back~broker/engine/executor.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
-executor: a scale-up stays linked until gpu-ready~broker/engine/executor.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {
-executor: a hand-over waits until admitted~broker/engine/executor.go~if _, ok := r.actions[to].(AdmitChecker); ok {~if _, ok := r.actions[to].(AdmitChecker); ok && false {
-executor: a drain in progress does not hold back scale-ups~broker/engine/executor.go~if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
-executor: a scale-up counts the removals still to come~broker/engine/executor.go~target := op.Target + pending~target := op.Target + 0*pending
-journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/executor.go~if o.Kind != broker.ActScaleUp || o.Pool != next.Pool || o.Step != broker.StepAwaitReady ||~if true ||
+executor: an unknown release is never drained nor forced~broker/engine/steps_node.go~if st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained~if false && st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained
+executor: terminate only after every side drained~broker/engine/steps_node.go~if st.Drained {~if true {
+executor: a removal releases every side that holds the node~broker/engine/steps_node.go~s.data.Sides = r.sidesOf(op.Node, s.data.From)~s.data.Sides = nil
+executor: a replacement is bought first at pool min~broker/engine/steps_pool.go~case withinCluster && (ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes):~case false && withinCluster:
+executor: a node without instance is given back~broker/engine/steps_pool.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
+executor: a scale-up stays linked until gpu-ready~broker/engine/steps_pool.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {
+executor: a hand-over waits until admitted~broker/engine/steps_node.go~if _, ok := r.actions[to].(AdmitChecker); ok {~if _, ok := r.actions[to].(AdmitChecker); ok && false {
+executor: a drain in progress does not hold back scale-ups~broker/engine/steps_pool.go~if first != nil && found && ps.Pool.MaxNodes > 0 && target > ps.Pool.MaxNodes {~if first != nil {
+executor: a scale-up counts the removals still to come~broker/engine/steps_pool.go~target := op.Target + pending~target := op.Target + 0*pending
+journal: a scale-up supersedes one awaiting gpu-ready~broker/engine/tickphases.go~if o.Kind != broker.ActScaleUp || o.Pool != next.Pool || o.Step != broker.StepAwaitReady ||~if true ||
 plan: a replacement is planned only when it can proceed~broker/lifecycle.go~return wp.size+1 <= pool.MaxNodes || wp.size-1 >= pool.MinNodes~return pool != nil
 runtime: a group the cloud does not return is stale~broker/engine/runtime.go~stale = "group not found at the cloud provider"~stale = ""
-executor: a transfer that cannot drain gives the node back~broker/engine/executor.go~if givesBackOnTimeout(op, st, policy) { // drainlimits.go~if false {
+executor: a transfer that cannot drain gives the node back~broker/engine/steps_node.go~if givesBackOnTimeout(op, st, policy) { // drainlimits.go~if false {
 agents: a token reports only for its nodes~api/auth.go~if tok.MayReportFor(node, pool) {~if true {~-run TestAgentTokenReportsOnlyForItsNodes ./api/
 agents: a token bound to nothing reports for no node~store/tokens.go~return t.Pool != "" && t.Pool == pool~return t.Pool == pool~-run TestAgentTokenReportsOnlyForItsNodes ./api/
 agents: a certificate names its node exactly, no wildcard by default~api/auth.go~return anyNode && c.VerifyHostname(node) == nil~return c.VerifyHostname(node) == nil~-run TestClientCertificateAuthenticatesAnAgentForItsNode ./api/
@@ -104,7 +104,7 @@ fencing: the tick loop runs under the lease's context~internal/app/serve.go~term
 victim: instances are protected from scale in~cloud/scale.go~if err := p.protect(ctx, pool, g); err != nil {~if err := error(nil); err != nil {~-run TestCloudNeverPicksAVictim ./cloud/
 victim: a group the broker grows launches protected~cloud/scale.go~if !g.newProtected {~if false {~-run TestCloudNeverPicksAVictim ./cloud/
 victim: a lower target never goes below the launched instances~cloud/scale.go~target < g.desired && target < launched {~false {~-run TestCloudNeverPicksAVictim|TestHandBackLowersOnlyUnlaunchedCapacity ./cloud/
-victim: a scale-up never lowers a raised group~broker/engine/executor.go~if found && ps.Desired > target {~if false {~-run TestScaleUpNeverLowersARaisedGroup ./broker/engine/
+victim: a scale-up never lowers a raised group~broker/engine/steps_pool.go~if found && ps.Desired > target {~if false {~-run TestScaleUpNeverLowersARaisedGroup ./broker/engine/
 victim: awssim never scales in a protected instance~cloud/awssim/groups.go~(in.lifecycle == "Pending" || in.lifecycle == "InService") && !in.protected {~(in.lifecycle == "Pending" || in.lifecycle == "InService") {~-run TestSetInstanceProtectionShape|TestCloudNeverPicksAVictim ./cloud/awssim/ ./cloud/
 executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn true~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn false
 executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn true~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn op.Kind == ""
@@ -122,7 +122,7 @@ drain limits: a Job not observed is Fatal~k8s/disruption.go~w.Fatal = fmt.Sprint
 drain limits: a pod on a local PersistentVolume is Fatal~k8s/disruption.go~if pv.Spec.Local != nil || pv.Spec.HostPath != nil {~if false {~-run TestFatalEviction|TestObserverReadsWhatAnEvictionCosts ./k8s/
 drain limits: the drain stops at a pod the plan did not see~k8s/drain.go~if unplanned := unplannedPods(left, opts.Planned); len(unplanned) > 0 {~if unplanned := unplannedPods(left, opts.Planned); false && len(unplanned) > 0 {~-run TestReleaseComparesLivePodsWithPlan ./k8s/
 drain limits: a planned release compares with the plan~broker/engine/drainlimits.go~if pr, ok := act.(PlannedReleaser); ok && data.Guarded~if pr, ok := act.(PlannedReleaser); false && ok && data.Guarded~-run TestRuntimeDrainGivesBackOnWorkThePlanDidNotSee|TestRuntimeDrainGoesOnWithThePlannedCPUWork ./broker/engine/
-drain limits: unplanned work gives the node back~broker/engine/executor.go~if len(st.Unplanned) > 0 {~if false {~-run TestRuntimeDrainGivesBackOnWorkThePlanDidNotSee ./broker/engine/
+drain limits: unplanned work gives the node back~broker/engine/steps_node.go~if len(st.Unplanned) > 0 {~if false {~-run TestRuntimeDrainGivesBackOnWorkThePlanDidNotSee ./broker/engine/
 drain limits: the plan's work includes CPU pods~broker/engine/fence.go~if !w.System && !slices.Contains(ids, workID(w)) {~if w.GPUs > 0 && !w.System && !slices.Contains(ids, workID(w)) {~-run TestRuntimeDrainGoesOnWithThePlannedCPUWork ./broker/engine/
 drain limits: the fence trusts only an observation showing the cordon~broker/engine/drainlimits.go~return side != broker.SourceK8s || n.Owner != broker.OwnerK8s~return true~-run TestRuntimeFenceWaitsForAnObservationShowingTheCordon ./broker/engine/
 drain limits: a PDB-blocked scale-down gives its node back~broker/engine/drainlimits.go~return !policy.ForceAfterDrainTimeout && strings.HasPrefix(st.BlockedBy, "PodDisruptionBudget")~return false~-run TestRuntimePDBBlockedScaleDownGivesNodeBack|TestPDBBlockedScaleDownGivesNodeBack ./broker/engine/ ./test/e2e/
@@ -130,12 +130,12 @@ yarncordon: a cordon's prior is journaled before it is applied~broker/engine/cor
 yarncordon: undoing a cordon restores the journaled labels~broker/engine/cordon.go~if err := c.Uncordon(ctx, s.op.Node, rec.Prior); err != nil {~if err := c.Uncordon(ctx, s.op.Node, nil); err != nil {~./broker/engine/
 yarncordon: a missing cordon is re-applied after each observation~broker/engine/runtime.go~r.ensureCordons(ctx)~_ = ctx~./broker/engine/
 yarncordon: without a cordon, drain by attrition is off~broker/engine/cordon.go~p.YARNDrainByAttrition = false~p.YARNDrainByAttrition = true~./broker/engine/
-yarncordon: a YARN preemption cordons before signalling victims~broker/engine/executor.go~if next, progressed, done := r.cordonNode(ctx, s, broker.SourceYARN, act); !done {\n\t\treturn next, progressed, false\n\t}~_ = act~./broker/engine/
+yarncordon: a YARN preemption cordons before signalling victims~broker/engine/steps_node.go~if next, progressed, done := r.cordonNode(ctx, s, broker.SourceYARN, act); !done {\n\t\treturn next, progressed, false\n\t}~_ = act~./broker/engine/
 yarncordon: the fence is the cordon, not the exclude file~broker/engine/fence.go~if labelled && r.cordonUnavailable(ctx, side) == "" {~if labelled && false {~./broker/engine/
 yarncordon: the fence counts every YARN container~broker/engine/fence.go~return w.GPUs > 0 || side == broker.SourceYARN~return w.GPUs > 0~./broker/engine/
-yarncordon: the cordon comes off once the node is released~broker/engine/executor.go~if err := r.uncordonNode(ctx, s, side); err != nil {\n\t\t\t\treturn s.retry(err)\n\t\t\t}\n\t\t\tr.log.Info(~if false {\n\t\t\t\treturn s.retry(nil)\n\t\t\t}\n\t\t\tr.log.Info(~./broker/engine/
-yarncordon: give-back restores the labels~broker/engine/executor.go~if err := r.uncordonNode(ctx, s, from); err != nil {~if err := r.uncordonNode(ctx, s, broker.Source("none")); err != nil {~./broker/engine/
-yarncordon: work lost on a released node is recorded~broker/engine/executor.go~if len(st.Lost) > 0 && s.data.Lost == nil {~if false {~./broker/engine/
+yarncordon: the cordon comes off once the node is released~broker/engine/steps_node.go~if err := r.uncordonNode(ctx, s, side); err != nil {\n\t\t\t\treturn s.retry(err)\n\t\t\t}\n\t\t\tr.log.Info(~if false {\n\t\t\t\treturn s.retry(nil)\n\t\t\t}\n\t\t\tr.log.Info(~./broker/engine/
+yarncordon: give-back restores the labels~broker/engine/steps_node.go~if err := r.uncordonNode(ctx, s, from); err != nil {~if err := r.uncordonNode(ctx, s, broker.Source("none")); err != nil {~./broker/engine/
+yarncordon: work lost on a released node is recorded~broker/engine/steps_node.go~if len(st.Lost) > 0 && s.data.Lost == nil {~if false {~./broker/engine/
 yarncordon: a busy host never enters the exclude file~yarn/decommission.go~if len(running) > 0 {\n\t\trs := broker.ReleaseStatus{Remaining: running}~if len(running) > 0 && false {\n\t\trs := broker.ReleaseStatus{Remaining: running}~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
 yarncordon: a DECOMMISSIONED placeholder is never a release~yarn/decommission.go~case placeholder(n):~case false:~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
 yarncordon: the exclude file only after the cordon held the empty host~yarn/decommission.go~if d.cordonAvailable(ctx) && held < hold {~if false {~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
@@ -157,7 +157,7 @@ yarnwork: a victim that cannot be signalled does not take its app along~yarn/pre
 yarnwork: an AM is killed only with all of its application on the node~yarn/preempt.go~if len(elsewhere) > 0 {~if false {~-run TestEvict ./yarn/
 yarnwork: a victim gets its tenant's grace~yarn/preempt.go~if w.EvictGrace > 0 {\n\t\tgrace = w.EvictGrace~if false {\n\t\tgrace = w.EvictGrace~-run TestEvict ./yarn/
 yarnwork: a tenant's evict grace is bounded~broker/tenant.go~case t.EvictGrace < 0 || t.EvictGrace.D() > MaxEvictGrace:~case false:~-run TestTenantEvictGraceBounds ./broker/
-yarnwork: the op records what a preemption stopped~broker/engine/executor.go~\t\t\ts.data.Stopped = append(s.data.Stopped, howStopped(act, w))\n\t\tcase errors.Is(err, broker.ErrInProgress):~\t\tcase errors.Is(err, broker.ErrInProgress):~-run TestRuntimePreempts ./broker/engine/
+yarnwork: the op records what a preemption stopped~broker/engine/steps_node.go~\t\t\ts.data.Stopped = append(s.data.Stopped, howStopped(act, w))\n\t\tcase errors.Is(err, broker.ErrInProgress):~\t\tcase errors.Is(err, broker.ErrInProgress):~-run TestRuntimePreempts ./broker/engine/
 yarnrm: an exclusive label's node takes no default-partition ask~yarn/yarnsim/labels.go~return lbl == "" && !s.exclusive(nl)~return lbl == ""~./yarn/yarnsim ./yarn/rmadmin -run TestLabelExclusivity|TestNodeLabelCordon|TestFailoverSemantics
 yarnrm: a new active RM shuts down an excluded host's NodeManager~yarn/yarnsim/restart.go~				shutdown = append(shutdown, h)~				_ = h~./yarn/yarnsim -run TestFailoverSemantics
 yarnrm: a new active RM lists an excluded host as the placeholder host:-1~yarn/yarnsim/restart.go~			n.placeholder, n.unlisted = true, false~			n.unlisted = false~./yarn/yarnsim -run TestFailoverSemantics
@@ -199,7 +199,7 @@ roles: an over-long parameter is refused~api/input.go~case len(v) > max:~case fa
 yarnfail: a real RM's placeholder is never a release~yarn/decommission.go~case placeholder(n):~case false:~./test/hadoop -run TestFailover/yarnsim
 yarnfail: a tenant's evict grace is answered as stored~api/tenants.go~return broker.Duration(d.D().Truncate(time.Millisecond))~return d~./test/conformance
 yarnfail: a busy host is held by the cordon, never the exclude file~yarn/decommission.go~\tif len(running) > 0 {\n\t\trs := broker.ReleaseStatus{Remaining: running}~\tif false {\n\t\trs := broker.ReleaseStatus{Remaining: running}~./test/hadoop -run TestBrokerCordonSurvivesFailover/yarnsim
-chaosfail: a replace's surge stays within the cluster GPU max~broker/engine/executor.go~case withinCluster && (ps.Pool.MaxNodes <= 0~case (withinCluster || true) && (ps.Pool.MaxNodes <= 0~-run TestRuntimeReplace ./broker/engine/
+chaosfail: a replace's surge stays within the cluster GPU max~broker/engine/steps_pool.go~case withinCluster && (ps.Pool.MaxNodes <= 0~case (withinCluster || true) && (ps.Pool.MaxNodes <= 0~-run TestRuntimeReplace ./broker/engine/
 chaosfail: the placeholder of a host excluded empty is a release~yarn/decommission.go~if ok, why := d.placeholderReleased(host, now); ok {~if ok, why := d.placeholderReleased(host, now); ok && false {~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 chaosfail: only a host the broker excluded empty is released by its placeholder~yarn/decommission.go~mine := d.emptyExcluded[host]~mine := true~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
 chaosfail: a new leader trusts only the short timeout~yarn/decommission.go~h.Timeout > 0 && h.Timeout == d.cfg.ShortTimeout~h.Timeout != 0~-run TestPlaceholderOfAnEmptyExcludedHostIsReleased ./yarn/
