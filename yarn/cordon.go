@@ -29,16 +29,29 @@ import (
 const DefaultCordonLabel = "gpubroker-cordon"
 
 // DefaultCordonHold is how long the cordon must have held on an empty host
-// before the host may enter the exclude file: the RM's
-// yarn.resourcemanager.rm.container-allocation.expiry-interval-ms default
-// (10 minutes) plus a heartbeat's margin. A container the scheduler
-// allocated on the host before the cordon either launches within that
-// interval (the NodeManager then reports it, and the host is not empty) or
-// the RM expires the allocation; after the cordon nothing new is
-// allocated there. So once the cordon has held this long and the host
-// reports no container, none can appear on it, and a decommission cannot
-// catch one.
-const DefaultCordonHold = 10*time.Minute + 30*time.Second
+// before the host may enter the exclude file.
+//
+// The RM counts every container its scheduler allocated on a node in the
+// node's numContainers (and used resources) from the allocation on,
+// launched or not: measured on Hadoop 3.3.6 and 3.5.0 (test/hadoop
+// TestContract: an unmanaged AM's containers, allocated and never
+// launched, count on their nodes; with its NodeManager holding none). So a
+// host the RM reports empty holds no allocation either, and Release checks
+// exactly that before the exclude file. The hold only has to outlast an
+// allocation the scheduler was making when the cordon's label reached it
+// (a node-label update is an event the scheduler applies between
+// allocations, async scheduling commits proposals within milliseconds):
+// 30 seconds is many scheduler heartbeats. (Until 2026-12 it was 10m30s,
+// the allocation expiry interval, on the assumption that an allocated but
+// unlaunched container would not show on the node.)
+const DefaultCordonHold = 30 * time.Second
+
+// uncordonedEmptyHold is how long a DECOMMISSIONING host without the
+// cordon must have been empty before its short timeout: without a cordon
+// an older scheduler (Hadoop 3.3) may still place a container there at any
+// heartbeat, so this is a margin, not a guarantee — the RM's container
+// allocation expiry interval (10 minutes) and a heartbeat.
+const uncordonedEmptyHold = 10*time.Minute + 30*time.Second
 
 // Labeler is the part of the RM admin protocol the cordon uses;
 // RMAdminLabeler implements it on *rmadmin.Client.
@@ -61,8 +74,7 @@ type CordonConfig struct {
 	// queue may have it as its default node-label expression.
 	Label string
 	// Hold is how long the cordon must have held on an empty host before
-	// a decommission (default DefaultCordonHold). Set it to at least the
-	// RM's container-allocation expiry interval.
+	// a decommission (default DefaultCordonHold).
 	Hold time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time

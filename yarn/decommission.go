@@ -311,8 +311,9 @@ func schedulable(s string) bool { return s == "RUNNING" || s == "UNHEALTHY" || s
 //     would not (a new active RM shuts its NodeManager down).
 //   - An empty host enters the exclude file with an infinite timeout (-1)
 //     only once the cordon has held for its Hold (see DefaultCordonHold:
-//     no allocated-but-not-launched container can be there then); without
-//     a cordon, at once.
+//     the RM counts allocated-but-not-launched containers on the node, so
+//     the hold only outlasts an allocation in flight when the label
+//     landed); without a cordon, at once.
 //   - A DECOMMISSIONING host that is empty gets the ShortTimeout (the RM
 //     otherwise waits for every application that ran there to end) once it
 //     has been cordoned or DECOMMISSIONING for the Hold.
@@ -497,12 +498,12 @@ func (d *Decommissioner) placeholderReleased(host string, now time.Time) (bool, 
 
 // cordonHeld reports how long the cordon has held host (listed: the RM
 // lists the label on it), and the hold Release needs before a
-// decommission: the cordon's, or without one DefaultCordonHold, which a
+// decommission: the cordon's, or without one uncordonedEmptyHold, which a
 // DECOMMISSIONING host must then have been empty for before its short
 // timeout (an older scheduler may still place containers on it).
 func (d *Decommissioner) cordonHeld(ctx context.Context, host string) (held time.Duration, listed bool, hold time.Duration) {
 	if !d.cordonAvailable(ctx) {
-		return 0, false, DefaultCordonHold
+		return 0, false, uncordonedEmptyHold
 	}
 	held, listed = d.cfg.Cordon.HeldFor(host)
 	return held, listed, d.cfg.Cordon.Hold()

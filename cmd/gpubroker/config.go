@@ -99,7 +99,8 @@ type yarnConfig struct {
 // yarnCordonConfig names the cordon label (default gpubroker-cordon; no
 // queue may have it as its default node-label expression) and how long
 // it must hold an empty host before the host is decommissioned (default
-// 10m30s: at least the RM's container-allocation expiry interval).
+// 30s: the RM counts allocated-but-not-launched containers on their node,
+// so the hold only outlasts an allocation in flight; yarn.DefaultCordonHold).
 type yarnCordonConfig struct {
 	Label string          `yaml:"label"`
 	Hold  broker.Duration `yaml:"hold"`
@@ -459,7 +460,7 @@ func (fc fileConfig) validate() (*config, error) {
 		return nil, broker.Invalid("yarn.evict_grace", "must not be negative, got %s", fc.YARN.EvictGrace)
 	}
 	if fc.YARN.Cordon.Hold < 0 {
-		return nil, broker.Invalid("yarn.cordon.hold", "must not be negative (default 10m30s, at least the RM's container-allocation expiry interval), got %s", fc.YARN.Cordon.Hold)
+		return nil, broker.Invalid("yarn.cordon.hold", "must not be negative (default 30s), got %s", fc.YARN.Cordon.Hold)
 	}
 	if l := fc.YARN.Cordon.Label; l != "" {
 		if err := yarn.CheckLabelName(l); err != nil {

@@ -218,6 +218,10 @@ func runContract(t *testing.T, tg target) {
 	if len(a.Requests) != 1 || a.Requests[0].GPUsPerContainer != 4 || a.Requests[0].Priority != 1 {
 		t.Errorf("app A requests = %+v, want one ANY request of 4 GPUs at priority 1", a.Requests)
 	}
+	// IMPORTANT: app A's AM is unmanaged and never launches what it is
+	// given, yet each node counts its container (numContainers, used
+	// GPUs): the RM counts allocated-but-not-launched containers, which
+	// is what lets yarn.DefaultCordonHold be short.
 	for _, n := range obs.Nodes {
 		if n.GPUsUsed != tg.gpus || n.GPUsAvailable != 0 || n.Containers != 1 {
 			t.Errorf("node %s = %+v, want all %d GPUs used by one container", n.Host, n, tg.gpus)
