@@ -52,7 +52,7 @@ plan: a side without actions turns transfer off~broker/plan.go~if len(s.NoAction
 plan: a pending scale-down is cancelled for new demand~broker/placement.go~if !ok && st == stageAll && !noCancel {~if false && !noCancel {
 plan: nothing destructive on a stale side (YARN)~broker/plan.go~staleYARN: s.IsStale(SourceYARN),~staleYARN: false,
 plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s:  s.IsStale(SourceK8s),~staleK8s:  false,
-runtime: one failing pool describe does not stop the tick~broker/engine/runtime.go~r.log.Warn("observe pools", "err", poolErr)~return nil, broker.Policy{}, poolErr
+runtime: one failing pool describe does not stop the tick~broker/engine/observe.go~r.log.Warn("observe pools", "err", o.poolErr)~return nil, o.poolErr
 runtime: a stale pool keeps its last-known GPUs~broker/engine/runtime.go~ps.Desired, ps.Instances = prev.Desired, prev.Instances~_ = prev
 runtime: claimed nodes are detected~broker/merge.go~if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {~if false {
 plan: idle reclaim never drains a busy YARN node~broker/scaledown.go~case w.side == SourceYARN && nc.work > 0:~case false:
@@ -219,7 +219,7 @@ steps: a move outside its kind's table gives the op up~broker/engine/executor.go
 steps: an op ends done only where its table allows~broker/engine/executor.go~if err := broker.CanMove(s.op.Kind, s.op.Step, broker.StepDone); err != nil {~if err := error(nil); err != nil {~-run TestMoveOutsideTheTableGivesUp ./broker/engine/
 steps: giving up from a step that holds a node gives it back~broker/engine/executor.go~\tif broker.HoldsNode(s.op.Kind, s.op.Step) {\n\t\tif _, ok~\tif false {\n\t\tif _, ok~./broker/engine/
 steps: the table marks the steps that hold a node~broker/steps.go~return ok && s.HoldsNode~return ok && s.HoldsNode && false~./broker/ ./broker/engine/
-policy: the tick applies the policy's defaults where it enters~broker/engine/runtime.go~policy = r.cordonPolicy(ctx, policy.WithDefaults())~policy = r.cordonPolicy(ctx, policy)~-run TestPolicyDefaultsAppliedAtTheEdge ./broker/engine/
+policy: the tick applies the policy's defaults where it enters~broker/engine/observe.go~o.policy = r.cordonPolicy(ctx, policy.WithDefaults())~o.policy = r.cordonPolicy(ctx, policy)~-run TestPolicyDefaultsAppliedAtTheEdge ./broker/engine/
 EOF
 )
 

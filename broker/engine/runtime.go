@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -268,10 +267,23 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 	r.mu.Unlock()
 	start := time.Now()
 
-	snap, policy, err := r.observeTimed(ctx, true, &rep.Phases)
+	// Observe, then keep: what the sides showed and the merged nodes are
+	// written (and remembered) before anything is planned.
+	o, err := r.gather(ctx, &rep.Phases)
 	if err != nil {
 		return rep, err
 	}
+	if err := r.keepSides(ctx, o, &rep.Phases); err != nil {
+		return rep, err
+	}
+	snap, a, err := r.assemble(ctx, o, &rep.Phases)
+	if err != nil {
+		return rep, err
+	}
+	if err := r.keepSnapshot(ctx, o, a, &rep.Phases); err != nil {
+		return rep, err
+	}
+	policy := o.policy
 	rep.Snapshot = snap
 	// IMPORTANT: a cordon an op holds that the observation shows missing
 	// is put back before this tick plans or acts on the node.
@@ -324,244 +336,11 @@ func (r *Runtime) rememberWork(obs broker.SideObservation) {
 
 // DryRun observes once and plans without persisting or acting.
 func (r *Runtime) DryRun(ctx context.Context) (broker.Plan, error) {
-	snap, policy, err := r.observe(ctx, false)
+	snap, policy, err := r.observe(ctx)
 	if err != nil {
 		return broker.Plan{}, err
 	}
 	return broker.MakePlan(snap, policy), nil
-}
-
-// observe takes a snapshot (see observeTimed) without keeping its timings.
-func (r *Runtime) observe(ctx context.Context, persist bool) (*broker.Snapshot, broker.Policy, error) {
-	return r.observeTimed(ctx, persist, &TickPhases{})
-}
-
-// observeTimed takes a snapshot, timing its phases into ph. With persist,
-// fresh sides' demand and the merged nodes are written to the ledger.
-func (r *Runtime) observeTimed(ctx context.Context, persist bool, ph *TickPhases) (*broker.Snapshot, broker.Policy, error) {
-	l := r.cfg.Ledger
-	t0 := time.Now()
-	// started is read before any source is asked: what an observation
-	// shows happened no later than this (the executor's fence check).
-	started := r.cfg.Now()
-	policy, err := l.Policy(ctx)
-	if err != nil {
-		return nil, broker.Policy{}, fmt.Errorf("read policy: %w", err)
-	}
-	policy = r.cordonPolicy(ctx, policy.WithDefaults())
-	idx, err := l.TenantIndex(ctx)
-	if err != nil {
-		return nil, broker.Policy{}, fmt.Errorf("read tenants: %w", err)
-	}
-
-	// Every source in parallel, each with its own timeout.
-	type result struct {
-		obs broker.SideObservation
-		err error
-		d   time.Duration
-	}
-	results := make([]result, len(r.cfg.Observers))
-	var pools []broker.PoolState
-	var poolErr error
-	var wg sync.WaitGroup
-	for i, o := range r.cfg.Observers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
-			defer cancel()
-			t := time.Now()
-			obs, err := o.Observe(octx, idx)
-			if err == nil && obs.Source != o.Source() {
-				err = fmt.Errorf("observer for %s returned an observation of %q", o.Source(), obs.Source)
-			}
-			results[i] = result{obs, err, time.Since(t)}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		octx, cancel := context.WithTimeout(ctx, r.cfg.ObserveTimeout)
-		defer cancel()
-		t := time.Now()
-		pools, poolErr = r.cfg.Pools.Pools(octx)
-		ph.Cloud = time.Since(t)
-	}()
-	wg.Wait()
-	ph.ObserveAll, ph.Observe = time.Since(t0), map[broker.Source]time.Duration{}
-	for i, o := range r.cfg.Observers {
-		ph.Observe[o.Source()] = results[i].d
-	}
-	if ctx.Err() != nil {
-		return nil, broker.Policy{}, ctx.Err()
-	}
-	now := r.cfg.Now()
-	if poolErr != nil {
-		// IMPORTANT: one failing describe does not stop the tick: every
-		// pool is stale (nothing destructive, no growth) with its last
-		// known state, and the sides are still observed and served.
-		r.log.Warn("observe pools", "err", poolErr)
-		pools = nil
-	}
-	sides := map[broker.Source]broker.SideObservation{}
-	stale := map[broker.Source]string{}
-	for _, src := range broker.Sources {
-		stale[src] = "no observer configured"
-	}
-	r.mu.Lock()
-	for i, o := range r.cfg.Observers {
-		src := o.Source()
-		if res := results[i]; res.err != nil {
-			stale[src] = res.err.Error()
-			r.log.Warn("source stale", "source", src, "err", res.err)
-			if prev, ok := r.lastGood[src]; ok {
-				sides[src] = prev
-			}
-			continue
-		}
-		delete(stale, src)
-		if results[i].obs.At.IsZero() {
-			results[i].obs.At = now
-		}
-		sides[src] = results[i].obs
-		if persist {
-			r.lastGood[src] = results[i].obs
-			r.observedFrom[src] = started
-			r.rememberWork(results[i].obs)
-		}
-	}
-	if persist {
-		r.stale = stale
-	}
-	r.mu.Unlock()
-
-	t1 := time.Now()
-	if persist {
-		for _, src := range broker.Sources {
-			obs, ok := sides[src]
-			if !ok || stale[src] != "" {
-				continue
-			}
-			if err := l.ApplyDemand(ctx, obs); err != nil {
-				return nil, broker.Policy{}, fmt.Errorf("persist %s demand: %w", src, err)
-			}
-		}
-	}
-
-	// IMPORTANT: first-seen times are the ledger's (kept from the first
-	// observation that held the demand, dropped when it left), read after
-	// this tick's observations were applied; demand a dry run sees before
-	// the ledger does was first seen now.
-	firstSeen, err := l.DemandFirstSeen(ctx)
-	if err != nil {
-		return nil, broker.Policy{}, fmt.Errorf("read first-seen times: %w", err)
-	}
-
-	ph.Persist = time.Since(t1)
-	t1 = time.Now()
-	settings, err := l.PoolSettings(ctx)
-	if err != nil {
-		return nil, broker.Policy{}, fmt.Errorf("read pools: %w", err)
-	}
-	r.mu.Lock()
-	pools = mergePools(settings, pools, now, r.lastPools, poolErr)
-	if persist {
-		r.stalePools = map[string]string{}
-		for _, p := range pools {
-			if p.Stale != "" {
-				r.stalePools[p.Pool.Name] = p.Stale
-			} else {
-				r.lastPools[p.Pool.Name] = p
-			}
-		}
-	}
-	r.mu.Unlock()
-	storedNodes, err := l.StoredNodes(ctx)
-	if err != nil {
-		return nil, broker.Policy{}, fmt.Errorf("read nodes: %w", err)
-	}
-	stored := make(map[string]broker.Node, len(storedNodes))
-	for _, n := range storedNodes {
-		stored[n.Name] = n
-	}
-	reports, err := l.LatestReports(ctx)
-	if err != nil {
-		return nil, broker.Policy{}, fmt.Errorf("read agent reports: %w", err)
-	}
-	ops, err := l.OpenOps(ctx)
-	if err != nil {
-		return nil, broker.Policy{}, fmt.Errorf("read journal: %w", err)
-	}
-	nodes, conflicts := broker.MergeNodesClaims(broker.MergeInput{Now: now, Policy: policy, Sides: sides, Pools: pools,
-		Stored: stored, Reports: reports, Ops: ops, ReportMaxAge: r.cfg.ReportMaxAge, XIDs: r.cfg.XIDs})
-	if r.cfg.Checkpoints != nil {
-		// A slow or unreachable store must not hold the tick: lookups past
-		// the budget leave the age unknown (the worst case).
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		for i := range nodes {
-			for j := range nodes[i].Work {
-				w := &nodes[i].Work[j]
-				if w.CheckpointDir == "" {
-					continue
-				}
-				if age, ok := r.cfg.Checkpoints.WorkAtRisk(cctx, w.CheckpointDir); ok {
-					w.CheckpointAge = age
-				}
-			}
-		}
-	}
-	ph.Merge, t1 = time.Since(t1), time.Now()
-	if persist {
-		if err := l.SaveNodes(ctx, nodes, now); err != nil {
-			return nil, broker.Policy{}, fmt.Errorf("persist nodes: %w", err)
-		}
-	}
-	ph.Persist += time.Since(t1)
-
-	snap := &broker.Snapshot{Now: now, Tenants: idx.Tenants, Pools: pools, Nodes: nodes, InFlight: ops,
-		NoActions: r.noActions()}
-	_, snap.TerminateKeepsDesired = r.cfg.Pools.(KeepDesiredTerminator)
-	if len(stale) > 0 {
-		snap.Stale = stale
-	}
-	r.mu.Lock()
-	if persist {
-		r.lastNodes, r.conflicts = nodes, conflicts
-	}
-	for id, t := range r.capSince {
-		if snap.CapacityPresentSince == nil {
-			snap.CapacityPresentSince = map[string]time.Time{}
-		}
-		snap.CapacityPresentSince[id] = t
-	}
-	// Sized once: 50,000 demands grown by append cost twice their size.
-	demands := 0
-	for _, obs := range sides {
-		demands += len(obs.Demand)
-	}
-	if demands > 0 {
-		snap.Demand = make([]broker.Demand, 0, demands)
-	}
-	for _, src := range broker.Sources {
-		obs, ok := sides[src]
-		if !ok {
-			continue
-		}
-		for _, d := range obs.Demand {
-			fs, ok := firstSeen[d.ID()]
-			if !ok {
-				fs = now
-			}
-			d.FirstSeen, d.LastSeen = fs, obs.At
-			snap.Demand = append(snap.Demand, d)
-		}
-	}
-	if persist {
-		r.pruneDemandMemory(sides, stale)
-	}
-	r.mu.Unlock()
-	return snap, policy, nil
 }
 
 // pruneDemandMemory forgets what the runtime remembers of demand (the

@@ -32,7 +32,7 @@ func (r *Runtime) validate(ctx context.Context, plan broker.Plan) (accepted, rej
 	if !destructive {
 		return plan.Actions, nil, nil
 	}
-	fresh, policy, err := r.observe(ctx, false)
+	fresh, policy, err := r.observe(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("validate: %w", err)
 	}
