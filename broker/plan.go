@@ -225,7 +225,17 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		pl.xferOff = "ownership transfer is off because a side has no actions configured (" + strings.Join(why, "; ") + ")"
 	}
 
-	// Pools, sorted and de-duplicated by name.
+	pl.addPools(s)
+	ops, busy, opsOn := pl.inFlight(s)
+	ready := pl.addNodes(s, busy)
+	pl.pendingRemovals(ops, opsOn)
+	pl.poolTotals(ready)
+	pl.addDemand(s, ops)
+	return pl
+}
+
+// addPools adds the snapshot's pools, sorted and de-duplicated by name.
+func (pl *planner) addPools(s *Snapshot) {
 	pidx := make([]int, len(s.Pools))
 	for i := range pidx {
 		pidx[i] = i
@@ -241,17 +251,21 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		pl.poolIdx[st.Pool.Name] = len(pl.pools)
 		pl.pools = append(pl.pools, wpool{st: st, size: st.Desired, stale: st.Stale})
 	}
+}
 
-	// In-flight ops, in ID order.
-	ops := make([]*Op, 0, len(s.InFlight))
+// inFlight returns the open ops in ID order, the nodes they act on (and
+// how many act on each), and raises each pool's size to the target of a
+// scale-up still setting it.
+func (pl *planner) inFlight(s *Snapshot) (ops []*Op, busy map[string]bool, opsOn map[string]int) {
+	ops = make([]*Op, 0, len(s.InFlight))
 	for i := range s.InFlight {
 		if !s.InFlight[i].State.Terminal() {
 			ops = append(ops, &s.InFlight[i])
 		}
 	}
 	slices.SortStableFunc(ops, compareOps)
-	busy := make(map[string]bool)
-	opsOn := make(map[string]int)
+	busy = make(map[string]bool)
+	opsOn = make(map[string]int)
 	for _, op := range ops {
 		if op.Node != "" {
 			busy[op.Node] = true
@@ -266,8 +280,13 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			}
 		}
 	}
+	return ops, busy, opsOn
+}
 
-	// Nodes, sorted and de-duplicated by name.
+// addNodes adds the snapshot's nodes, sorted and de-duplicated by name,
+// with what the plan needs of each; it returns, per pool, its nodes that
+// count as there (ready, down, or overdue: no capacity on its way).
+func (pl *planner) addNodes(s *Snapshot, busy map[string]bool) []int {
 	nidx := make([]int, len(s.Nodes))
 	for i := range nidx {
 		nidx[i] = i
@@ -331,6 +350,13 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		pl.nodes = append(pl.nodes, w)
 	}
 	pl.nver = make([]uint32, len(pl.nodes))
+	return ready
+}
+
+// pendingRemovals counts each pool's removals in flight that will still
+// lower its desired capacity (PendingRemoval), and notes the scale-downs
+// that could still be cancelled for pending demand.
+func (pl *planner) pendingRemovals(ops []*Op, opsOn map[string]int) {
 	for _, op := range ops {
 		if op.Kind != ActScaleDown && op.Kind != ActReplace || AttritionOp(op) {
 			continue // an attrition op is no pending removal for the executor (attrition.go)
@@ -356,8 +382,11 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 			}
 		}
 	}
+}
 
-	// Pool capacity on its way, backoff, cluster totals.
+// poolTotals works out each pool's capacity on its way (slots), its
+// backoff, and the cluster's and each model's GPUs.
+func (pl *planner) poolTotals(ready []int) {
 	for i := range pl.pools {
 		wp := &pl.pools[i]
 		pool := &wp.st.Pool
@@ -397,8 +426,11 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 	}
 	pl.clusterStartGPUs = pl.clusterGPUs
 	pl.modelStartGPUs = maps.Clone(pl.modelGPUs)
+}
 
-	// Demand, de-duplicated by ID, classified and sorted.
+// addDemand adds the snapshot's demand, de-duplicated by ID, linked to the
+// ops that serve it, classified and sorted.
+func (pl *planner) addDemand(s *Snapshot, ops []*Op) {
 	// Sorted by ID first: duplicates meet, and waits come out in ID order.
 	ws := make([]wdemand, len(s.Demand))
 	all := make([]*wdemand, len(s.Demand))
@@ -447,7 +479,6 @@ func newPlanner(s *Snapshot, p Policy) *planner {
 		d.cls = c
 	}
 	sortDemand(pl.demand)
-	return pl
 }
 
 // stale reports whether side src must not be acted on destructively.
