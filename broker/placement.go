@@ -170,6 +170,49 @@ func describeConstraints(c *Constraints) string {
 	return strings.Join(parts, ", ")
 }
 
+// rung is one way to give a unit of demand its GPUs. placeDemand tries the
+// rungs of ladder in order for each unit; the order is the arbitration
+// rules' (docs/design.md), and the README's list is generated from it
+// (PlacementLadder).
+type rung struct {
+	name, doc string
+	// from is the first placement stage the rung is tried in.
+	from stage
+	// only, when set, limits the rung to the demand it holds for.
+	only func(d *wdemand) bool
+	take func(pl *planner, d *wdemand, g int) bool
+	// count tallies the unit where it was placed.
+	count func(d *wdemand)
+}
+
+func countFree(d *wdemand)     { d.free++ }
+func countInFlight(d *wdemand) { d.inflight++ }
+func countActed(d *wdemand)    { d.acted++ }
+
+var ladder = [...]rung{
+	{name: "free", doc: "free GPUs of a schedulable node of its own side", from: stageFree, take: (*planner).takeFree, count: countFree},
+	{name: "ordered", doc: "capacity an open scale-up ordered for it", from: stageOrdered, take: (*planner).takeOrdered, count: countInFlight},
+	{name: "cancel", doc: "a node its side is draining for a scale-down, the scale-down cancelled", from: stageAll, take: (*planner).takeCancel, count: countActed},
+	{name: "transfer", doc: "an idle node of the other side (or one neither side owns), handed over", from: stageAll, take: (*planner).takeTransfer, count: countActed},
+	{name: "preempt-tight", doc: "for work that may not itself be preempted (LS, Guaranteed): lower-priority preemptible work stopped that frees just its GPUs and loses at most max_work_lost, before waiting for a node to boot (a grace is seconds, a boot minutes)",
+		from: stageAll, only: func(d *wdemand) bool { return !d.d.Preemptible }, take: (*planner).preemptTight, count: countActed},
+	{name: "slot", doc: "capacity already on its way to a matching pool", from: stageAll, take: (*planner).takeSlot, count: countInFlight},
+	{name: "new", doc: "a node this plan already adds to a matching pool", from: stageAll, take: (*planner).takeNew, count: countActed},
+}
+
+// PlacementLadder lists, in order, where the planner looks for a unit of
+// admitted demand: the ladder's rungs, then the two ways that may take
+// several units at once.
+func PlacementLadder() string {
+	var b strings.Builder
+	for i, r := range ladder {
+		fmt.Fprintf(&b, "%d. %s: %s\n", i+1, r.name, r.doc)
+	}
+	fmt.Fprintf(&b, "%d. buy: new nodes in the pool the expander chooses, within the pool's, the model's and the cluster's max\n", len(ladder)+1)
+	fmt.Fprintf(&b, "%d. preempt: strictly lower-priority preemptible work, cheapest victims first, on either side\n", len(ladder)+2)
+	return b.String()
+}
+
 // placeDemand places the admitted units of d that are not placed yet, using
 // the capacity stage allows. A gang that does not get all its units is
 // rolled back.
@@ -186,62 +229,21 @@ func (pl *planner) placeDemand(d *wdemand, st stage) {
 	pl.undo, pl.rec = pl.undo[:0], d.d.Gang
 	mark := 0
 	saved := *d
-	var noFree, noOrdered, noCancel, noXfer, noPre, noSlot, noNew bool
-	// Work that may not itself be preempted (latency-sensitive, LS or
-	// Guaranteed) preempts lower-priority preemptible work that frees just
-	// its GPUs and loses at most MaxWorkLost before it waits for a node to
-	// boot: a preemption grace is seconds, a boot minutes (preemptTight).
-	preemptFirst := !d.d.Preemptible
+	// Each rung that found nothing for one unit is not tried again for
+	// the next: nothing it looks at got better meanwhile.
+	var failed [len(ladder)]bool
 	for need > 0 {
 		ok := false
-		if !noFree {
-			if ok = pl.takeFree(d, g); ok {
-				d.free++
-			} else {
-				noFree = true
+		for i := range ladder {
+			r := &ladder[i]
+			if failed[i] || st < r.from || r.only != nil && !r.only(d) {
+				continue
 			}
-		}
-		if !ok && st >= stageOrdered && !noOrdered {
-			if ok = pl.takeOrdered(d, g); ok {
-				d.inflight++
-			} else {
-				noOrdered = true
+			if ok = r.take(pl, d, g); ok {
+				r.count(d)
+				break
 			}
-		}
-		if !ok && st == stageAll && !noCancel {
-			if ok = pl.takeCancel(d, g); ok {
-				d.acted++
-			} else {
-				noCancel = true
-			}
-		}
-		if !ok && st == stageAll && !noXfer {
-			if ok = pl.takeTransfer(d, g); ok {
-				d.acted++
-			} else {
-				noXfer = true
-			}
-		}
-		if !ok && st == stageAll && preemptFirst && !noPre {
-			if ok = pl.preemptTight(d, g); ok {
-				d.acted++
-			} else {
-				noPre = true
-			}
-		}
-		if !ok && st == stageAll && !noSlot {
-			if ok = pl.takeSlot(d, g); ok {
-				d.inflight++
-			} else {
-				noSlot = true
-			}
-		}
-		if !ok && st == stageAll && !noNew {
-			if ok = pl.takeNew(d, g); ok {
-				d.acted++
-			} else {
-				noNew = true
-			}
+			failed[i] = true
 		}
 		if !ok {
 			break

@@ -471,7 +471,10 @@ func checkMin(t fataler, v *view, p Policy, plan Plan) {
 	}
 	for _, a := range plan.Actions {
 		if a.Kind == ActScaleUp {
-			total += (a.Target - v.size(a.Pool)) * v.pools[a.Pool].Pool.GPUsPerNode
+			// A scale-up's target is net of the pool's pending removals
+			// (the executor adds them back), as checkMax reads it: the
+			// pool ends at the target.
+			total += (a.Target - (v.size(a.Pool) - v.pendingLeft(plan, a.Pool))) * v.pools[a.Pool].Pool.GPUsPerNode
 		}
 	}
 	if total < p.ClusterMinGPUs {
