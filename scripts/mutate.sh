@@ -49,7 +49,7 @@ plan: actions carry the instance id~broker/plan.go~a.InstanceID = pl.nodes[ni].n
 plan: a stale pool gets nothing destructive~broker/plan.go~if wp.stale != "" {\n\t\t\t\t// IMPORTANT: nothing destructive~if false {\n\t\t\t\t// IMPORTANT: nothing destructive
 plan: a stale pool does not grow~broker/plan.go~if wp.stale != "" {\n\t\t\twp.backoff~if false {\n\t\t\twp.backoff
 plan: a side without actions turns transfer off~broker/plan.go~if len(s.NoActions) > 0 && pl.p.OwnershipTransfer {~if false {
-plan: a pending scale-down is cancelled for new demand~broker/placement.go~if !ok && st == stageAll && !noCancel {~if false && !noCancel {
+plan: a pending scale-down is cancelled for new demand~broker/placement.go~{name: "cancel", doc: "a node its side is draining for a scale-down, the scale-down cancelled", from: stageAll,~{name: "cancel", doc: "a node its side is draining for a scale-down, the scale-down cancelled", from: stageAll + 1,
 plan: nothing destructive on a stale side (YARN)~broker/plan.go~staleYARN: s.IsStale(SourceYARN),~staleYARN: false,
 plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s:  s.IsStale(SourceK8s),~staleK8s:  false,
 runtime: one failing pool describe does not stop the tick~broker/engine/observe.go~r.log.Warn("observe pools", "err", o.poolErr)~return nil, o.poolErr
@@ -132,7 +132,7 @@ yarncordon: a missing cordon is re-applied after each observation~broker/engine/
 yarncordon: without a cordon, drain by attrition is off~broker/engine/cordon.go~p.YARNDrainByAttrition = false~p.YARNDrainByAttrition = true~./broker/engine/
 yarncordon: a YARN preemption cordons before signalling victims~broker/engine/steps_node.go~if next, progressed, done := r.cordonNode(ctx, s, broker.SourceYARN, act); !done {\n\t\treturn next, progressed, false\n\t}~_ = act~./broker/engine/
 yarncordon: the fence is the cordon, not the exclude file~broker/engine/fence.go~if labelled && r.cordonUnavailable(ctx, side) == "" {~if labelled && false {~./broker/engine/
-yarncordon: the fence counts every YARN container~broker/engine/fence.go~return w.GPUs > 0 || side == broker.SourceYARN~return w.GPUs > 0~./broker/engine/
+yarncordon: the fence counts every YARN container~broker/engine/fence.go~return w.GPUs > 0 || caps.CountsAllWork~return w.GPUs > 0 || caps.CountsAllWork && false~./broker/engine/
 yarncordon: the cordon comes off once the node is released~broker/engine/steps_node.go~if err := r.uncordonNode(ctx, s, side); err != nil {\n\t\t\t\treturn s.retry(err)\n\t\t\t}\n\t\t\tr.log.Info(~if false {\n\t\t\t\treturn s.retry(nil)\n\t\t\t}\n\t\t\tr.log.Info(~./broker/engine/
 yarncordon: give-back restores the labels~broker/engine/steps_node.go~if err := r.uncordonNode(ctx, s, from); err != nil {~if err := r.uncordonNode(ctx, s, broker.Source("none")); err != nil {~./broker/engine/
 yarncordon: work lost on a released node is recorded~broker/engine/steps_node.go~if len(st.Lost) > 0 && s.data.Lost == nil {~if false {~./broker/engine/
@@ -144,7 +144,7 @@ yarncordon: a cordon missing from the RM is re-applied~yarn/cordon.go~if !listed
 yarncordon: the probe names a cluster without node labels~yarn/cordon.go~if why, known := labelRefusal(err); known {\n\t\t\treturn false, true, why\n\t\t}\n\t\treturn false, false, fmt.Sprintf("add node label~if why, known := labelRefusal(err); known && false {\n\t\t\treturn false, true, why\n\t\t}\n\t\treturn false, false, fmt.Sprintf("add node label~./yarn/ -run TestCordon|TestRelease|TestDecommissionerSideActions|TestEvictUnderCordon
 yarnwork: a YARN node with any container is busy, GPU or not~broker/scaledown.go~case w.side == SourceYARN && nc.work > 0:~case w.side == SourceYARN && nc.gpuWork > 0:~-run TestConsolidation|TestPropIdleReclaim|TestPropConsolidation ./broker/
 yarnwork: an ApplicationMaster is priced on its whole application~broker/cost.go~gpus = max(gpus, w.AppGPUs)~gpus = max(gpus, 0)~-run TestCost ./broker/
-yarnwork: the fence counts landed work without GPUs~broker/engine/fence.go~return w.GPUs > 0 || side == broker.SourceYARN~return w.GPUs > 0~-run TestRuntime ./broker/engine/
+yarnwork: the fence counts landed work without GPUs~broker/engine/fence.go~return w.GPUs > 0 || caps.CountsAllWork~return w.GPUs > 0 || caps.CountsAllWork && false~-run TestRuntime ./broker/engine/
 yarnwork: a GPU node the RM counts more on than is listed carries unknown work~yarn/demand.go~if extra > 0 || gpuNode(&n) && (n.Containers > u.containers || n.UsedMemoryMB > u.mb || n.UsedVCores > u.vcores) {~if extra > 0 || gpuNode(&n) && u.containers < 0 {~-run TestBrokerNodes|TestEveryContainerCounts|TestNumContainersMismatch ./yarn/
 yarnwork: GPU nodes' other containers are read from their NodeManagers~yarn/containers.go~\t\t\tc.completeNodes(ctx, obs, now)\n\t\t\treturn nil~\t\t\treturn nil~-run TestEveryContainerCounts ./yarn/
 yarnwork: a NodeManager answer that left the node unexplained is read again~yarn/nodework.go~if explained(n, l) {~if true {~-run TestNumContainersMismatch ./yarn/

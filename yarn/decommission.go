@@ -645,6 +645,17 @@ func (d *Decommissioner) Admit(ctx context.Context, node string) error {
 	return nil
 }
 
+var _ engine.Capable = (*Decommissioner)(nil)
+
+// Capabilities tells the engine what YARN's release does that it must
+// know: any container that lands on a fenced host counts (a CPU container
+// or an ApplicationMaster dies with a decommission as surely as a GPU
+// container), and Release without a deadline holds a busy host under the
+// cordon, evicting nothing, until it is empty (drain by attrition).
+func (d *Decommissioner) Capabilities() engine.SideCaps {
+	return engine.SideCaps{CountsAllWork: true, ReleasesByAttrition: true}
+}
+
 // Forget takes a terminated host out of the exclude file and refreshes the
 // RM, so a later machine that reuses its name is not turned away, without
 // running the restart hook (Admit would try to start a NodeManager on a

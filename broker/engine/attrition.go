@@ -78,9 +78,9 @@ func (r *Runtime) releaseStep(ctx context.Context, act SideActions, side broker.
 	if !data.Attrition {
 		return release(ctx, act, node, data.Deadline, data) // drainlimits.go
 	}
-	if side == broker.SourceYARN {
-		// IMPORTANT: the zero deadline: an attrition has none, and the
-		// YARN release never gives a busy host a finite timeout.
+	if r.caps(side).ReleasesByAttrition {
+		// IMPORTANT: the zero deadline: an attrition has none, and such a
+		// release (YARN's) never gives a busy host a finite timeout.
 		return act.Release(ctx, node, time.Time{})
 	}
 	if err := act.Cordon(ctx, node); err != nil {

@@ -27,14 +27,14 @@ const fenceSettle = time.Second
 // move the node's work (and ops journaled before this guard existed carry
 // no plan to compare with); a manual cordon evicts nothing; a YARN drain
 // by attrition never kills (the cordon holds the node until it is empty).
-func guardsLanding(op broker.Op, d broker.OpData, side broker.Source) bool {
+func guardsLanding(op broker.Op, d broker.OpData, caps SideCaps) bool {
 	if !d.Guarded || op.Kind != broker.ActScaleDown && op.Kind != broker.ActTransfer {
 		return false
 	}
 	if d.CordonOnly || d.Cancel {
 		return false
 	}
-	return !(d.Attrition && side == broker.SourceYARN)
+	return !(d.Attrition && caps.ReleasesByAttrition)
 }
 
 // fenceAndCheck fences node on side (Kubernetes: cordon, evicting nothing;
@@ -110,7 +110,7 @@ func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (
 			return nil, false
 		}
 		for _, w := range n.Work {
-			if w.System || !counts(side, w) || slices.Contains(d.Planned, workID(w)) {
+			if w.System || !counts(r.caps(side), w) || slices.Contains(d.Planned, workID(w)) {
 				continue
 			}
 			name := w.Name
@@ -150,11 +150,10 @@ func (r *Runtime) plannedWork(a broker.Action) []string {
 	return ids
 }
 
-// counts reports whether w is work the fence compares: on YARN every
-// container (a CPU container or an ApplicationMaster dies with a
-// decommission as surely as a GPU container), elsewhere GPU work.
-func counts(side broker.Source, w broker.Workload) bool {
-	return w.GPUs > 0 || side == broker.SourceYARN
+// counts reports whether w is work the fence compares: GPU work, and on a
+// side that CountsAllWork (YARN) any work.
+func counts(caps SideCaps, w broker.Workload) bool {
+	return w.GPUs > 0 || caps.CountsAllWork
 }
 
 func workID(w broker.Workload) string { return string(w.Source) + "/" + w.Key }

@@ -36,6 +36,35 @@ type Forgetter interface {
 	Forget(ctx context.Context, node string) error
 }
 
+// SideCaps is what a side's actions can do that the engine must know, so
+// the engine asks the side instead of switching on which side it is.
+type SideCaps struct {
+	// CountsAllWork: any work that lands on a fenced node counts, not
+	// only GPU work (YARN: a CPU container or an ApplicationMaster dies
+	// with a decommission as surely as a GPU container).
+	CountsAllWork bool
+	// ReleasesByAttrition: the side's own Release, given no deadline,
+	// holds a busy node without evicting anything until its work has
+	// ended (YARN: the cordon, then the exclude file only once empty), so
+	// an attrition needs no fence; without it the engine cordons and
+	// waits for the work itself.
+	ReleasesByAttrition bool
+}
+
+// Capable is implemented by SideActions with capabilities (SideCaps); a
+// side without it has none.
+type Capable interface {
+	Capabilities() SideCaps
+}
+
+// caps returns side's capabilities.
+func (r *Runtime) caps(side broker.Source) SideCaps {
+	if c, ok := r.actions[side].(Capable); ok {
+		return c.Capabilities()
+	}
+	return SideCaps{}
+}
+
 // Cordoner is implemented by SideActions whose cordon replaces state of
 // the node that undoing it must restore exactly, and which the cluster may
 // not offer: YARN, whose cordon is an exclusive node label replacing the

@@ -552,6 +552,13 @@ func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (broker.Re
 	return broker.ReleaseStatus{Drained: true}, nil
 }
 
+// Capabilities are YARN's for the YARN side (as yarn.Decommissioner's),
+// none for the other.
+func (s *rtSide) Capabilities() SideCaps {
+	y := s.src == broker.SourceYARN
+	return SideCaps{CountsAllWork: y, ReleasesByAttrition: y}
+}
+
 func (s *rtSide) Cordon(_ context.Context, node string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

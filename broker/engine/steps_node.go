@@ -57,7 +57,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		if act == nil {
 			return s.fail(fmt.Sprintf("no actions configured for %s, which holds node %s", side, op.Node))
 		}
-		if guardsLanding(op, s.data, side) && !slices.Contains(s.data.Checked, o) {
+		if guardsLanding(op, s.data, r.caps(side)) && !slices.Contains(s.data.Checked, o) {
 			return r.fenceAndCheck(ctx, s, o, side, act, policy)
 		}
 		if s.data.CordonOnly || (s.data.Down && r.nodeDown(op.Node) != "") {

@@ -233,12 +233,23 @@ func (r *Runtime) terminate(ctx context.Context, s *stepCtx, pools []broker.Pool
 	if err != nil {
 		return s.retry(err)
 	}
-	if slices.Contains(s.data.Released, broker.OwnerYARN) || s.data.From == broker.OwnerYARN {
-		if _, ok := r.actions[broker.SourceYARN].(Forgetter); ok {
-			return s.moveTo(broker.StepForget)
-		}
+	if len(r.forgetters(s.data)) > 0 {
+		return s.moveTo(broker.StepForget)
 	}
 	return s.done()
+}
+
+// forgetters returns the sides that held the op's node and keep something
+// of it after releasing it (Forgetter: YARN's exclude file).
+func (r *Runtime) forgetters(d broker.OpData) []broker.Source {
+	var out []broker.Source
+	for _, o := range append(slices.Clone(d.Released), d.From) {
+		side, ok := o.Side()
+		if _, forgets := r.actions[side].(Forgetter); ok && forgets && !slices.Contains(out, side) {
+			out = append(out, side)
+		}
+	}
+	return out
 }
 
 // forget takes a terminated YARN host out of the exclude file and the RM's node list.
@@ -249,18 +260,16 @@ func (r *Runtime) forget(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op,
 	// hostnames follow private IPs) would be refused by the RM.
 	// IMPORTANT: Forget, never Admit: admitting would run the side's
 	// NodeManager restart hook against a machine being terminated.
-	f, ok := r.actions[broker.SourceYARN].(Forgetter)
-	if !ok {
-		return s.done()
-	}
-	if err := f.Forget(ctx, op.Node); err != nil {
-		return s.retry(err)
-	}
-	// IMPORTANT: a cordon still on the terminated host (a release
-	// forced after the drain timeout) comes off too: a later machine
-	// that reuses the host name would otherwise start cordoned.
-	if err := r.uncordonNode(ctx, s, broker.SourceYARN); err != nil {
-		return s.retry(err)
+	for _, side := range r.forgetters(s.data) {
+		if err := r.actions[side].(Forgetter).Forget(ctx, op.Node); err != nil {
+			return s.retry(err)
+		}
+		// IMPORTANT: a cordon still on the terminated host (a release
+		// forced after the drain timeout) comes off too: a later machine
+		// that reuses the host name would otherwise start cordoned.
+		if err := r.uncordonNode(ctx, s, side); err != nil {
+			return s.retry(err)
+		}
 	}
 	return s.done()
 }
