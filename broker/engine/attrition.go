@@ -89,7 +89,7 @@ func (r *Runtime) releaseStep(ctx context.Context, act SideActions, side broker.
 	r.mu.Lock()
 	var left []string
 	seen := false
-	for _, n := range r.lastGood[side].Nodes {
+	for _, n := range r.seen.lastGood[side].Nodes {
 		if n.Name != node {
 			continue
 		}

@@ -163,7 +163,7 @@ func (r *Runtime) recordLoss(ctx context.Context, s *stepCtx, side broker.Source
 	l := &broker.WorkLost{At: s.now, Containers: slices.Clone(lost),
 		Why: fmt.Sprintf("%s released node %s with work the release did not stop (an RM failover shut its NodeManager down?)", side, s.op.Node)}
 	r.mu.Lock()
-	for _, w := range r.lastWork[s.op.Node] {
+	for _, w := range r.seen.lastWork[s.op.Node] {
 		if w.Source != side || !slices.Contains(lost, w.Key) && !slices.Contains(lost, w.Name) && !strings.HasSuffix(lost[0], " containers") {
 			continue
 		}

@@ -99,10 +99,10 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (landed []string, fresh bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.stale[side] != "" || r.observedFrom[side].Before(d.FencedAt.Add(fenceSettle)) {
+	if r.seen.stale[side] != "" || r.seen.observedFrom[side].Before(d.FencedAt.Add(fenceSettle)) {
 		return nil, false
 	}
-	for _, n := range r.lastGood[side].Nodes {
+	for _, n := range r.seen.lastGood[side].Nodes {
 		if n.Name != node {
 			continue
 		}
@@ -136,7 +136,7 @@ func (r *Runtime) plannedWork(a broker.Action) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, src := range broker.Sources {
-		for _, n := range r.lastGood[src].Nodes {
+		for _, n := range r.seen.lastGood[src].Nodes {
 			if n.Name != a.Node {
 				continue
 			}

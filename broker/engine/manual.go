@@ -85,7 +85,7 @@ func ManualOp(node string, from, to broker.Owner, cordonOnly bool, deadline time
 func (r *Runtime) knows(node string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, obs := range r.lastGood {
+	for _, obs := range r.seen.lastGood {
 		for _, n := range obs.Nodes {
 			if n.Name == node {
 				return true

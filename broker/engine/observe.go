@@ -127,7 +127,7 @@ func (r *Runtime) gather(ctx context.Context, ph *TickPhases) (*observation, err
 		if res := results[i]; res.err != nil {
 			o.stale[src] = res.err.Error()
 			r.log.Warn("source stale", "source", src, "err", res.err)
-			if prev, ok := r.lastGood[src]; ok {
+			if prev, ok := r.seen.lastGood[src]; ok {
 				o.sides[src] = prev
 			}
 			continue
@@ -148,11 +148,11 @@ func (r *Runtime) keepSides(ctx context.Context, o *observation, ph *TickPhases)
 	r.mu.Lock()
 	for src := range o.fresh {
 		obs := o.sides[src]
-		r.lastGood[src] = obs
-		r.observedFrom[src] = o.started
+		r.seen.lastGood[src] = obs
+		r.seen.observedFrom[src] = o.started
 		r.rememberWork(obs)
 	}
-	r.stale = o.stale
+	r.seen.stale = o.stale
 	r.mu.Unlock()
 	t := time.Now()
 	for _, src := range broker.Sources {
@@ -187,7 +187,7 @@ func (r *Runtime) assemble(ctx context.Context, o *observation, ph *TickPhases) 
 		return nil, a, fmt.Errorf("read pools: %w", err)
 	}
 	r.mu.Lock()
-	a.pools = mergePools(settings, o.pools, o.now, r.lastPools, o.poolErr)
+	a.pools = mergePools(settings, o.pools, o.now, r.seen.lastPools, o.poolErr)
 	r.mu.Unlock()
 	storedNodes, err := l.StoredNodes(ctx)
 	if err != nil {
@@ -275,15 +275,15 @@ func (r *Runtime) keepSnapshot(ctx context.Context, o *observation, a assembled,
 	ph.Persist += time.Since(t)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.stalePools = map[string]string{}
+	r.seen.stalePools = map[string]string{}
 	for _, p := range a.pools {
 		if p.Stale != "" {
-			r.stalePools[p.Pool.Name] = p.Stale
+			r.seen.stalePools[p.Pool.Name] = p.Stale
 		} else {
-			r.lastPools[p.Pool.Name] = p
+			r.seen.lastPools[p.Pool.Name] = p
 		}
 	}
-	r.lastNodes, r.conflicts = a.nodes, a.conflicts
+	r.seen.lastNodes, r.seen.conflicts = a.nodes, a.conflicts
 	r.pruneDemandMemory(o.sides, o.stale)
 	return nil
 }

@@ -78,6 +78,31 @@ func (c *RuntimeConfig) setDefaults() error {
 	return nil
 }
 
+// seen is what the runtime last observed of the world (Runtime.mu guards
+// it): each side's last good observation and when it started, which sides
+// are stale, the merged nodes and their claims, each pool's last fresh
+// state, and each node's last-seen work.
+type seen struct {
+	lastGood map[broker.Source]broker.SideObservation
+	// observedFrom is, per side, when the observation in lastGood started:
+	// the executor trusts it about a node only if it began after the node
+	// was fenced (fence.go).
+	observedFrom map[broker.Source]time.Time
+	stale        map[broker.Source]string
+	// lastNodes are the latest merged nodes, for the executor.
+	lastNodes []broker.Node
+	// lastPools is the latest fresh provider state per pool: a pool the
+	// cloud cannot show this time keeps counting with it, marked stale.
+	lastPools map[string]broker.PoolState
+	// conflicts are the nodes both sides claimed in the last observation.
+	conflicts []broker.ClaimConflict
+	// stalePools are the pools stale in the last tick, with why.
+	stalePools map[string]string
+	// lastWork is, per node, the work of the last observation that
+	// showed any: what a node that lost its work had run (recordLoss).
+	lastWork map[string][]broker.Workload
+}
+
 // Runtime is the tick loop and the executor: observe, persist, plan,
 // validate, journal, act, record.
 type Runtime struct {
@@ -88,33 +113,18 @@ type Runtime struct {
 	mu       sync.Mutex // guards the fields below, read by Status
 	tick     int64
 	lastTick time.Time
-	lastGood map[broker.Source]broker.SideObservation
-	// observedFrom is, per side, when the observation in lastGood started:
-	// the executor trusts it about a node only if it began after the node
-	// was fenced (fence.go).
-	observedFrom map[broker.Source]time.Time
-	stale        map[broker.Source]string
-	waitSeen     map[string]broker.WaitReason
-	keptSeen     map[string]string // node → why reclaim keeps it, recorded when it changes
+	// seen is what the runtime last observed of the world, for the
+	// executor and the status.
+	seen     seen
+	waitSeen map[string]broker.WaitReason
+	keptSeen map[string]string // node → why reclaim keeps it, recorded when it changes
 	// waitsWritten are the waits the ledger holds from this runtime.
 	waitsWritten map[string]broker.Wait
-	// lastNodes are the latest merged nodes, for the executor.
-	lastNodes []broker.Node
-	// lastPools is the latest fresh provider state per pool: a pool the
-	// cloud cannot show this time keeps counting with it, marked stale.
-	lastPools map[string]broker.PoolState
 	// capSince remembers, per demand ID, since when plans have said that
 	// ready capacity fits it (Snapshot.CapacityPresentSince).
 	capSince map[string]time.Time
-	// conflicts are the nodes both sides claimed in the last observation.
-	conflicts []broker.ClaimConflict
-	// stalePools are the pools stale in the last tick, with why.
-	stalePools map[string]string
 	// Counters for the status (and /metrics).
 	claimConflicts, opsFailed, opsCancelled int64
-	// lastWork is, per node, the work of the last observation that
-	// showed any: what a node that lost its work had run (recordLoss).
-	lastWork map[string][]broker.Workload
 	// attritionOffWarned is set once the runtime logged that a missing
 	// YARN cordon turns drain by attrition off.
 	attritionOffWarned bool
@@ -127,8 +137,9 @@ func NewRuntime(cfg RuntimeConfig) (*Runtime, error) {
 	}
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger, actions: map[broker.Source]SideActions{},
-		lastGood: map[broker.Source]broker.SideObservation{}, observedFrom: map[broker.Source]time.Time{}, stale: map[broker.Source]string{},
-		waitSeen: map[string]broker.WaitReason{}, lastPools: map[string]broker.PoolState{}, capSince: map[string]time.Time{},
+		seen: seen{lastGood: map[broker.Source]broker.SideObservation{}, observedFrom: map[broker.Source]time.Time{},
+			stale: map[broker.Source]string{}, lastPools: map[string]broker.PoolState{}},
+		waitSeen: map[string]broker.WaitReason{}, capSince: map[string]time.Time{},
 	}
 	for _, a := range cfg.Actions {
 		r.actions[a.Source()] = a
@@ -187,13 +198,13 @@ func (r *Runtime) Status() RuntimeStatus {
 	defer r.mu.Unlock()
 	st := RuntimeStatus{Tick: r.tick, LastTick: r.lastTick, Stale: map[broker.Source]string{},
 		ClaimConflicts: r.claimConflicts, OpsFailed: r.opsFailed, OpsCancelled: r.opsCancelled}
-	for k, v := range r.stale {
+	for k, v := range r.seen.stale {
 		st.Stale[k] = v
 	}
-	for _, c := range r.conflicts {
+	for _, c := range r.seen.conflicts {
 		st.ClaimConflictNodes = append(st.ClaimConflictNodes, c.Node)
 	}
-	for name, p := range r.stalePools {
+	for name, p := range r.seen.stalePools {
 		if st.StalePools == nil {
 			st.StalePools = map[string]string{}
 		}
@@ -322,14 +333,14 @@ func (r *Runtime) Tick(ctx context.Context) (*TickReport, error) {
 // rememberWork keeps, per node, the work of the latest observation that
 // showed any. Callers hold r.mu.
 func (r *Runtime) rememberWork(obs broker.SideObservation) {
-	if r.lastWork == nil {
-		r.lastWork = map[string][]broker.Workload{}
+	if r.seen.lastWork == nil {
+		r.seen.lastWork = map[string][]broker.Workload{}
 	}
 	for _, n := range obs.Nodes {
 		if len(n.Work) > 0 {
-			r.lastWork[n.Name] = n.Work
+			r.seen.lastWork[n.Name] = n.Work
 		} else if n.Phase == broker.PhaseGone {
-			delete(r.lastWork, n.Name)
+			delete(r.seen.lastWork, n.Name)
 		}
 	}
 }
@@ -441,8 +452,8 @@ func mergePools(settings, observed []broker.PoolState, now time.Time, last map[s
 func (r *Runtime) lastPoolStates(why string) []broker.PoolState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]broker.PoolState, 0, len(r.lastPools))
-	for _, p := range r.lastPools {
+	out := make([]broker.PoolState, 0, len(r.seen.lastPools))
+	for _, p := range r.seen.lastPools {
 		p.Stale = why
 		out = append(out, p)
 	}
@@ -480,7 +491,7 @@ func (r *Runtime) rememberCapacity(snap *broker.Snapshot, plan broker.Plan) {
 func (r *Runtime) resolveClaims(ctx context.Context, snap *broker.Snapshot, rep *TickReport) []broker.Decision {
 	var ds []broker.Decision
 	r.mu.Lock()
-	conflicts := r.conflicts
+	conflicts := r.seen.conflicts
 	r.mu.Unlock()
 	for _, c := range conflicts {
 		r.log.Warn("both sides claim node", "node", c.Node, "keep", c.Keep, "cordon", c.Release, "reason", c.Reason)

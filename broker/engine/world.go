@@ -18,7 +18,7 @@ func (r *Runtime) ownerOf(node string) broker.Owner {
 	defer r.mu.Unlock()
 	listed := broker.OwnerNone
 	for _, src := range broker.Sources {
-		for _, n := range r.lastGood[src].Nodes {
+		for _, n := range r.seen.lastGood[src].Nodes {
 			if n.Name != node {
 				continue
 			}
@@ -46,7 +46,7 @@ func (r *Runtime) sidesOf(node string, from broker.Owner) []broker.Owner {
 		if slices.Contains(out, broker.Owner(src)) {
 			continue
 		}
-		if slices.ContainsFunc(r.lastGood[src].Nodes, func(n broker.Node) bool { return n.Name == node }) {
+		if slices.ContainsFunc(r.seen.lastGood[src].Nodes, func(n broker.Node) bool { return n.Name == node }) {
 			out = append(out, broker.Owner(src))
 		}
 	}
@@ -58,7 +58,7 @@ func (r *Runtime) sidesOf(node string, from broker.Owner) []broker.Owner {
 func (r *Runtime) instanceOf(node string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range r.lastNodes {
+	for _, n := range r.seen.lastNodes {
 		// Pool membership comes from the provider's instance list alone:
 		// an instance id a side reports for a node in no pool is not one.
 		if n.Name == node && n.Pool != "" {
@@ -72,7 +72,7 @@ func (r *Runtime) instanceOf(node string) string {
 func (r *Runtime) nodeDown(node string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, n := range r.lastNodes {
+	for _, n := range r.seen.lastNodes {
 		if n.Name == node {
 			return n.Down
 		}
@@ -86,10 +86,10 @@ func (r *Runtime) nodeDown(node string) string {
 func (r *Runtime) poolInFlight(ps broker.PoolState) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	byID := make(map[string]*broker.Node, len(r.lastNodes))
-	for i := range r.lastNodes {
-		if id := r.lastNodes[i].InstanceID; id != "" {
-			byID[id] = &r.lastNodes[i]
+	byID := make(map[string]*broker.Node, len(r.seen.lastNodes))
+	for i := range r.seen.lastNodes {
+		if id := r.seen.lastNodes[i].InstanceID; id != "" {
+			byID[id] = &r.seen.lastNodes[i]
 		}
 	}
 	k := 0
