@@ -43,7 +43,7 @@ plan: a replacement keeps the pool size (no min restore behind it)~broker/steps.
 plan: capacity present but not scheduling~broker/plan.go~case pl.notScheduling(d):~case false && pl.notScheduling(d):
 fence: a planned release fences first and checks for work that landed~broker/engine/fence.go~if !d.Guarded || op.Kind~if true || !d.Guarded || op.Kind
 fence: a YARN fence starts only once the RM confirms the decommission~broker/engine/fence.go~\t\t\tif st.Unknown != "" {\n\t\t\t\t// IMPORTANT: a refresh~\t\t\tif false && st.Unknown != "" {\n\t\t\t\t// IMPORTANT: a refresh
-fence: trusts only an observation that started after the fence~broker/engine/fence.go~if r.stale[side] != "" || r.observedFrom[side].Before(d.FencedAt.Add(fenceSettle)) {~if false {
+fence: trusts only an observation that started after the fence~broker/engine/fence.go~if r.seen.stale[side] != "" || r.seen.observedFrom[side].Before(d.FencedAt.Add(fenceSettle)) {~if false {
 runtime: remembers capacity present across ticks~broker/engine/runtime.go~\tr.rememberCapacity(snap, plan)\n~\n
 plan: actions carry the instance id~broker/plan.go~a.InstanceID = pl.nodes[ni].n.InstanceID~a.InstanceID = pl.nodes[ni].n.InstanceID[:0]
 plan: a stale pool gets nothing destructive~broker/plan.go~if wp.stale != "" {\n\t\t\t\t// IMPORTANT: nothing destructive~if false {\n\t\t\t\t// IMPORTANT: nothing destructive
