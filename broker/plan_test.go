@@ -623,6 +623,11 @@ func TestPlanScaleDown(t *testing.T) {
 			waits: []Wait{wait("k8s/p", WaitScheduler)},
 		},
 		{
+			name:   "no replacement where it could not proceed (a pool at its min and max, a provider that lowers the desired capacity)",
+			snap:   snap([]PoolState{gpuPool(gtg, 1, bounds(1, 1))}, []Node{gpuNode("n1", gtg, OwnerYARN, 4, 2, unhealthy("XID 79"))}, nil),
+			policy: refPolicy(),
+		},
+		{
 			name:    "unhealthy nodes are replaced",
 			snap:    snap(two, []Node{busy("n1", 4), gpuNode("n2", gtg, OwnerYARN, 4, 2, unhealthy("XID 79"))}, nil),
 			policy:  refPolicy(),

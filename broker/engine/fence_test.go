@@ -167,3 +167,36 @@ func TestRuntimeYARNFenceStartsOnlyWhenTheRMConfirms(t *testing.T) {
 		t.Fatalf("scale-down %s %q: want done once the RM confirms and a fresh look shows the node idle", downs[0].State, downs[0].LastError)
 	}
 }
+
+// TestWorkLandedTrustsOnlyAnObservationAfterTheFenceSettled: the check
+// reads the side's latest observation only when it began after the fence
+// had settled (an informer's cache, a bind in flight, may lag the fence);
+// one that began earlier, or a stale side, cannot tell that nothing
+// landed.
+func TestWorkLandedTrustsOnlyAnObservationAfterTheFenceSettled(t *testing.T) {
+	w := newRTWorld(t, 2)
+	r := w.runtime()
+	fenced := w.clock.Now()
+	d := broker.OpData{FencedAt: fenced}
+	r.mu.Lock()
+	r.seen.lastGood[broker.SourceK8s] = broker.SideObservation{Source: broker.SourceK8s,
+		Nodes: []broker.Node{{Name: "n1", Owner: broker.OwnerNone, Phase: broker.PhaseActive, GPUsTotal: 4}}}
+	r.seen.observedFrom[broker.SourceK8s] = fenced.Add(fenceSettle - time.Millisecond)
+	r.mu.Unlock()
+	if _, fresh := r.workLanded(broker.SourceK8s, "n1", d); fresh {
+		t.Fatal("an observation that began before the fence settled was trusted")
+	}
+	r.mu.Lock()
+	r.seen.observedFrom[broker.SourceK8s] = fenced.Add(fenceSettle)
+	r.seen.stale[broker.SourceK8s] = "connection refused"
+	r.mu.Unlock()
+	if _, fresh := r.workLanded(broker.SourceK8s, "n1", d); fresh {
+		t.Fatal("a stale side's last observation was trusted")
+	}
+	r.mu.Lock()
+	delete(r.seen.stale, broker.SourceK8s)
+	r.mu.Unlock()
+	if landed, fresh := r.workLanded(broker.SourceK8s, "n1", d); !fresh || len(landed) != 0 {
+		t.Fatalf("an observation after the fence settled: landed %v, fresh %v; want trusted, nothing landed", landed, fresh)
+	}
+}
