@@ -221,6 +221,12 @@ func (s *Side) ReleasePlanned(ctx context.Context, node string, deadline time.Ti
 }
 
 // Cordon marks node unschedulable with the owner taint, evicting nothing.
+var _ engine.Capable = (*Side)(nil)
+
+// Capabilities tells the engine that an observation of a node shows the
+// fence: the cordon's owner taint makes it no longer Kubernetes' node.
+func (s *Side) Capabilities() engine.SideCaps { return engine.SideCaps{ShowsFence: true} }
+
 func (s *Side) Cordon(ctx context.Context, node string) error {
 	return s.act.Cordon(ctx, node, string(broker.OwnerNone))
 }

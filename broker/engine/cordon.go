@@ -101,10 +101,8 @@ func (r *Runtime) uncordonNode(ctx context.Context, s *stepCtx, side broker.Sour
 // RM failover, an operator's edit), right after the observation and
 // before the plan acts on it.
 func (r *Runtime) ensureCordons(ctx context.Context) {
-	if _, ok := r.cordoner(broker.SourceYARN); !ok {
-		if _, ok := r.cordoner(broker.SourceK8s); !ok {
-			return
-		}
+	if !slices.ContainsFunc(broker.Sources[:], func(src broker.Source) bool { _, ok := r.cordoner(src); return ok }) {
+		return
 	}
 	ops, err := r.cfg.Ledger.OpenOps(ctx)
 	if err != nil {

@@ -56,12 +56,13 @@ func givesBackOnTimeout(op broker.Op, st broker.ReleaseStatus, policy broker.Pol
 	return false
 }
 
-// fenceSeen reports whether side's observation of node n shows the fence:
-// on Kubernetes, the cordon's owner taint (the node is no longer owned by
-// Kubernetes). An observation that started after the fence but was read
-// from a watch cache that had not yet received the cordon cannot tell
-// what the scheduler bound before it: only one that shows the cordon has
-// caught up with it. Other sides' fences are the side's own to check.
-func fenceSeen(side broker.Source, n broker.Node) bool {
-	return side != broker.SourceK8s || n.Owner != broker.OwnerK8s
+// fenceSeen reports whether side's observation of node n shows the fence,
+// on a side whose observation does (SideCaps.ShowsFence: Kubernetes' owner
+// taint, so the node no longer reads as owned by the side). An observation
+// that started after the fence but was read from a watch cache that had
+// not yet received the cordon cannot tell what the scheduler bound before
+// it: only one that shows the cordon has caught up with it.
+func fenceSeen(caps SideCaps, side broker.Source, n broker.Node) bool {
+	owner, owned := n.Owner.Side()
+	return !caps.ShowsFence || !owned || owner != side
 }

@@ -106,7 +106,7 @@ func (r *Runtime) workLanded(side broker.Source, node string, d broker.OpData) (
 		if n.Name != node {
 			continue
 		}
-		if !fenceSeen(side, n) { // drainlimits.go
+		if !fenceSeen(r.caps(side), side, n) { // drainlimits.go
 			return nil, false
 		}
 		for _, w := range n.Work {

@@ -49,6 +49,12 @@ type SideCaps struct {
 	// an attrition needs no fence; without it the engine cordons and
 	// waits for the work itself.
 	ReleasesByAttrition bool
+	// ShowsFence: the side's observation of a node shows its fence
+	// (Kubernetes: the owner taint the cordon sets, so the node no longer
+	// reads as Kubernetes'); one that does not show it was read from a
+	// cache that has not caught up, and cannot tell what was bound before
+	// the fence. Other sides' fences are their own release's to check.
+	ShowsFence bool
 }
 
 // Capable is implemented by SideActions with capabilities (SideCaps); a

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn"
 )
@@ -60,6 +61,9 @@ type fakePod struct {
 }
 
 func (k *podK8s) Source() broker.Source { return broker.SourceK8s }
+
+// Capabilities are Kubernetes' (k8s.Side's): the fence shows as the owner.
+func (k *podK8s) Capabilities() engine.SideCaps { return engine.SideCaps{ShowsFence: true} }
 
 func (k *podK8s) Observe(_ context.Context, tenants broker.TenantIndex) (broker.SideObservation, error) {
 	k.mu.Lock()

@@ -318,6 +318,9 @@ type fakeK8s struct {
 
 func (k *fakeK8s) Source() broker.Source { return broker.SourceK8s }
 
+// Capabilities are Kubernetes' (k8s.Side's): the fence shows as the owner.
+func (k *fakeK8s) Capabilities() engine.SideCaps { return engine.SideCaps{ShowsFence: true} }
+
 func (k *fakeK8s) Observe(context.Context, broker.TenantIndex) (broker.SideObservation, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
