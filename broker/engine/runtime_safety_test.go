@@ -767,11 +767,9 @@ func TestRuntimeHandBackKeepsLaunchedMachinesAndNeedsAFreshPool(t *testing.T) {
 	}
 }
 
-// TestRuntimeStrandedNodeIsTerminated: a node the broker left cordoned
-// and owned by nobody (an op ended without giving it back) is not paid
-// for forever: once unneeded it is scaled down and its instance
-// terminated, with no side asked to release work it does not run.
-func TestRuntimeStrandedNodeIsTerminated(t *testing.T) {
+// strandedWorld has one node n1 that Kubernetes released (the broker's
+// cordon) and no op holds: owned by nobody, drained since t0.
+func strandedWorld(t *testing.T) (*rtWorld, *Runtime) {
 	w := newRTWorld(t, 5)
 	w.machine(w.k8s, "n1")
 	w.k8s.mu.Lock()
@@ -779,7 +777,15 @@ func TestRuntimeStrandedNodeIsTerminated(t *testing.T) {
 	n := w.k8s.nodes["n1"]
 	n.Phase, n.PhaseSince = broker.PhaseDrained, t0
 	w.k8s.mu.Unlock()
-	r := w.runtime()
+	return w, w.runtime()
+}
+
+// TestRuntimeStrandedNodeIsTerminated: a node the broker left cordoned
+// and owned by nobody (an op ended without giving it back) is not paid
+// for forever: once unneeded it is scaled down and its instance
+// terminated, with no side asked to release work it does not run.
+func TestRuntimeStrandedNodeIsTerminated(t *testing.T) {
+	w, r := strandedWorld(t)
 	w.ticks(r, 2, time.Second)
 	if len(w.cloud.terminated) != 0 {
 		t.Fatalf("terminated %v before the unneeded time", w.cloud.terminated)
@@ -796,14 +802,7 @@ func TestRuntimeStrandedNodeIsTerminated(t *testing.T) {
 // pending YARN demand once settled, instead of a purchase: the transfer
 // releases nothing (no side holds it) and YARN admits it.
 func TestRuntimeStrandedNodeServesPendingDemand(t *testing.T) {
-	w := newRTWorld(t, 5)
-	w.machine(w.k8s, "n1")
-	w.k8s.mu.Lock()
-	w.k8s.released["n1"] = true
-	n := w.k8s.nodes["n1"]
-	n.Phase, n.PhaseSince = broker.PhaseDrained, t0
-	w.k8s.mu.Unlock()
-	r := w.runtime()
+	w, r := strandedWorld(t)
 	w.ticks(r, 3, 40*time.Second) // settled, not yet unneeded
 	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_1_0001/1", Tenant: "training", Queue: "root.training",
 		GPUsPerUnit: 4, Units: 1})

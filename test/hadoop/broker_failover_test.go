@@ -34,80 +34,25 @@ func TestBrokerCordonSurvivesFailover(t *testing.T) {
 		tg, sim, admin := simBrokerWorld(t)
 		runBrokerFailover(t, brokerFailTarget{brokerTarget: tg,
 			restartRM: func(context.Context) error { return admin.RestartRM() },
-			alive: func(_ context.Context, host, app, container string) (bool, error) {
-				cs, err := sim.Containers(app)
-				if err != nil {
-					return false, nil
-				}
-				for _, c := range cs {
-					if c.ID == container && c.Host == host {
-						return true, nil
-					}
-				}
-				return false, nil
-			}})
+			alive:     simRuns(sim)})
 	})
 	for _, v := range hadoop.Versions() {
 		t.Run("hadoop-"+v, func(t *testing.T) {
-			c := startHadoopWith(t, hadoop.Config{Version: v, Recovery: true, Cordon: yarn.DefaultCordonLabel})
-			tg := brokerTarget{
-				decomTarget: decomTarget{
-					url: c.Ready.RMWeb, admin: c.Ready.RMAdmin, exclude: c.Ready.ExcludePath,
-					hosts: c.Ready.Nodes, gpus: c.Ready.GPUsPerNode,
-					run: func(ctx context.Context, host string, gpus, seconds int) (string, string, error) {
-						return c.Run(ctx, "a", host, gpus, seconds)
-					},
-					restart: c.Restart,
-					logs:    func() string { return c.LogTail(6000) },
-				},
-				runIn: c.Run,
-				submit: func(ctx context.Context, queue string, containers, gpus int) (string, error) {
-					return c.Submit(ctx, queue, 0, containers, gpus, "")
-				},
-				finish: c.Finish,
-			}
+			tg, c := hadoopBrokerWorld(t, hadoop.Config{Version: v, Recovery: true, Cordon: yarn.DefaultCordonLabel})
 			runBrokerFailover(t, brokerFailTarget{brokerTarget: tg,
 				restartRM: func(ctx context.Context) error {
 					away, err := c.RestartRM(ctx)
 					t.Logf("hadoop %s: the RM was away %s", v, away)
 					return err
 				},
-				alive: func(ctx context.Context, host, _, container string) (bool, error) {
-					state, cs, err := c.NodeManagerState(ctx, host)
-					if err != nil {
-						return false, err
-					}
-					return state == "STARTED" && slices.Contains(cs, container+"=RUNNING"), nil
-				}})
+				alive: nodeManagerRuns(c)})
 		})
 	}
 }
 
 func runBrokerFailover(t *testing.T, tg brokerFailTarget) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	defer func() {
-		if t.Failed() {
-			t.Logf("log tail:\n%s", tg.logs())
-		}
-	}()
-	direct, err := yarn.NewClient(yarn.Config{RMs: []string{tg.url}, User: "gpubroker"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := yarn.NewExcludeFile(tg.exclude)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, direct, ex := startBrokerSuite(t, tg.brokerTarget)
 	busy := tg.hosts[0]
-	for _, h := range tg.hosts {
-		waitNode(t, ctx, direct, h, "idle cluster", 2*time.Minute, func(n yarn.Node) error {
-			if n.State != "RUNNING" || n.GPUsTotal != tg.gpus {
-				return fmt.Errorf("node %s is %s with %d GPUs", n.Host, n.State, n.GPUsTotal)
-			}
-			return nil
-		})
-	}
 	type ctr struct{ app, id string }
 	var work []ctr
 	for _, gpus := range []int{1, 0} {

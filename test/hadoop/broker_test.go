@@ -119,7 +119,14 @@ func hadoopBrokerTarget(t *testing.T, version string) brokerTarget {
 	// Node labels on, with every queue's accessible labels listed, so the
 	// broker's cordon label is one no queue may use: the broker suite runs
 	// the product as a cluster that offers the cordon runs it.
-	c := startHadoopWith(t, hadoop.Config{Version: version, Cordon: yarn.DefaultCordonLabel})
+	tg, _ := hadoopBrokerWorld(t, hadoop.Config{Version: version, Cordon: yarn.DefaultCordonLabel})
+	return tg
+}
+
+// hadoopBrokerWorld starts a cluster of cfg and returns it with its broker
+// target.
+func hadoopBrokerWorld(t *testing.T, cfg hadoop.Config) (brokerTarget, *hadoop.Cluster) {
+	c := startHadoopWith(t, cfg)
 	return brokerTarget{
 		decomTarget: decomTarget{
 			url: c.Ready.RMWeb, admin: c.Ready.RMAdmin, exclude: c.Ready.ExcludePath,
@@ -135,6 +142,62 @@ func hadoopBrokerTarget(t *testing.T, version string) brokerTarget {
 			return c.Submit(ctx, queue, 0, containers, gpus, "")
 		},
 		finish: c.Finish,
+	}, c
+}
+
+// startBrokerSuite starts a broker suite's run on tg: a context of six
+// minutes, the cluster's log tail when the test fails, a direct RM client
+// and the exclude file; it returns once every node is RUNNING with its
+// GPUs.
+func startBrokerSuite(t *testing.T, tg brokerTarget) (context.Context, *yarn.Client, *yarn.ExcludeFile) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	t.Cleanup(cancel)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log tail:\n%s", tg.logs())
+		}
+	})
+	direct, err := yarn.NewClient(yarn.Config{RMs: []string{tg.url}, User: "gpubroker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := yarn.NewExcludeFile(tg.exclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range tg.hosts {
+		waitNode(t, ctx, direct, h, "idle cluster", 2*time.Minute, func(n yarn.Node) error {
+			if n.State != "RUNNING" || n.GPUsTotal != tg.gpus {
+				return fmt.Errorf("node %s is %s with %d GPUs", n.Host, n.State, n.GPUsTotal)
+			}
+			return nil
+		})
+	}
+	return ctx, direct, ex
+}
+
+// simRuns reports whether container of app runs on host in the simulator
+// (an app it no longer knows runs nothing).
+func simRuns(sim *yarnsim.Sim) func(ctx context.Context, host, app, container string) (bool, error) {
+	return func(_ context.Context, host, app, container string) (bool, error) {
+		cs, err := sim.Containers(app)
+		if err != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(cs, func(c yarnsim.Container) bool { return c.ID == container && c.Host == host }), nil
+	}
+}
+
+// nodeManagerRuns reports whether container runs on host, as host's
+// NodeManager itself lists it.
+func nodeManagerRuns(c *hadoop.Cluster) func(ctx context.Context, host, app, container string) (bool, error) {
+	return func(ctx context.Context, host, _, container string) (bool, error) {
+		state, cs, err := c.NodeManagerState(ctx, host)
+		if err != nil {
+			return false, err
+		}
+		return state == "STARTED" && slices.Contains(cs, container+"=RUNNING"), nil
 	}
 }
 

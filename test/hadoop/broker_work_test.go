@@ -80,71 +80,20 @@ func TestBrokerStopsNothingItNeedNot(t *testing.T) {
 				}
 				return admin.Spread(queue, time.Duration(seconds)*time.Second, ps...)
 			},
-			alive: func(_ context.Context, host, app, container string) (bool, error) {
-				cs, err := sim.Containers(app)
-				if err != nil {
-					return false, nil
-				}
-				return slices.ContainsFunc(cs, func(c yarnsim.Container) bool { return c.ID == container && c.Host == host }), nil
-			}})
+			alive: simRuns(sim)})
 	})
 	for _, v := range hadoop.Versions() {
 		t.Run("hadoop-"+v, func(t *testing.T) {
-			c := startHadoopWith(t, hadoop.Config{Version: v, Nodes: 4, Cordon: yarn.DefaultCordonLabel})
-			tg := brokerTarget{
-				decomTarget: decomTarget{
-					url: c.Ready.RMWeb, admin: c.Ready.RMAdmin, exclude: c.Ready.ExcludePath,
-					hosts: c.Ready.Nodes, gpus: c.Ready.GPUsPerNode,
-					run: func(ctx context.Context, host string, gpus, seconds int) (string, string, error) {
-						return c.Run(ctx, "a", host, gpus, seconds)
-					},
-					restart: c.Restart,
-					logs:    func() string { return c.LogTail(6000) },
-				},
-				runIn: c.Run,
-				submit: func(ctx context.Context, queue string, containers, gpus int) (string, error) {
-					return c.Submit(ctx, queue, 0, containers, gpus, "")
-				},
-				finish: c.Finish,
-			}
-			runBrokerWork(t, workTarget{brokerTarget: tg, managedAM: c.ManagedAM, spread: c.Spread,
-				alive: func(ctx context.Context, host, _, container string) (bool, error) {
-					state, cs, err := c.NodeManagerState(ctx, host)
-					if err != nil {
-						return false, err
-					}
-					return state == "STARTED" && slices.Contains(cs, container+"=RUNNING"), nil
-				}})
+			tg, c := hadoopBrokerWorld(t, hadoop.Config{Version: v, Nodes: 4, Cordon: yarn.DefaultCordonLabel})
+			runBrokerWork(t, workTarget{brokerTarget: tg, managedAM: c.ManagedAM, spread: c.Spread, alive: nodeManagerRuns(c)})
 		})
 	}
 }
 
 func runBrokerWork(t *testing.T, tg workTarget) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	defer func() {
-		if t.Failed() {
-			t.Logf("log tail:\n%s", tg.logs())
-		}
-	}()
-	direct, err := yarn.NewClient(yarn.Config{RMs: []string{tg.url}, User: "gpubroker"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex, err := yarn.NewExcludeFile(tg.exclude)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, direct, ex := startBrokerSuite(t, tg.brokerTarget)
 	if len(tg.hosts) < 4 {
 		t.Fatalf("hosts %v: want four", tg.hosts)
-	}
-	for _, h := range tg.hosts {
-		waitNode(t, ctx, direct, h, "idle cluster", 2*time.Minute, func(n yarn.Node) error {
-			if n.State != "RUNNING" || n.GPUsTotal != tg.gpus {
-				return fmt.Errorf("node %s is %s with %d GPUs", n.Host, n.State, n.GPUsTotal)
-			}
-			return nil
-		})
 	}
 	// The RM places the managed AM; the other hosts get their roles after.
 	amApp, amC, amHost, err := tg.managedAM(ctx, "b", 900)
