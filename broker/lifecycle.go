@@ -37,6 +37,10 @@ func (pl *planner) replaceUnhealthy() {
 			pl.kept = append(pl.kept, NodeNote{Node: n.Name, Reason: "not repaired: " + why})
 			continue
 		}
+		if pl.pools[w.pool].st.Pool.Fleet() {
+			pl.repairFleet(w)
+			continue
+		}
 		var why string
 		switch {
 		case n.Down != "":
@@ -119,6 +123,30 @@ func (pl *planner) replaceUnhealthy() {
 			Reason: fmt.Sprintf("replace %s; the pool keeps its %d nodes (min %d)", late, size, pool.MinNodes)})
 	}
 	pl.removeStranded(pendingDownGPUs, attr)
+}
+
+// repairFleet handles a faulty node of a fleet pool, which no cloud
+// replaces: a node its agent reports faulty is cordoned on its side
+// (nothing drained: its work ends or its owner moves it) and reported; a
+// node that is down is reported. Either takes new work again once the
+// host is repaired: a cordoned one is offered to demand when healthy, as
+// any node neither side owns.
+func (pl *planner) repairFleet(w *wnode) {
+	n := w.n
+	pool := pl.pools[w.pool].st.Pool.Name
+	if n.Down != "" {
+		pl.kept = append(pl.kept, NodeNote{Node: n.Name, Reason: fmt.Sprintf(
+			"not replaced: node %s of fleet pool %s is down (%s) and a fleet has no cloud to replace it from; repair the host, and it serves again once its side lists it ready",
+			n.Name, pool, n.Down)})
+		return
+	}
+	if !w.owned || pl.stale(w.side) || (n.Phase != PhaseActive && n.Phase != PhaseGPUReady && n.Phase != PhaseRegistered) {
+		return
+	}
+	w.removed = true
+	pl.removals = append(pl.removals, Action{Kind: ActTransfer, Pool: pool, Node: n.Name, From: n.Owner, To: OwnerNone, CordonOnly: true,
+		Reason: fmt.Sprintf("cordon unhealthy node %s of fleet pool %s (%s) on %s: it takes no new work and its %d running workloads are left to end; a fleet has no cloud to replace it from, so repair the host: once healthy it is offered to demand again",
+			n.Name, pool, n.HealthReason, w.side, len(n.Work))})
 }
 
 // removeStranded scales down a node that neither side owns, that no op

@@ -761,6 +761,8 @@ func (pl *planner) diagnoseNow(d *wdemand, g int) (WaitReason, string) {
 		switch {
 		case wp.backoff != "":
 			backoff = append(backoff, fmt.Sprintf("%s (%s)", pool.Name, wp.backoff))
+		case pool.Fleet():
+			atMax = append(atMax, fmt.Sprintf("fleet pool %s has its %d hosts in use and buys none: waiting for a node of the fleet to be handed over (none is idle on the other side)", pool.Name, wp.size))
 		case wp.size+wp.add >= pool.MaxNodes:
 			atMax = append(atMax, fmt.Sprintf("%s at %d of %d nodes", pool.Name, wp.size+wp.add, pool.MaxNodes))
 			if wp.size < pool.MaxNodes {

@@ -23,7 +23,13 @@ func (p PoolSides) Serves(s Source) bool {
 // Valid reports whether p is a known setting.
 func (p PoolSides) Valid() bool { return p == PoolYARN || p == PoolK8s || p == PoolShared }
 
-// Pool is a node group behind a cloud autoscaling group.
+// ProviderFleet is the provider of a fleet pool: machines the company owns,
+// named in the configuration, that the broker shares between the sides but
+// never buys nor terminates (package fleet).
+const ProviderFleet = "fleet"
+
+// Pool is a node group behind a cloud autoscaling group, or a fleet of
+// owned machines (Provider ProviderFleet).
 type Pool struct {
 	// Name identifies the pool in gpubroker.
 	Name string `json:"name"`
@@ -53,6 +59,10 @@ type Pool struct {
 	// Version increases on every change (optimistic concurrency).
 	Version int64 `json:"version"`
 }
+
+// Fleet reports whether the pool is a fleet of owned machines: its size is
+// the hosts present, and nothing buys or terminates one.
+func (p Pool) Fleet() bool { return p.Provider == ProviderFleet }
 
 // Validate checks the pool's fields.
 func (p Pool) Validate() error {

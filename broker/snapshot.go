@@ -121,6 +121,10 @@ type Action struct {
 	// decommissioned with an infinite graceful timeout (YARN) or cordoned
 	// (Kubernetes, cordon-and-wait) and leaves when its work ends.
 	Attrition bool `json:"attrition,omitempty"`
+	// CordonOnly marks a transfer to OwnerNone that cordons the node on its
+	// side and drains nothing: a faulty host of a fleet pool, which no
+	// cloud replaces, takes no new work and is reported for repair.
+	CordonOnly bool `json:"cordon_only,omitempty"`
 	// GPUHoursLost is the work a preemption, or a drain for idle reclaim,
 	// throws away (time since each workload's last checkpoint times its
 	// GPUs; services lose none), for the decision record and the replay.

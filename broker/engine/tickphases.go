@@ -101,7 +101,7 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, policy broker.Poli
 			r.cancelAttrition(ctx, a) // ends the open op on the node (attrition.go)
 			continue
 		}
-		data := broker.OpData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Attrition: a.Attrition}
+		data := broker.OpData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Attrition: a.Attrition, CordonOnly: a.CordonOnly}
 		if a.Kind == broker.ActScaleDown || a.Kind == broker.ActTransfer {
 			data.Guarded, data.Planned = true, r.plannedWork(a)
 		}

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/fleet"
 	"github.com/gpubroker/gpubroker/yarn"
 )
 
@@ -187,6 +188,80 @@ type poolConfig struct {
 	// (yarn.nodemanager.node-labels or the RM's node-to-label mapping);
 	// empty for the default partition.
 	Partition string `yaml:"partition"`
+	// Hosts are a fleet pool's machines (provider fleet): the node names
+	// both sides list.
+	Hosts []string `yaml:"hosts"`
+}
+
+// pool is the validated pool of pl, its fields named under prefix. A fleet
+// pool (provider fleet) names its hosts and no cloud group or bounds: its
+// size is its hosts.
+func (pl poolConfig) pool(prefix string) (broker.Pool, error) {
+	pool := broker.Pool{
+		Name: pl.Name, Provider: pl.Provider, Group: pl.Group, GPUModel: pl.GPUModel,
+		GPUsPerNode: pl.GPUsPerNode, MinNodes: pl.MinNodes, MaxNodes: pl.MaxNodes,
+		Labels: pl.Labels, Sides: broker.PoolSides(pl.Sides), PricePerHour: pl.PricePerHour,
+		ExpanderPriority: pl.ExpanderPriority, Partition: pl.Partition,
+	}
+	if pool.Partition != "" && pool.Sides == broker.PoolK8s {
+		return pool, broker.Invalid(prefix+".partition", "names a YARN partition, but the pool serves only k8s (set sides to yarn or shared)")
+	}
+	switch pool.Provider {
+	case "", "aws":
+		pool.Provider = "aws"
+		if len(pl.Hosts) > 0 {
+			return pool, broker.Invalid(prefix+".hosts", "names hosts, but pool %q is a cloud pool (provider aws): set provider: fleet to share these machines without a cloud, or remove hosts", pool.Name)
+		}
+		if pool.Group == "" {
+			pool.Group = pool.Name
+		}
+	case broker.ProviderFleet:
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"group", pl.Group != ""}, {"min_nodes", pl.MinNodes != 0}, {"max_nodes", pl.MaxNodes != 0}} {
+			if f.set {
+				return pool, broker.Invalid(prefix+"."+f.name, "a fleet pool's size is its hosts present: remove %s from pool %q (or make it a cloud pool: provider aws)", f.name, pool.Name)
+			}
+		}
+		if len(pl.Hosts) == 0 {
+			return pool, broker.Invalid(prefix+".hosts", "a fleet pool names its hosts, as both sides list them (e.g. [gpu-01.example.com, gpu-02.example.com]); pool %q names none", pool.Name)
+		}
+		pool.MinNodes, pool.MaxNodes = len(pl.Hosts), len(pl.Hosts)
+	default:
+		return pool, broker.Invalid(prefix+".provider", "must be aws (an autoscaling group) or fleet (hosts the company owns), got %q", pool.Provider)
+	}
+	if pool.Sides == "" {
+		pool.Sides = broker.PoolShared
+	}
+	for j, t := range pl.Taints {
+		switch t.Effect {
+		case "NoSchedule", "PreferNoSchedule", "NoExecute":
+		default:
+			return pool, broker.Invalid(fmt.Sprintf("%s.taints[%d].effect", prefix, j), "must be NoSchedule, PreferNoSchedule or NoExecute, got %q", t.Effect)
+		}
+		pool.Taints = append(pool.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	if err := pool.Validate(); err != nil {
+		return pool, broker.WithPrefix(prefix, err)
+	}
+	return pool, nil
+}
+
+// checkFleet checks the fleet pools' hosts as the fleet will (a host
+// names one node and belongs to one pool).
+func checkFleet(pools []broker.Pool, hosts map[string][]string) error {
+	var fps []fleet.Pool
+	for _, p := range pools {
+		if p.Fleet() {
+			fps = append(fps, fleet.Pool{Pool: p, Hosts: hosts[p.Name]})
+		}
+	}
+	if len(fps) == 0 {
+		return nil
+	}
+	_, err := fleet.New(fps)
+	return err
 }
 
 type tenantConfig struct {
@@ -204,11 +279,13 @@ type tenantConfig struct {
 
 // config is the validated configuration, in domain types.
 type config struct {
-	file    fileConfig
-	xids    broker.XIDClasses
-	policy  broker.Policy
-	pools   []broker.Pool
-	tenants []broker.Tenant
+	file   fileConfig
+	xids   broker.XIDClasses
+	policy broker.Policy
+	pools  []broker.Pool
+	// fleetHosts are the fleet pools' hosts, by pool name.
+	fleetHosts map[string][]string
+	tenants    []broker.Tenant
 }
 
 // loadConfig reads and validates a YAML file. Every problem is a usage
@@ -377,40 +454,24 @@ func (fc fileConfig) validate() (*config, error) {
 	names := map[string]bool{}
 	for i, pl := range fc.Pools {
 		prefix := "pools[" + strconv.Itoa(i) + "]"
-		pool := broker.Pool{
-			Name: pl.Name, Provider: pl.Provider, Group: pl.Group, GPUModel: pl.GPUModel,
-			GPUsPerNode: pl.GPUsPerNode, MinNodes: pl.MinNodes, MaxNodes: pl.MaxNodes,
-			Labels: pl.Labels, Sides: broker.PoolSides(pl.Sides), PricePerHour: pl.PricePerHour,
-			ExpanderPriority: pl.ExpanderPriority, Partition: pl.Partition,
-		}
-		if pool.Partition != "" && pool.Sides == broker.PoolK8s {
-			return nil, broker.Invalid(prefix+".partition", "names a YARN partition, but the pool serves only k8s (set sides to yarn or shared)")
-		}
-		if pool.Provider == "" {
-			pool.Provider = "aws"
-		}
-		if pool.Group == "" {
-			pool.Group = pool.Name
-		}
-		if pool.Sides == "" {
-			pool.Sides = broker.PoolShared
-		}
-		for j, t := range pl.Taints {
-			switch t.Effect {
-			case "NoSchedule", "PreferNoSchedule", "NoExecute":
-			default:
-				return nil, broker.Invalid(fmt.Sprintf("%s.taints[%d].effect", prefix, j), "must be NoSchedule, PreferNoSchedule or NoExecute, got %q", t.Effect)
-			}
-			pool.Taints = append(pool.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
-		}
-		if err := pool.Validate(); err != nil {
-			return nil, broker.WithPrefix(prefix, err)
+		pool, err := pl.pool(prefix)
+		if err != nil {
+			return nil, err
 		}
 		if names[pool.Name] {
 			return nil, broker.Invalid(prefix+".name", "pool %q is defined twice", pool.Name)
 		}
 		names[pool.Name] = true
 		c.pools = append(c.pools, pool)
+		if pool.Fleet() {
+			if c.fleetHosts == nil {
+				c.fleetHosts = map[string][]string{}
+			}
+			c.fleetHosts[pool.Name] = pl.Hosts
+		}
+	}
+	if err := checkFleet(c.pools, c.fleetHosts); err != nil {
+		return nil, err
 	}
 
 	tnames := map[string]bool{}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/cloud"
+	"github.com/gpubroker/gpubroker/fleet"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn"
@@ -41,8 +42,11 @@ type Config struct {
 	// writing it (plan: what serve's first tick would do).
 	Preview bool
 
-	Pools   []broker.Pool
-	Tenants []broker.Tenant
+	Pools []broker.Pool
+	// FleetHosts names each fleet pool's hosts (broker.Pool.Fleet), by
+	// pool name: the node names both sides list.
+	FleetHosts map[string][]string
+	Tenants    []broker.Tenant
 	// Policy is seeded when the store has none, and its MaxProvisionTime
 	// bounds how long a launched instance may take to register.
 	Policy broker.Policy
@@ -246,27 +250,65 @@ func Open(ctx context.Context, cfg Config) (_ *Main, err error) {
 	return m, nil
 }
 
+// openCloud builds the node pools: the fleet pools the configuration names
+// hosts for, and the cloud provider's pools beside them. With fleet pools
+// only, no cloud provider is opened at all.
 func (m *Main) openCloud(ctx context.Context) error {
 	cc := m.cfg.Cloud
 	if cc.NodePool != nil {
 		m.pools = cc.NodePool
 		return nil
 	}
+	fl, err := m.openFleet()
+	if err != nil {
+		return err
+	}
 	pools := cc.Pools
 	if pools == nil {
 		pools = CloudPools(m.cfg.Pools)
+	}
+	if fl != nil && len(pools) == 0 {
+		m.pools = fleet.Combine(fl, nil)
+		return nil
 	}
 	provider, err := cloud.New(ctx, cloud.Config{Region: cc.Region, Endpoint: cc.Endpoint, Credentials: cc.Credentials,
 		Pools: pools, Bounds: StoreBounds(m.st), MaxProvisionTime: m.cfg.Policy.MaxProvisionTime.D(),
 		ProvisionTime: StoreProvisionTime(m.st), PoolBackoff: cc.PoolBackoff, Logger: m.log})
 	if err != nil {
-		return fmt.Errorf("cloud provider: %w", err)
+		names := make([]string, 0, len(pools))
+		for _, p := range pools {
+			names = append(names, p.Name)
+		}
+		return fmt.Errorf("cloud provider for the cloud pools %s: %w (configure the cloud section, or make them fleet pools: provider: fleet with their hosts)",
+			strings.Join(names, ", "), err)
 	}
 	m.provider, m.pools = provider, provider
 	if cc.Wrap != nil {
 		m.pools = cc.Wrap(provider)
 	}
+	if fl != nil {
+		m.pools = fleet.Combine(fl, m.pools)
+	}
 	return nil
+}
+
+// openFleet builds the fleet pools of the configuration; nil when it has
+// none.
+func (m *Main) openFleet() (*fleet.NodePool, error) {
+	var pools []fleet.Pool
+	for _, p := range m.cfg.Pools {
+		if p.Fleet() {
+			pools = append(pools, fleet.Pool{Pool: p, Hosts: m.cfg.FleetHosts[p.Name]})
+		}
+	}
+	if len(pools) == 0 {
+		return nil, nil
+	}
+	fl, err := fleet.New(pools)
+	if err != nil {
+		return nil, usagef("config: %s", err)
+	}
+	return fl, nil
 }
 
 // openYARN builds the YARN observer for the configured RMs and, when the
@@ -540,6 +582,9 @@ func Seed(ctx context.Context, st *store.Store, pools []broker.Pool, tenants []b
 func CloudPools(pools []broker.Pool) []cloud.PoolConfig {
 	out := make([]cloud.PoolConfig, 0, len(pools))
 	for _, p := range pools {
+		if p.Fleet() {
+			continue
+		}
 		minN, maxN := p.MinNodes, p.MaxNodes
 		out = append(out, cloud.PoolConfig{Name: p.Name, Group: p.Group, MinNodes: &minN, MaxNodes: &maxN,
 			GPUModel: p.GPUModel, GPUsPerNode: p.GPUsPerNode, Sides: p.Sides, PricePerHour: p.PricePerHour,

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
@@ -81,5 +83,65 @@ func TestOpenRefusesHalfAYARNAdminConfig(t *testing.T) {
 	var ue *UsageError
 	if !errors.As(err, &ue) || ue.Msg != "config: yarn.admin_address and yarn.exclude_file go together: set both to let the broker decommission NodeManagers" {
 		t.Fatalf("open: %v, want the usage error naming both keys", err)
+	}
+}
+
+// TestOpenFleetWithoutCloud: with fleet pools only, the broker opens no
+// cloud provider (no region, no endpoint, no credentials) and the hosts
+// the sides list become the pool's members at the next observation; a
+// cloud pool without a usable cloud section is an error naming it.
+func TestOpenFleetWithoutCloud(t *testing.T) {
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.Config{URL: pg.NewDatabase(t, store.Migrate)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	sim, err := yarnsim.New(yarnsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"gpu-1", "gpu-2"} {
+		if err := sim.AddNode(yarnsim.NodeSpec{Host: h, GPUs: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	fleetPool := broker.Pool{Name: "owned", Provider: broker.ProviderFleet, GPUModel: "A100", GPUsPerNode: 4, MinNodes: 3, MaxNodes: 3, Sides: broker.PoolShared}
+	m, err := Open(ctx, Config{Store: st, Seed: true, Policy: broker.DefaultPolicy(), Pools: []broker.Pool{fleetPool},
+		FleetHosts: map[string][]string{"owned": {"gpu-1", "gpu-2", "gpu-3"}}, YARN: YARNConfig{RM: []string{srv.URL}}})
+	if err != nil {
+		t.Fatalf("open with a fleet and no cloud section: %v", err)
+	}
+	t.Cleanup(m.Close)
+	if m.Provider() != nil {
+		t.Error("a cloud provider was opened for a fleet")
+	}
+	rt, err := m.NewRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the first tick lists the sides; the second sees the members
+		if _, err := rt.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states, err := m.Pools().Pools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != 1 || states[0].Stale != "" || states[0].Desired != 2 || states[0].Pool.MaxNodes != 2 {
+		t.Fatalf("pools %+v, want the fleet with its 2 listed hosts (gpu-3 is off)", states)
+	}
+
+	cloudPool := broker.Pool{Name: "a100", Provider: "aws", Group: "a100", GPUsPerNode: 4, MaxNodes: 2, Sides: broker.PoolShared}
+	_, err = Open(ctx, Config{Store: st, Pools: []broker.Pool{fleetPool, cloudPool},
+		FleetHosts: map[string][]string{"owned": {"gpu-1"}}})
+	if err == nil || !strings.Contains(err.Error(), "cloud pools a100") || !strings.Contains(err.Error(), "region") {
+		t.Fatalf("open with a cloud pool and no cloud section: %v, want an error naming pool a100 and the region", err)
 	}
 }

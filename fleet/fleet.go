@@ -1,0 +1,283 @@
+// Package fleet is the node pool of machines a company owns: a fixed set
+// of hosts, named in the configuration, shared between YARN and
+// Kubernetes with no cloud behind them.
+//
+// A fleet pool's size is what exists. The broker never grows or shrinks
+// it and never terminates one of its hosts: it places demand on the
+// fleet's free GPUs, hands idle hosts between the sides, preempts across
+// them and drains by attrition as for any pool, and where a cloud pool
+// would replace a faulty node it cordons the host and reports it.
+//
+// A host is a member once either side lists a node of that name (a
+// Kubernetes node or a YARN NodeManager host): a configured host that
+// neither side lists is a machine that is off, or not installed yet, and
+// is no capacity. Until the broker has listed both sides once, the fleet
+// is stale (nothing acts on it).
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/broker/engine"
+)
+
+// Pool is one fleet pool: its definition (Provider broker.ProviderFleet;
+// MinNodes and MaxNodes are ignored: they are the hosts present) and the
+// host names of its members.
+type Pool struct {
+	broker.Pool
+	Hosts []string
+}
+
+// NodePool is an engine.NodePool over fleet pools. It is safe for
+// concurrent use.
+type NodePool struct {
+	pools []Pool
+	host  map[string]string // host → pool
+
+	mu sync.Mutex
+	// registered holds the node names either side listed last; nil until
+	// ObserveRegistered is first called.
+	registered map[string]struct{}
+}
+
+var _ engine.NodePool = (*NodePool)(nil)
+
+// New returns a NodePool over pools. A pool must be a fleet pool and name
+// at least one host; a host may belong to one pool only.
+func New(pools []Pool) (*NodePool, error) {
+	f := &NodePool{host: map[string]string{}}
+	names := map[string]bool{}
+	for i, p := range pools {
+		prefix := fmt.Sprintf("pools[%d]", i)
+		if !p.Fleet() {
+			return nil, broker.Invalid(prefix+".provider", "pool %q is not a fleet pool (provider %q); only provider %q pools name hosts", p.Name, p.Provider, broker.ProviderFleet)
+		}
+		if err := p.Validate(); err != nil {
+			return nil, broker.WithPrefix(prefix, err)
+		}
+		if names[p.Name] {
+			return nil, broker.Invalid(prefix+".name", "pool %q is defined twice", p.Name)
+		}
+		names[p.Name] = true
+		if len(p.Hosts) == 0 {
+			return nil, broker.Invalid(prefix+".hosts", "a fleet pool names its hosts (the node names both sides list, e.g. [gpu-01.example.com]); pool %q names none", p.Name)
+		}
+		for j, h := range p.Hosts {
+			if err := checkHost(h); err != nil {
+				return nil, broker.Invalid(fmt.Sprintf("%s.hosts[%d]", prefix, j), "%s", err)
+			}
+			if other, dup := f.host[h]; dup {
+				return nil, broker.Invalid(fmt.Sprintf("%s.hosts[%d]", prefix, j), "host %q is already a member of pool %q: a host belongs to one pool", h, other)
+			}
+			f.host[h] = p.Name
+		}
+		p.Hosts = slices.Clone(p.Hosts)
+		sort.Strings(p.Hosts)
+		f.pools = append(f.pools, p)
+	}
+	sort.Slice(f.pools, func(i, j int) bool { return f.pools[i].Name < f.pools[j].Name })
+	return f, nil
+}
+
+// checkHost accepts a host name as both sides list nodes: a DNS name
+// without a port.
+func checkHost(h string) error {
+	switch {
+	case h == "":
+		return errors.New("must be a host name, got an empty one")
+	case strings.ContainsAny(h, " :/\t"):
+		return fmt.Errorf("must be a host name as the sides list it (no port, scheme or space), got %q", h)
+	case len(h) > 253:
+		return fmt.Errorf("must be at most 253 characters, got %d", len(h))
+	}
+	return nil
+}
+
+// Has reports whether pool is one of the fleet's pools.
+func (f *NodePool) Has(pool string) bool {
+	_, ok := f.find(pool)
+	return ok
+}
+
+func (f *NodePool) find(pool string) (*Pool, bool) {
+	for i := range f.pools {
+		if f.pools[i].Name == pool {
+			return &f.pools[i], true
+		}
+	}
+	return nil, false
+}
+
+// ObserveRegistered tells the fleet which node names either side lists
+// (the app calls it after every side observation).
+func (f *NodePool) ObserveRegistered(names []string) {
+	set := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		set[n] = struct{}{}
+	}
+	f.mu.Lock()
+	f.registered = set
+	f.mu.Unlock()
+}
+
+// Pools returns each fleet pool with its members: the configured hosts
+// either side lists. Its desired capacity, min and max are that count.
+func (f *NodePool) Pools(context.Context) ([]broker.PoolState, error) {
+	f.mu.Lock()
+	reg := f.registered
+	f.mu.Unlock()
+	out := make([]broker.PoolState, 0, len(f.pools))
+	for _, p := range f.pools {
+		st := broker.PoolState{Pool: p.Pool}
+		if reg == nil {
+			st.Stale = "fleet membership is not known yet: the broker has not listed the sides' nodes"
+			st.Pool.MinNodes, st.Pool.MaxNodes = 0, 0
+			out = append(out, st)
+			continue
+		}
+		for _, h := range p.Hosts {
+			if _, ok := reg[h]; ok {
+				st.Instances = append(st.Instances, broker.Instance{ID: h, Hostname: h})
+			}
+		}
+		n := len(st.Instances)
+		st.Desired, st.Pool.MinNodes, st.Pool.MaxNodes = n, n, n
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Missing returns, by pool, the configured hosts neither side lists (a
+// host that is off or not installed); nil before the first observation.
+func (f *NodePool) Missing() map[string][]string {
+	f.mu.Lock()
+	reg := f.registered
+	f.mu.Unlock()
+	if reg == nil {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, p := range f.pools {
+		for _, h := range p.Hosts {
+			if _, ok := reg[h]; !ok {
+				out[p.Name] = append(out[p.Name], h)
+			}
+		}
+	}
+	return out
+}
+
+// SetDesired accepts only the fleet's own size: a fleet has nothing to buy
+// or give back. The planner never asks for another; this refuses one that
+// would come from a bug or an operator's call.
+func (f *NodePool) SetDesired(ctx context.Context, pool string, target int) error {
+	st, err := f.state(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if target == st.Desired {
+		return nil
+	}
+	return fmt.Errorf("pool %s is a fleet pool: its size is its %d hosts present, and the broker cannot set it to %d (there is no cloud group to grow or shrink)", pool, st.Desired, target)
+}
+
+// Terminate refuses: the broker never terminates a host of the fleet.
+func (f *NodePool) Terminate(_ context.Context, pool, instanceID string) error {
+	if !f.Has(pool) {
+		return fmt.Errorf("pool %s is not a fleet pool", pool)
+	}
+	return fmt.Errorf("pool %s is a fleet pool: the broker never terminates its host %s (it cordons a faulty host and reports it)", pool, instanceID)
+}
+
+func (f *NodePool) state(ctx context.Context, pool string) (broker.PoolState, error) {
+	states, err := f.Pools(ctx)
+	if err != nil {
+		return broker.PoolState{}, err
+	}
+	for _, st := range states {
+		if st.Pool.Name == pool {
+			return st, nil
+		}
+	}
+	return broker.PoolState{}, fmt.Errorf("pool %s is not a fleet pool", pool)
+}
+
+// Combine serves the fleet's pools and, when cloud is not nil, the cloud
+// provider's beside them: each call goes to the pool's owner.
+func Combine(f *NodePool, cloud engine.NodePool) engine.NodePool {
+	c := &combined{fleet: f, cloud: cloud}
+	if kd, ok := cloud.(engine.KeepDesiredTerminator); ok {
+		return &combinedKeepDesired{combined: c, kd: kd}
+	}
+	return c
+}
+
+type combined struct {
+	fleet *NodePool
+	cloud engine.NodePool
+}
+
+func (c *combined) Pools(ctx context.Context) ([]broker.PoolState, error) {
+	out, err := c.fleet.Pools(ctx)
+	if err != nil || c.cloud == nil {
+		return out, err
+	}
+	cl, err := c.cloud.Pools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, st := range cl {
+		if c.fleet.Has(st.Pool.Name) {
+			// A cloud group tagged with a fleet pool's name is not that
+			// pool: the fleet's definition wins, and nothing acts on the
+			// group through it.
+			continue
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pool.Name < out[j].Pool.Name })
+	return out, nil
+}
+
+func (c *combined) SetDesired(ctx context.Context, pool string, target int) error {
+	if c.fleet.Has(pool) || c.cloud == nil {
+		return c.fleet.SetDesired(ctx, pool, target)
+	}
+	return c.cloud.SetDesired(ctx, pool, target)
+}
+
+func (c *combined) Terminate(ctx context.Context, pool, instanceID string) error {
+	if c.fleet.Has(pool) || c.cloud == nil {
+		return c.fleet.Terminate(ctx, pool, instanceID)
+	}
+	return c.cloud.Terminate(ctx, pool, instanceID)
+}
+
+// ObserveRegistered tells both the fleet and the cloud provider (when it
+// listens) which nodes the sides list.
+func (c *combined) ObserveRegistered(names []string) {
+	c.fleet.ObserveRegistered(names)
+	if r, ok := c.cloud.(interface{ ObserveRegistered([]string) }); ok {
+		r.ObserveRegistered(names)
+	}
+}
+
+type combinedKeepDesired struct {
+	*combined
+	kd engine.KeepDesiredTerminator
+}
+
+func (c *combinedKeepDesired) TerminateKeepDesired(ctx context.Context, pool, instanceID string) error {
+	if c.fleet.Has(pool) {
+		return c.fleet.Terminate(ctx, pool, instanceID)
+	}
+	return c.kd.TerminateKeepDesired(ctx, pool, instanceID)
+}
