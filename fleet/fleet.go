@@ -11,8 +11,12 @@
 // A host is a member once either side lists a node of that name (a
 // Kubernetes node or a YARN NodeManager host): a configured host that
 // neither side lists is a machine that is off, or not installed yet, and
-// is no capacity. Until the broker has listed both sides once, the fleet
-// is stale (nothing acts on it).
+// is no capacity. Until the broker has listed the sides once (the first
+// tick after a start), every configured host is a member: one neither
+// side lists then looks like a machine on its way for that tick, so the
+// broker waits for it rather than buying in a cloud pool beside the fleet
+// (the end-to-end test caught that purchase when the fleet was reported
+// stale instead).
 package fleet
 
 import (
@@ -129,7 +133,8 @@ func (f *NodePool) ObserveRegistered(names []string) {
 }
 
 // Pools returns each fleet pool with its members: the configured hosts
-// either side lists. Its desired capacity, min and max are that count.
+// either side lists (all of them before the first listing). Its desired
+// capacity, min and max are their count.
 func (f *NodePool) Pools(context.Context) ([]broker.PoolState, error) {
 	f.mu.Lock()
 	reg := f.registered
@@ -137,14 +142,8 @@ func (f *NodePool) Pools(context.Context) ([]broker.PoolState, error) {
 	out := make([]broker.PoolState, 0, len(f.pools))
 	for _, p := range f.pools {
 		st := broker.PoolState{Pool: p.Pool}
-		if reg == nil {
-			st.Stale = "fleet membership is not known yet: the broker has not listed the sides' nodes"
-			st.Pool.MinNodes, st.Pool.MaxNodes = 0, 0
-			out = append(out, st)
-			continue
-		}
 		for _, h := range p.Hosts {
-			if _, ok := reg[h]; ok {
+			if _, ok := reg[h]; ok || reg == nil {
 				st.Instances = append(st.Instances, broker.Instance{ID: h, Hostname: h})
 			}
 		}

@@ -16,7 +16,7 @@ func fleetPool(name string, hosts ...string) Pool {
 
 // TestMembers: a fleet pool's members are its hosts a side lists; its
 // min, max and desired capacity are their count; before the sides were
-// listed once it is stale; it accepts only its own size and never
+// listed once every configured host is; it accepts only its own size and never
 // terminates.
 func TestMembers(t *testing.T) {
 	ctx := context.Background()
@@ -28,8 +28,8 @@ func TestMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(states) != 2 || states[0].Stale == "" || len(states[0].Instances) != 0 || states[0].Pool.MaxNodes != 0 {
-		t.Fatalf("before the sides were listed: %+v, want both pools stale with no members", states)
+	if len(states) != 2 || states[0].Stale != "" || len(states[0].Instances) != 2 || states[0].Pool.MaxNodes != 2 || states[0].Desired != 2 {
+		t.Fatalf("before the sides were listed: %+v, want every configured host a member", states)
 	}
 	if f.Missing() != nil {
 		t.Errorf("missing before the sides were listed: %v", f.Missing())

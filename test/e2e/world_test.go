@@ -136,7 +136,15 @@ type worldOptions struct {
 	logTap func(slog.Record)
 	// extra shapes the safety scenarios (safety_test.go).
 	extra safetyOptions
+	// fleet names the hosts of a fleet pool (fleetPoolName) beside the
+	// cloud pool: machines up from the start, on Kubernetes, excluded
+	// from YARN. noCloud leaves the cloud out altogether (no endpoint,
+	// no cloud pool): the broker runs on the fleet alone.
+	fleet   []string
+	noCloud bool
 }
+
+const fleetPoolName = "owned-fleet"
 
 func newWorld(t *testing.T, o worldOptions) *world {
 	t.Helper()
@@ -156,8 +164,20 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	pool := broker.Pool{Name: poolName, Provider: "aws", Group: poolName, GPUModel: "A100", GPUsPerNode: 4,
 		MinNodes: 0, MaxNodes: o.maxNodes, Sides: broker.PoolShared, Labels: gpuLabels,
 		Taints: []broker.Taint{{Key: gpuTaint.Key, Value: gpuTaint.Value, Effect: string(gpuTaint.Effect)}}}
-	if _, err := st.UpsertPool(ctx, pool); err != nil {
-		t.Fatal(err)
+	var pools []broker.Pool
+	if !o.noCloud {
+		pools = append(pools, pool)
+	}
+	var fleetHosts map[string][]string
+	if len(o.fleet) > 0 {
+		fp := pool
+		fp.Name, fp.Provider, fp.Group, fp.MinNodes, fp.MaxNodes = fleetPoolName, broker.ProviderFleet, "", len(o.fleet), len(o.fleet)
+		pools, fleetHosts = append(pools, fp), map[string][]string{fleetPoolName: o.fleet}
+	}
+	for _, p := range pools {
+		if _, err := st.UpsertPool(ctx, p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := st.CreateTenant(ctx, broker.Tenant{Name: "training", MaxGPUs: 200, Weight: 1,
 		YARNQueues: []string{"root.training"}, Namespaces: []string{o.namespace}}); err != nil {
@@ -254,29 +274,33 @@ func newWorld(t *testing.T, o worldOptions) *world {
 			ysim.RemoveNode(in.PrivateDNSName)
 			yexclude.Remove(in.PrivateDNSName)
 		}})
-	endpoint, err := w.aws.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.aws.Close(context.Background()) })
-	if err := w.aws.CreateGroup(awssim.GroupSpec{Name: poolName, Min: 0, Max: o.maxNodes, InstanceType: "p4d.24xlarge"}); err != nil {
-		t.Fatal(err)
+	// The fleet's machines are up from the start: Kubernetes nodes, and
+	// NodeManagers of excluded hosts, as a booted instance's.
+	for _, h := range o.fleet {
+		if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: h, GPUs: 4, Model: "A100", Labels: gpuLabels,
+			Taints: []corev1.Taint{gpuTaint}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := yexclude.Add(h, 0); err != nil {
+			t.Fatal(err)
+		}
+		live[h] = true
+		if err := yadmin.StartNodeManager(yarnsim.NodeSpec{Host: h, GPUs: 4}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	minN, maxN := 0, o.maxNodes
-	kcfg := k8s.Config{GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
-	if len(o.extra.startupTaints) > 0 {
-		kcfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), o.extra.startupTaints...)
-	}
-	// The broker, assembled as serve assembles it, on the simulators and
-	// the real control plane.
-	w.app, err = app.Open(ctx, app.Config{Store: st, Policy: pol, Logger: log,
-		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
-			RestartNodeManager: restart,
-			// yarnsim launches a container as it allocates it: no
-			// allocation waits to launch, so a hold of seconds suffices.
-			CordonHold: 2 * time.Second},
-		Kubernetes: app.KubernetesConfig{Client: kubeEnv.Client, Adapter: kcfg, DrainStep: 2 * time.Second},
-		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: endpoint,
+	cloudCfg := app.CloudConfig{}
+	if !o.noCloud {
+		endpoint, err := w.aws.Start("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.aws.Close(context.Background()) })
+		if err := w.aws.CreateGroup(awssim.GroupSpec{Name: poolName, Min: 0, Max: o.maxNodes, InstanceType: "p4d.24xlarge"}); err != nil {
+			t.Fatal(err)
+		}
+		cloudCfg = app.CloudConfig{Region: "us-east-1", Endpoint: endpoint,
 			Credentials: credentials.NewStaticCredentialsProvider("e2e", "e2e", ""),
 			Pools:       append([]cloud.PoolConfig{{Name: poolName, GPUsPerNode: 4, GPUModel: "A100", MinNodes: &minN, MaxNodes: &maxN}}, w.extraPools(o.extra)...),
 			Wrap: func(provider *cloud.Provider) engine.NodePool {
@@ -290,8 +314,23 @@ func newWorld(t *testing.T, o worldOptions) *world {
 					w.terminations = append(w.terminations, terminated{Host: host, YARNState: ysim.NodeState(host)})
 					w.termMu.Unlock()
 				}}
-			}},
-		Period: time.Second, BatchWindow: 200 * time.Millisecond})
+			}}
+	}
+	kcfg := k8s.Config{GPUNodeLabels: map[string]string{"infra-type": "gpu"}}
+	if len(o.extra.startupTaints) > 0 {
+		kcfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), o.extra.startupTaints...)
+	}
+	// The broker, assembled as serve assembles it, on the simulators and
+	// the real control plane.
+	w.app, err = app.Open(ctx, app.Config{Store: st, Policy: pol, Logger: log, Pools: pools, FleetHosts: fleetHosts,
+		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
+			RestartNodeManager: restart,
+			// yarnsim launches a container as it allocates it: no
+			// allocation waits to launch, so a hold of seconds suffices.
+			CordonHold: 2 * time.Second},
+		Kubernetes: app.KubernetesConfig{Client: kubeEnv.Client, Adapter: kcfg, DrainStep: 2 * time.Second},
+		Cloud:      cloudCfg,
+		Period:     time.Second, BatchWindow: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
