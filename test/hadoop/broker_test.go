@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/broker/engine"
+	"github.com/gpubroker/gpubroker/fleet"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/hadoop"
 	"github.com/gpubroker/gpubroker/yarn"
@@ -40,10 +41,11 @@ import (
 //     held with the cordon label (where the cluster offers it; otherwise
 //     left alone), never put in the exclude file, and its container runs
 //     on;
-//   - HandOverToYARN: a pending YARN GPU app takes an idle node from
-//     Kubernetes (a tiny fake side); the op stays open until the RM lists
-//     the restarted NodeManager RUNNING with its GPUs, and the app gets
-//     its container there.
+//   - HandOverToYARN: a pending YARN GPU app takes an idle node of a
+//     fleet pool (owned hosts, no cloud) from Kubernetes (a tiny fake
+//     side); the op stays open until the RM lists the restarted
+//     NodeManager RUNNING with its GPUs, and the app gets its container
+//     there; nothing is bought.
 func TestBroker(t *testing.T) {
 	t.Run("yarnsim", func(t *testing.T) { runBroker(t, simBrokerTarget(t)) })
 	for _, v := range hadoop.Versions() {
@@ -462,11 +464,13 @@ func newBrokerRig(t *testing.T, ctx context.Context, tg brokerTarget, rmURL stri
 	return newBrokerRigPools(t, ctx, tg, rmURL, direct, pol, k8s, poolSpec{name: brokerPool, hosts: hosts})
 }
 
-// poolSpec is one pool of a rig: its partition and its instances' hosts.
+// poolSpec is one pool of a rig: its partition and its instances' hosts;
+// a fleet pool is package fleet's over those hosts instead of the test's.
 type poolSpec struct {
 	name, partition string
 	max             int // default: len(hosts)
 	hosts           []string
+	fleet           bool
 }
 
 func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL string, direct *yarn.Client, pol broker.Policy, k8s k8sSide, pools ...poolSpec) *brokerRig {
@@ -480,18 +484,35 @@ func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL
 	pool := &testPool{desired: map[string]int{}, instances: map[string][]broker.Instance{}, state: func(host string) string {
 		return nodeState(t, context.WithoutCancel(ctx), direct, host)
 	}}
+	var fleetPools []fleet.Pool
 	for _, ps := range pools {
 		if ps.max == 0 {
 			ps.max = len(ps.hosts)
 		}
-		if _, err := st.UpsertPool(ctx, broker.Pool{Name: ps.name, Provider: "test", Group: ps.name, GPUModel: "A100",
-			GPUsPerNode: tg.gpus, MinNodes: 0, MaxNodes: ps.max, Sides: broker.PoolShared, Partition: ps.partition}); err != nil {
+		bp := broker.Pool{Name: ps.name, Provider: "test", Group: ps.name, GPUModel: "A100",
+			GPUsPerNode: tg.gpus, MinNodes: 0, MaxNodes: ps.max, Sides: broker.PoolShared, Partition: ps.partition}
+		if ps.fleet {
+			bp.Provider, bp.Group, bp.MinNodes = broker.ProviderFleet, "", ps.max
+		}
+		if _, err := st.UpsertPool(ctx, bp); err != nil {
 			t.Fatal(err)
+		}
+		if ps.fleet {
+			fleetPools = append(fleetPools, fleet.Pool{Pool: bp, Hosts: ps.hosts})
+			continue
 		}
 		pool.names = append(pool.names, ps.name)
 		for _, h := range ps.hosts {
 			pool.add(ps.name, h)
 		}
+	}
+	var nodePool engine.NodePool = pool
+	if len(fleetPools) > 0 {
+		fl, err := fleet.New(fleetPools)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodePool = fleet.Combine(fl, pool)
 	}
 	if _, err := st.CreateTenant(ctx, broker.Tenant{Name: "training", MaxGPUs: 100, Weight: 1,
 		YARNQueues: []string{"root.a"}}); err != nil {
@@ -550,7 +571,7 @@ func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL
 	cfg := engine.RuntimeConfig{
 		Observers: []engine.SideObserver{yarn.NewSide(client, yarn.MapOptions{}).WithCordon(cordon)},
 		Actions:   []engine.SideActions{dec},
-		Pools:     pool, Ledger: st.Ledger(), Logger: log, ObserveTimeout: 5 * time.Second,
+		Pools:     nodePool, Ledger: st.Ledger(), Logger: log, ObserveTimeout: 5 * time.Second,
 	}
 	if k8s != nil {
 		cfg.Observers = append(cfg.Observers, k8s)
@@ -828,8 +849,10 @@ func runBroker(t *testing.T, tg brokerTarget) {
 			}
 			return nil
 		})
+		// The idle machine is a host of a fleet pool (no cloud behind it:
+		// package fleet), the hand-over the same as any pool's.
 		k8s := &fakeK8s{nodes: map[string]broker.Owner{idle: broker.OwnerK8s}, gpus: tg.gpus}
-		r := newBrokerRig(t, ctx, tg, rmURL, direct, base, k8s, idle)
+		r := newBrokerRigPools(t, ctx, tg, rmURL, direct, base, k8s, poolSpec{name: "owned", hosts: []string{idle}, fleet: true})
 		var rmStates []string
 		ticks := r.tickUntil(ctx, "the hand-over of "+idle+" to end", 3*time.Minute, func() error {
 			s := nodeState(t, ctx, direct, idle)
