@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,7 +26,9 @@ type sideCapacity struct {
 
 // poolCapacity is one pool's size and GPU use.
 type poolCapacity struct {
-	Name          string               `json:"name"`
+	Name string `json:"name"`
+	// Provider is aws (an autoscaling group) or fleet (owned hosts).
+	Provider      string               `json:"provider"`
 	GPUModel      string               `json:"gpu_model"`
 	GPUsPerNode   int                  `json:"gpus_per_node"`
 	Sides         broker.PoolSides     `json:"sides"`
@@ -39,6 +42,25 @@ type poolCapacity struct {
 	GPUsBySide    map[broker.Owner]int `json:"gpus_by_side"`
 	BackoffUntil  time.Time            `json:"backoff_until,omitzero"`
 	BackoffReason string               `json:"backoff_reason,omitempty"`
+	// NodesBySide counts the pool's nodes by the side that owns them.
+	NodesBySide map[broker.Owner]int `json:"nodes_by_side"`
+	// HandOvers24h counts its nodes handed from one side to the other in
+	// the last 24 hours.
+	HandOvers24h int `json:"hand_overs_24h"`
+	// Idle are its ready nodes that run nothing, longest idle first, with
+	// the side they idle on.
+	Idle []idleNode `json:"idle"`
+	// MissingHosts are the hosts a fleet pool names that neither side
+	// listed in the leader's last tick (off, or not installed yet).
+	MissingHosts []string `json:"missing_hosts,omitempty"`
+}
+
+// idleNode is a node that runs nothing, since when, on which side.
+type idleNode struct {
+	Node        string       `json:"node"`
+	Side        broker.Owner `json:"side"`
+	Since       time.Time    `json:"since"`
+	IdleSeconds float64      `json:"idle_seconds"`
 }
 
 // demandGroup is pending demand of one tenant at one priority waiting for
@@ -81,6 +103,12 @@ func (s *server) capacity(w http.ResponseWriter, r *http.Request) {
 	if s.rt != nil {
 		st := s.rt.Status()
 		out.Runtime = &st
+		if len(st.MissingHosts) > 0 {
+			out.Pools = slices.Clone(out.Pools)
+			for i := range out.Pools {
+				out.Pools[i].MissingHosts = st.MissingHosts[out.Pools[i].Name]
+			}
+		}
 	}
 	sc, ok := s.scoped(w, r)
 	if !ok {
@@ -109,7 +137,14 @@ func (s *server) capacitySummary(ctx context.Context) (capacitySummary, error) {
 	if err != nil {
 		return capacitySummary{}, err
 	}
+	handOvers, err := s.st.HandOvers(ctx, now.Add(-24*time.Hour))
+	if err != nil {
+		return capacitySummary{}, err
+	}
 	c.val, c.at = summarise(now, nodes, pools, groups), now
+	for i := range c.val.Pools {
+		c.val.Pools[i].HandOvers24h = handOvers[c.val.Pools[i].Name]
+	}
 	return c.val, nil
 }
 
@@ -131,9 +166,9 @@ func summarise(now time.Time, nodes []broker.Node, pools []store.PoolRecord, gro
 	poolIdx := map[string]int{}
 	for _, p := range pools {
 		poolIdx[p.Name] = len(out.Pools)
-		out.Pools = append(out.Pools, poolCapacity{Name: p.Name, GPUModel: p.GPUModel, GPUsPerNode: p.GPUsPerNode,
+		out.Pools = append(out.Pools, poolCapacity{Name: p.Name, Provider: p.Provider, GPUModel: p.GPUModel, GPUsPerNode: p.GPUsPerNode,
 			Sides: p.Sides, MinNodes: p.MinNodes, MaxNodes: p.MaxNodes, GPUsBySide: map[broker.Owner]int{},
-			BackoffUntil: p.BackoffUntil, BackoffReason: p.BackoffReason})
+			BackoffUntil: p.BackoffUntil, BackoffReason: p.BackoffReason, NodesBySide: map[broker.Owner]int{}, Idle: []idleNode{}})
 	}
 	for i := range nodes {
 		pi, ok := poolIdx[nodes[i].Pool]
@@ -146,6 +181,7 @@ func summarise(now time.Time, nodes []broker.Node, pools []store.PoolRecord, gro
 			continue
 		}
 		pc.Nodes++
+		pc.NodesBySide[c.Side]++
 		pc.GPUsTotal += c.Total
 		pc.GPUsBySide[c.Side] += c.Total
 		if c.InFlight {
@@ -154,6 +190,12 @@ func summarise(now time.Time, nodes []broker.Node, pools []store.PoolRecord, gro
 			continue
 		}
 		pc.GPUsBusy += c.Busy
+		if n := &nodes[i]; n.Phase == broker.PhaseActive && n.GPUsAllocated == 0 && len(n.Work) == 0 && !n.UnderusedSince.IsZero() {
+			pc.Idle = append(pc.Idle, idleNode{Node: n.Name, Side: n.Owner, Since: n.UnderusedSince, IdleSeconds: seconds(max(0, now.Sub(n.UnderusedSince)))})
+		}
+	}
+	for i := range out.Pools {
+		slices.SortFunc(out.Pools[i].Idle, func(a, b idleNode) int { return a.Since.Compare(b.Since) })
 	}
 	// pending_gpus is broker.PendingGPUs over the live ledger, summed by
 	// the store's DemandSummary (the SQL implements that rule; a store test

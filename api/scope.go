@@ -350,7 +350,7 @@ func filterCapacity(sc *scope, c capacitySummary) capacitySummary {
 	out := c
 	out.Pools = make([]poolCapacity, len(c.Pools))
 	for i, p := range c.Pools {
-		p.GPUsBySide = maps.Clone(p.GPUsBySide)
+		p.GPUsBySide, p.NodesBySide = maps.Clone(p.GPUsBySide), maps.Clone(p.NodesBySide)
 		p.BackoffReason = sc.redact(p.BackoffReason)
 		out.Pools[i] = p
 	}

@@ -39,6 +39,9 @@ var (
 	descPoolStale = prometheus.NewDesc("gpubroker_pool_stale",
 		"1 while the cloud could not show a pool's group in the last tick (the pool neither grows nor shrinks), else 0; leader only.",
 		[]string{"pool"}, nil)
+	descPoolHostsMissing = prometheus.NewDesc("gpubroker_pool_hosts_missing",
+		"Hosts a fleet pool names that neither YARN nor Kubernetes listed in the last tick (off, or not installed yet: no capacity); GET /api/v1/capacity names them; leader only, fleet pools only.",
+		[]string{"pool"}, nil)
 	descClaimConflicts = prometheus.NewDesc("gpubroker_claim_conflicts_total",
 		"Ticks' detections of a node that both YARN and Kubernetes list as schedulable, since this replica began leading; leader only.",
 		nil, nil)
@@ -79,7 +82,7 @@ var (
 		"Nodes that are not gone, by pool, owner side and lifecycle phase.", []string{"pool", "owner", "phase"}, nil)
 )
 
-var stateDescs = []*prometheus.Desc{descLeader, descLastTick, descSourceStale, descPoolStale, descClaimConflicts,
+var stateDescs = []*prometheus.Desc{descLeader, descLastTick, descSourceStale, descPoolStale, descPoolHostsMissing, descClaimConflicts,
 	descSideGPUs, descSideNodes, descPoolGPUs, descPoolNodes, descPoolMaxNodes, descPoolMinNodes, descPoolBackoff,
 	descPoolRepairsPaused, descDemandGPUs, descDemandUnits, descDemandWait, descNodeUnhealthy, descNodeClaimConflict, descNodes}
 
@@ -148,6 +151,9 @@ func (m *stateMetrics) refresh(ctx context.Context, s *server) error {
 			for _, p := range pools {
 				_, stale := st.StalePools[p.Name]
 				out = append(out, gauge(descPoolStale, flag(stale), p.Name))
+				if p.Fleet() {
+					out = append(out, gauge(descPoolHostsMissing, float64(len(st.MissingHosts[p.Name])), p.Name))
+				}
 			}
 			out = append(out, prometheus.MustNewConstMetric(descClaimConflicts, prometheus.CounterValue, float64(st.ClaimConflicts)))
 			out = append(out, claimConflictSeries(nodes, st.ClaimConflictNodes)...)

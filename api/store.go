@@ -45,6 +45,7 @@ type Store interface {
 	ListDemand(ctx context.Context, f store.DemandFilter) (store.DemandPage, error)
 	ListClosed(ctx context.Context, f store.ClosedFilter) ([]store.ClosedDemand, error)
 	DemandSummary(ctx context.Context) ([]store.DemandGroup, error)
+	HandOvers(ctx context.Context, since time.Time) (map[string]int, error)
 	DemandSeries(ctx context.Context, from, to time.Time, step time.Duration) ([]store.DemandPoint, error)
 	ListDecisions(ctx context.Context, f store.DecisionFilter) ([]broker.Decision, error)
 	ListOps(ctx context.Context, f store.OpFilter) ([]broker.Op, error)

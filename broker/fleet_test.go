@@ -32,8 +32,8 @@ func TestFleetPools(t *testing.T) {
 			actions: []Action{move(fl, "h1", OwnerK8s, OwnerYARN, "yarn/app1")},
 		},
 		{
-			name: "an idle host of the fleet is never scaled down",
-			snap: snap([]PoolState{fleetPool(fl, 3)}, []Node{idleK8s, busyK8s, busyYARN}, nil),
+			name:   "an idle host of the fleet is never scaled down",
+			snap:   snap([]PoolState{fleetPool(fl, 3)}, []Node{idleK8s, busyK8s, busyYARN}, nil),
 			policy: refPolicy(),
 		},
 		{
@@ -54,7 +54,7 @@ func TestFleetPools(t *testing.T) {
 			name: "a faulty host is cordoned, its work left to end",
 			snap: snap([]PoolState{fleetPool(fl, 3)},
 				[]Node{idleK8s, gpuNode("h2", fl, OwnerK8s, 4, 4, unhealthy("XID 79")), busyYARN}, nil),
-			policy: refPolicy(),
+			policy:  refPolicy(),
 			actions: []Action{{Kind: ActTransfer, Pool: fl, Node: "h2", From: OwnerK8s, To: OwnerNone, CordonOnly: true}},
 		},
 		{

@@ -100,6 +100,9 @@ type PoolState struct {
 	// stale pool is never acted on destructively and never grown, while its
 	// last-known GPUs still count against the cluster and per-model max.
 	Stale string `json:"stale,omitempty"`
+	// Missing are the hosts a fleet pool names that neither side lists: a
+	// machine that is off, or not installed yet, and is no capacity.
+	Missing []string `json:"missing,omitempty"`
 }
 
 // InService counts instances that are running in the group.

@@ -145,6 +145,8 @@ func (f *NodePool) Pools(context.Context) ([]broker.PoolState, error) {
 		for _, h := range p.Hosts {
 			if _, ok := reg[h]; ok || reg == nil {
 				st.Instances = append(st.Instances, broker.Instance{ID: h, Hostname: h})
+			} else {
+				st.Missing = append(st.Missing, h)
 			}
 		}
 		n := len(st.Instances)
@@ -152,26 +154,6 @@ func (f *NodePool) Pools(context.Context) ([]broker.PoolState, error) {
 		out = append(out, st)
 	}
 	return out, nil
-}
-
-// Missing returns, by pool, the configured hosts neither side lists (a
-// host that is off or not installed); nil before the first observation.
-func (f *NodePool) Missing() map[string][]string {
-	f.mu.Lock()
-	reg := f.registered
-	f.mu.Unlock()
-	if reg == nil {
-		return nil
-	}
-	out := map[string][]string{}
-	for _, p := range f.pools {
-		for _, h := range p.Hosts {
-			if _, ok := reg[h]; !ok {
-				out[p.Name] = append(out[p.Name], h)
-			}
-		}
-	}
-	return out
 }
 
 // SetDesired accepts only the fleet's own size: a fleet has nothing to buy

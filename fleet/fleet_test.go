@@ -31,8 +31,8 @@ func TestMembers(t *testing.T) {
 	if len(states) != 2 || states[0].Stale != "" || len(states[0].Instances) != 2 || states[0].Pool.MaxNodes != 2 || states[0].Desired != 2 {
 		t.Fatalf("before the sides were listed: %+v, want every configured host a member", states)
 	}
-	if f.Missing() != nil {
-		t.Errorf("missing before the sides were listed: %v", f.Missing())
+	if states[0].Missing != nil {
+		t.Errorf("missing before the sides were listed: %v", states[0].Missing)
 	}
 
 	f.ObserveRegistered([]string{"gpu-1", "gpu-3", "other", "i-123"})
@@ -45,8 +45,8 @@ func TestMembers(t *testing.T) {
 	if b.Desired != 1 || b.Instances[0].Hostname != "gpu-3" {
 		t.Errorf("pool b: %+v", b)
 	}
-	if m := f.Missing(); len(m["a"]) != 1 || m["a"][0] != "gpu-2" || len(m["b"]) != 0 {
-		t.Errorf("missing %v, want a: [gpu-2]", m)
+	if len(a.Missing) != 1 || a.Missing[0] != "gpu-2" || len(b.Missing) != 0 {
+		t.Errorf("missing %v and %v, want a: [gpu-2]", a.Missing, b.Missing)
 	}
 
 	if err := f.SetDesired(ctx, "a", 1); err != nil {

@@ -200,3 +200,22 @@ func (s *Store) CountOps(ctx context.Context) ([]OpCount, error) {
 	})
 	return cs, mapError("count ops", err)
 }
+
+// HandOvers counts, by pool, the nodes handed from one side to the other
+// (a transfer, or a preemption that moved its node) that ended done at or
+// after since: how often a shared pool, a fleet above all, moves its nodes.
+func (s *Store) HandOvers(ctx context.Context, since time.Time) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT pool, count(*) FROM ops
+		WHERE state = 'done' AND kind IN ('transfer', 'preempt') AND to_owner IN ('yarn', 'k8s') AND updated_at >= $1
+		GROUP BY pool`, since)
+	if err != nil {
+		return nil, mapError("count hand-overs", err)
+	}
+	out := map[string]int{}
+	var pool string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&pool, &n}, func() error { out[pool] = n; return nil }); err != nil {
+		return nil, mapError("count hand-overs", err)
+	}
+	return out, nil
+}

@@ -161,12 +161,23 @@ function renderPools(cap) {
     const bySide = bar([["yarn", side.yarn || 0], ["k8s", side.k8s || 0], ["none", side.none || 0]], p.gpus_total);
     const sideText = ["yarn", "k8s", "none"].filter(k => side[k]).map(k => SIDE_NAMES[k] + " " + side[k]).join(" · ") || "no GPUs";
     const name = el("td", {}, p.name);
+    const fleet = p.provider === "fleet";
+    if (fleet) name.append(" ", el("span", { class: "tag fleet" }, "fleet"));
     if (p.backoff_reason) name.append(el("div", { class: "muted" }, "backs off: " + p.backoff_reason));
+    if (p.hand_overs_24h) name.append(el("div", { class: "muted" }, p.hand_overs_24h + " hand-overs in 24 h"));
+    if (p.idle && p.idle.length) {
+      const i = p.idle[0];
+      name.append(el("div", { class: "muted" }, p.idle.length + " idle; longest: " + i.node + " on " +
+        (SIDE_NAMES[i.side] || i.side) + " for " + fmtWait(i.idle_seconds)));
+    }
+    if (p.missing_hosts && p.missing_hosts.length) {
+      name.append(el("div", { class: "muted missing" }, "listed by neither side: " + p.missing_hosts.join(", ")));
+    }
     return el("tr", {},
       name,
       el("td", {}, p.gpus_per_node ? p.gpus_per_node + "× " + (p.gpu_model || "GPU") : "CPU"),
       el("td", { class: "num" }, p.nodes + (p.nodes_in_flight ? " (+" + p.nodes_in_flight + " in flight)" : "")),
-      el("td", { class: "num" }, p.min_nodes + "–" + p.max_nodes),
+      el("td", { class: "num" }, fleet ? "owned, " + p.max_nodes : p.min_nodes + "–" + p.max_nodes),
       el("td", {}, el("div", { class: "muted" }, sideText), bySide),
       el("td", { class: "num" }, p.gpus_busy + "/" + p.gpus_total));
   });

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -275,8 +276,11 @@ func (r *Runtime) keepSnapshot(ctx context.Context, o *observation, a assembled,
 	ph.Persist += time.Since(t)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen.stalePools = map[string]string{}
+	r.seen.stalePools, r.seen.missingHosts = map[string]string{}, map[string][]string{}
 	for _, p := range a.pools {
+		if len(p.Missing) > 0 {
+			r.seen.missingHosts[p.Pool.Name] = slices.Clone(p.Missing)
+		}
 		if p.Stale != "" {
 			r.seen.stalePools[p.Pool.Name] = p.Stale
 		} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,6 +99,9 @@ type seen struct {
 	conflicts []broker.ClaimConflict
 	// stalePools are the pools stale in the last tick, with why.
 	stalePools map[string]string
+	// missingHosts are, by fleet pool, its hosts neither side listed in
+	// the last tick.
+	missingHosts map[string][]string
 	// lastWork is, per node, the work of the last observation that
 	// showed any: what a node that lost its work had run (recordLoss).
 	lastWork map[string][]broker.Workload
@@ -182,6 +186,9 @@ type RuntimeStatus struct {
 	Stale map[broker.Source]string `json:"stale,omitempty"`
 	// StalePools names pools the cloud could not show in the last tick.
 	StalePools map[string]string `json:"stale_pools,omitempty"`
+	// MissingHosts names, by fleet pool, the hosts it names that neither
+	// side listed in the last tick (off, or not installed yet).
+	MissingHosts map[string][]string `json:"missing_hosts,omitempty"`
 	// ClaimConflicts counts ticks' detections of a node both sides claim.
 	ClaimConflicts int64 `json:"claim_conflicts"`
 	// ClaimConflictNodes names the nodes both sides claimed in the last
@@ -203,6 +210,12 @@ func (r *Runtime) Status() RuntimeStatus {
 	}
 	for _, c := range r.seen.conflicts {
 		st.ClaimConflictNodes = append(st.ClaimConflictNodes, c.Node)
+	}
+	for name, hs := range r.seen.missingHosts {
+		if st.MissingHosts == nil {
+			st.MissingHosts = map[string][]string{}
+		}
+		st.MissingHosts[name] = slices.Clone(hs)
 	}
 	for name, p := range r.seen.stalePools {
 		if st.StalePools == nil {

@@ -45,6 +45,8 @@ func seed(t *testing.T, st *store.Store, now time.Time) {
 	for _, p := range []broker.Pool{
 		{Name: "gpu-training-group", Provider: "aws", GPUModel: "H100", GPUsPerNode: 4, MaxNodes: 5, Sides: broker.PoolShared},
 		{Name: "gpu-inference-group", Provider: "aws", GPUModel: "L4", GPUsPerNode: 4, MinNodes: 1, MaxNodes: 4, Sides: broker.PoolShared},
+		// Owned hosts, none of them up (the runtime names one missing).
+		{Name: "owned-fleet", Provider: broker.ProviderFleet, GPUModel: "A100", GPUsPerNode: 8, MinNodes: 2, MaxNodes: 2, Sides: broker.PoolShared},
 	} {
 		if _, err := st.UpsertPool(ctx, p); err != nil {
 			t.Fatal(err)
@@ -198,7 +200,8 @@ func TestDashboardShowsLiveData(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := api.New(api.Config{Store: st, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler),
-		Runtime: &fakeRuntime{status: engine.RuntimeStatus{Leader: true, LastTick: now}}})
+		Runtime: &fakeRuntime{status: engine.RuntimeStatus{Leader: true, LastTick: now,
+			MissingHosts: map[string][]string{"owned-fleet": {"gpu-rack-07"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +231,8 @@ func TestDashboardShowsLiveData(t *testing.T) {
 	if !containsAll(p.Cards, "Kubernetes6 / 12", "YARN8 / 12", "8 in flight", "9 GPUs of demand pending") {
 		t.Errorf("side cards: %q", p.Cards)
 	}
-	if !containsAll(p.Pools, "gpu-training-group", "4× H100", "(+2 in flight)", "gpu-inference-group", "1–4") {
+	if !containsAll(p.Pools, "gpu-training-group", "4× H100", "(+2 in flight)", "gpu-inference-group", "1–4",
+		"owned-fleet fleet", "owned, 2", "listed by neither side: gpu-rack-07") {
 		t.Errorf("pools: %q", p.Pools)
 	}
 	if !containsAll(p.Groups, "ml 1000000 2 4", "in-flight", "vision", "over-quota", "speech") {

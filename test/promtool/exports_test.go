@@ -64,6 +64,10 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		GPUsPerNode: 4, MaxNodes: 3, Sides: broker.PoolShared}); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := st.UpsertPool(ctx, broker.Pool{Name: "owned", Provider: broker.ProviderFleet, GPUModel: "A100",
+		GPUsPerNode: 8, MinNodes: 2, MaxNodes: 2, Sides: broker.PoolShared}); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	if err := st.UpsertNodes(ctx, []broker.Node{{Name: "n1", InstanceID: "i-1", Pool: "gpu", Owner: broker.OwnerK8s,
 		Phase: broker.PhaseActive, GPUModel: "H100", GPUsTotal: 4, Utilisation: -1, Healthy: true}}, now); err != nil {

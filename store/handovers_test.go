@@ -1,0 +1,49 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// TestHandOvers counts, by pool, the nodes moved from one side to the
+// other that ended done within the window: transfers and preemptions that
+// moved their node, not failed ones, not a drain to no side, not a
+// preemption that kept its node, not one older than the window.
+func TestHandOvers(t *testing.T) {
+	ctx := context.Background()
+	s, url := newStore(t)
+	for _, op := range []broker.Op{
+		{Kind: broker.ActTransfer, Pool: "owned", Node: "a", To: broker.OwnerYARN, State: broker.OpDone},
+		{Kind: broker.ActPreempt, Pool: "owned", Node: "b", To: broker.OwnerK8s, State: broker.OpDone},
+		{Kind: broker.ActPreempt, Pool: "owned", Node: "c", State: broker.OpDone},
+		{Kind: broker.ActTransfer, Pool: "owned", Node: "d", To: broker.OwnerYARN, State: broker.OpFailed},
+		{Kind: broker.ActTransfer, Pool: "owned", Node: "e", To: broker.OwnerNone, State: broker.OpDone},
+		{Kind: broker.ActTransfer, Pool: "gpu", Node: "f", To: broker.OwnerK8s, State: broker.OpDone},
+		{Kind: broker.ActTransfer, Pool: "gpu", Node: "old", To: broker.OwnerK8s, State: broker.OpDone},
+	} {
+		op.Reason = "test"
+		if _, err := s.InsertOp(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `UPDATE ops SET updated_at = now() - interval '2 days' WHERE node = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.HandOvers(ctx, time.Now().Add(-24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["owned"] != 2 || got["gpu"] != 1 {
+		t.Fatalf("hand-overs %v, want owned 2 and gpu 1", got)
+	}
+}
