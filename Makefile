@@ -17,7 +17,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # $(GPUBROKER_CACHE) (default ~/.cache/gpubroker).
 export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
-.PHONY: test lint vet fmt-check tidy-check staticcheck build bench test-deps demo replay
+.PHONY: test lint vet fmt-check tidy-check staticcheck build bench test-deps demo demo-fleet replay
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
@@ -58,6 +58,10 @@ build:
 # The whole product on this machine, with simulated clusters.
 demo:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker demo
+
+# The same on a fleet of 40 owned hosts and no cloud (fleet pools).
+demo-fleet:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker demo --fleet 40
 
 # Mutation fuzzing of every go test -fuzz target, FUZZTIME each (make
 # test runs CI_FUZZTIME each); crashers land in <pkg>/testdata/fuzz/.

@@ -84,12 +84,16 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	logFile := fs.String("log-file", "", "write the JSON log to this `file` (default: a new file in the temporary directory; its path is printed)")
 	verbose := fs.Bool("verbose", false, "stream the JSON log to stderr instead of one line per decision on the terminal")
 	nodes := fs.Int("nodes", 0, "run at size: a pool of up to `N` nodes that starts with N booting and keeps at least N/2 (0: the 10-node reference scenario)")
-	load := fs.Float64("load", 1, "workload arrival rate multiplier (with --nodes, e.g. 100 to keep 5,000 nodes busy)")
+	load := fs.Float64("load", 1, "workload arrival rate multiplier (with --nodes, e.g. 100 to keep 5,000 nodes busy; with --fleet, default: the fleet's GPUs over 50)")
+	fleetN := fs.Int("fleet", 0, "run on a fleet of `N` owned 8-GPU hosts and no cloud at all: they start on Kubernetes, and the broker hands them between the sides (0: the cloud pools)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *nodes < 0 || *load <= 0 {
-		return usagef("--nodes must be 0 or more and --load more than 0, got %d and %g", *nodes, *load)
+	if *nodes < 0 || *load <= 0 || *fleetN < 0 {
+		return usagef("--nodes and --fleet must be 0 or more and --load more than 0, got %d, %d and %g", *nodes, *fleetN, *load)
+	}
+	if *nodes > 0 && *fleetN > 0 {
+		return usagef("--nodes sizes the cloud pools and --fleet replaces them with owned hosts: use one of them")
 	}
 	var prof workload.Profile
 	switch *profile {
@@ -133,7 +137,13 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		Tags: map[string]string{"gpubroker.io/pool": demoPool, "gpubroker.io/gpus-per-node": "4", "gpubroker.io/gpu-model": "A10G"}}
 	group8 := awssim.GroupSpec{Name: demoPool8, Min: 0, Max: 4, InstanceType: "p4d.24xlarge",
 		Tags: map[string]string{"gpubroker.io/pool": demoPool8, "gpubroker.io/gpus-per-node": "8", "gpubroker.io/gpu-model": "A100"}}
-	if *nodes > 0 {
+	switch {
+	case *fleetN > 0:
+		atFleet(c, *fleetN)
+		if !flagSet(fs, "load") {
+			*load = float64(*fleetN*demoFleetGPUs) / 50
+		}
+	case *nodes > 0:
 		atSize(c, &group, &group8, *nodes)
 	}
 
@@ -191,20 +201,31 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 
-	// Simulated AWS: an autoscaling group whose instances join a side.
 	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, yadmin: yadmin, yexclude: yexclude, kside: bootCordon{boot}, log: log,
 		live: map[string]bool{}}
-	aws := awssim.New(awssim.Config{LaunchDelay: time.Second, BootDelay: 2 * time.Second, TerminateDelay: time.Second,
-		BootHook: joiner.boot, TerminateHook: joiner.gone, Logger: log})
-	awsAddr, err := aws.Start("127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	defer aws.Close(context.WithoutCancel(ctx))
-	for _, g := range []awssim.GroupSpec{group, group8} {
-		if err := aws.CreateGroup(g); err != nil {
+	var cloudCfg app.CloudConfig
+	if *fleetN > 0 {
+		// Owned machines: up from the start, no cloud behind them.
+		if err := joiner.joinFleet(c.fleetHosts[demoFleet]); err != nil {
 			return err
 		}
+		fmt.Fprintf(e.stdout, "gpubroker demo: a fleet of %d owned %d-GPU hosts, no cloud; they start on Kubernetes\n", *fleetN, demoFleetGPUs)
+	} else {
+		// Simulated AWS: autoscaling groups whose instances join a side.
+		aws := awssim.New(awssim.Config{LaunchDelay: time.Second, BootDelay: 2 * time.Second, TerminateDelay: time.Second,
+			BootHook: joiner.boot, TerminateHook: joiner.gone, Logger: log})
+		awsAddr, err := aws.Start("127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer aws.Close(context.WithoutCancel(ctx))
+		for _, g := range []awssim.GroupSpec{group, group8} {
+			if err := aws.CreateGroup(g); err != nil {
+				return err
+			}
+		}
+		cloudCfg = app.CloudConfig{Region: "us-east-1", Endpoint: awsAddr,
+			Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", "")}
 	}
 
 	var secret string // the admin token, made once the store is open
@@ -212,7 +233,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	// endpoints.
 	m, err := openApp(ctx, app.Config{
 		DatabaseURL: c.file.Database.URL, Migrate: true, Seed: true,
-		Pools: c.pools, Tenants: c.tenants, Policy: c.policy,
+		Pools: c.pools, FleetHosts: c.fleetHosts, Tenants: c.tenants, Policy: c.policy,
 		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
 			RestartNodeManager: joiner.restartNodeManager,
 			// yarnsim launches a container as it allocates it: no
@@ -220,9 +241,8 @@ func runDemo(ctx context.Context, e env, args []string) error {
 			// empty node for seconds, not the RM's 10-minute expiry.
 			CordonHold: 5 * time.Second},
 		Kubernetes: app.KubernetesConfig{Client: kc.Client(), Adapter: kcfg},
-		Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: awsAddr,
-			Credentials: credentials.NewStaticCredentialsProvider("demo", "demo", "")},
-		Logger: log, Period: 2 * time.Second, BatchWindow: 500 * time.Millisecond,
+		Cloud:      cloudCfg,
+		Logger:     log, Period: 2 * time.Second, BatchWindow: 500 * time.Millisecond,
 		Listen: *listen,
 		Ready: func(addr string) {
 			fmt.Fprintf(e.stdout, "gpubroker demo: dashboard at http://%s\n", addr)
@@ -310,22 +330,38 @@ func (j *demoJoiner) boot(in awssim.Instance) {
 		j.log.Warn("demo: instance without a GPU count tag", "node", host, "group", in.Group)
 		return
 	}
-	labels := map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia", "nvidia.com/gpu.product": in.Tags["gpubroker.io/gpu-model"]}
+	if j.join(host, gpus, in.Tags["gpubroker.io/gpu-model"], "aws:///us-east-1a/"+in.ID, toYARN) {
+		j.log.Info("demo: instance joined", "node", host, "instance", in.ID, "side", sideName(toYARN))
+	}
+}
+
+func sideName(toYARN bool) string {
+	if toYARN {
+		return "yarn"
+	}
+	return "kubernetes"
+}
+
+// join registers a machine on both sides, owned by YARN or Kubernetes and
+// released on the other; it reports whether it joined. The caller holds
+// j.mu.
+func (j *demoJoiner) join(host string, gpus int, model, providerID string, toYARN bool) bool {
+	labels := map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia", "nvidia.com/gpu.product": model}
 	taints := []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
 	if err := j.kc.AddNode(j.ctx, k8ssim.NodeSpec{Name: host, GPUs: gpus, Labels: labels, Taints: taints,
-		ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil {
+		ProviderID: providerID}); err != nil {
 		j.log.Warn("demo: join kubernetes", "node", host, "err", err)
-		return
+		return false
 	}
 	if !toYARN {
 		if _, err := j.yexclude.Add(host, 0); err != nil {
 			j.log.Warn("demo: exclude from yarn", "node", host, "err", err)
-			return
+			return false
 		}
 	}
 	if err := j.yadmin.StartNodeManager(yarnsim.NodeSpec{Host: host, GPUs: gpus}); err != nil {
 		j.log.Warn("demo: join yarn", "node", host, "err", err)
-		return
+		return false
 	}
 	j.live[host] = true
 	if toYARN {
@@ -333,11 +369,7 @@ func (j *demoJoiner) boot(in awssim.Instance) {
 			j.log.Warn("demo: cordon", "node", host, "err", err)
 		}
 	}
-	side := "kubernetes"
-	if toYARN {
-		side = "yarn"
-	}
-	j.log.Info("demo: instance joined", "node", host, "instance", in.ID, "side", side)
+	return true
 }
 
 func (j *demoJoiner) gone(in awssim.Instance) {
@@ -484,4 +516,18 @@ func (a *yarnApps) finisher(ctx context.Context, log *slog.Logger) {
 		}
 		a.mu.Unlock()
 	}
+}
+
+// joinFleet brings the fleet's hosts up on Kubernetes, registered on YARN
+// as released (excluded NodeManagers), as owned machines that ran
+// Kubernetes before the broker came would be.
+func (j *demoJoiner) joinFleet(hosts []string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, h := range hosts {
+		if !j.join(h, demoFleetGPUs, "A100", "", false) {
+			return fmt.Errorf("demo: host %s of the fleet did not join (the log says why)", h)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,12 @@
 package main
 
-import "github.com/gpubroker/gpubroker/cloud/awssim"
+import (
+	"flag"
+	"fmt"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/cloud/awssim"
+)
 
 // atSize scales the demo scenario to a pool of up to nodes 4-GPU nodes
 // (demo --nodes): the group starts with all of them booting and the pool
@@ -19,4 +25,38 @@ func atSize(c *config, group, group8 *awssim.GroupSpec, nodes int) {
 		c.tenants[i].MaxGPUs = gpus
 		c.tenants[i].GuaranteedGPUs *= max(1, nodes/10)
 	}
+}
+
+// The demo fleet (demo --fleet): owned 8-GPU hosts, as the openb trace's
+// G2 nodes, so every task of the workload fits one.
+const (
+	demoFleet     = "demo-fleet"
+	demoFleetGPUs = 8
+)
+
+// atFleet replaces the demo's cloud pools with a fleet of n owned 8-GPU
+// hosts (demo --fleet): the cluster maximum is the fleet, and the tenants'
+// quotas and guarantees grow with it.
+func atFleet(c *config, n int) {
+	pool := c.pools[1]
+	pool.Name, pool.Provider, pool.Group, pool.GPUModel, pool.GPUsPerNode = demoFleet, broker.ProviderFleet, "", "A100", demoFleetGPUs
+	pool.MinNodes, pool.MaxNodes, pool.PricePerHour = n, n, 0
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("fleet-%02d.demo", i)
+	}
+	c.pools, c.fleetHosts = []broker.Pool{pool}, map[string][]string{demoFleet: hosts}
+	gpus := n * demoFleetGPUs
+	c.policy.ClusterMaxGPUs = gpus
+	for i := range c.tenants {
+		c.tenants[i].MaxGPUs = gpus
+		c.tenants[i].GuaranteedGPUs *= max(1, gpus/50)
+	}
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

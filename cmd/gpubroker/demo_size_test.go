@@ -33,10 +33,11 @@ func TestDemoAtSize(t *testing.T) {
 	}
 }
 
-// TestDemoSizeFlags: a negative --nodes or a --load that is not positive
-// is refused naming the flag, before anything starts.
+// TestDemoSizeFlags: a negative --nodes or --fleet, a --load that is not
+// positive, or --nodes with --fleet is refused naming the flag, before
+// anything starts.
 func TestDemoSizeFlags(t *testing.T) {
-	for _, args := range [][]string{{"--nodes", "-1"}, {"--load", "0"}} {
+	for _, args := range [][]string{{"--nodes", "-1"}, {"--load", "0"}, {"--fleet", "-2"}, {"--fleet", "3", "--nodes", "4"}} {
 		var errOut strings.Builder
 		e := env{stdout: io.Discard, stderr: &errOut, getenv: func(string) string { return "" }}
 		if code := run(context.Background(), e, append([]string{"demo"}, args...)); code != 2 {
@@ -45,5 +46,22 @@ func TestDemoSizeFlags(t *testing.T) {
 		if !strings.Contains(errOut.String(), args[0]) {
 			t.Fatalf("demo %v: the message does not name %s: %s", args, args[0], errOut.String())
 		}
+	}
+}
+
+// TestDemoAtFleet: --fleet N replaces the cloud pools with one fleet of N
+// owned 8-GPU hosts; the cluster maximum is the fleet and the quotas grow
+// with it.
+func TestDemoAtFleet(t *testing.T) {
+	c := demoConfig()
+	atFleet(c, 40)
+	if len(c.pools) != 1 || !c.pools[0].Fleet() || c.pools[0].GPUsPerNode != 8 || c.pools[0].MaxNodes != 40 || len(c.fleetHosts[demoFleet]) != 40 {
+		t.Fatalf("pools %+v, hosts %v: want one fleet of 40 8-GPU hosts", c.pools, c.fleetHosts)
+	}
+	if c.policy.ClusterMaxGPUs != 320 || c.tenants[0].MaxGPUs != 320 || c.tenants[0].GuaranteedGPUs != 8*6 {
+		t.Fatalf("cluster max %d, tenant %+v", c.policy.ClusterMaxGPUs, c.tenants[0])
+	}
+	if err := checkFleet(c.pools, c.fleetHosts); err != nil {
+		t.Fatal(err)
 	}
 }
