@@ -17,7 +17,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # $(GPUBROKER_CACHE) (default ~/.cache/gpubroker).
 export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
-.PHONY: test lint vet fmt-check tidy-check staticcheck build bench test-deps demo demo-fleet replay
+.PHONY: test lint vet fmt-check tidy-check staticcheck build bench test-deps demo demo-fleet replay replay-fleet
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
@@ -94,3 +94,11 @@ REPLAY_SEEDS    ?= 5
 replay:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --trace $(GPUBROKER_OPENB) --load $(REPLAY_LOADS) --seeds $(REPLAY_SEEDS) --rule-off=false --out $(REPLAY_OUT) --tables docs/replay-tables.md --readme README.md
 	cp $(REPLAY_OUT)/capacity.svg docs/replay-capacity.svg
+
+# The same trace on a fleet of $(REPLAY_FLEET) owned nodes: gpubroker's
+# hand-overs against a static split of the same nodes; the tables go to
+# docs/replay-fleet.md and the README (TestReplayFleetTablesMatchAFreshRun).
+REPLAY_FLEET       ?= 40
+REPLAY_FLEET_LOADS ?= 1,10,100,1000
+replay-fleet:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --trace $(GPUBROKER_OPENB) --fleet $(REPLAY_FLEET) --load $(REPLAY_FLEET_LOADS) --seeds $(REPLAY_SEEDS) --tables docs/replay-fleet.md --readme README.md

@@ -30,7 +30,16 @@ const (
 	// gpubroker run provisioned: equal average capacity, a strawman no
 	// operator would run (it queues every burst).
 	PolicyStaticAvg = "static-gpubroker-avg"
+	// PolicyStaticFleet is a fleet of owned hosts (replay --fleet) split
+	// between the sides by their work shares and never moved: what an
+	// operator without the broker runs on the same machines.
+	PolicyStaticFleet = "static-fleet"
 )
+
+// FleetPolicies are the policies a fleet replay compares (Config.Fleet):
+// gpubroker handing the hosts between the sides, and the static split of
+// the same hosts. Nothing is bought in either.
+var FleetPolicies = []string{PolicyBroker, PolicyStaticFleet}
 
 // Policies lists the known policy names in report order.
 var Policies = []string{PolicyBroker, PolicyPerSide, PolicySafeSide, PolicyStaticP95, PolicyStaticPeak, PolicyStaticAvg}
@@ -43,6 +52,12 @@ var policyNotes = map[string]string{
 	PolicyStaticP95:  "fixed nodes at the demand's p95 GPUs",
 	PolicyStaticPeak: "fixed nodes at the demand's peak GPUs",
 	PolicyStaticAvg:  "fixed nodes at gpubroker's average GPUs (equal average; a strawman)",
+}
+
+// fleetNotes are the policy notes of a fleet replay.
+var fleetNotes = map[string]string{
+	PolicyBroker:      "the fleet's hosts handed between the sides; nothing bought",
+	PolicyStaticFleet: "the same hosts split by the sides' work shares, never moved",
 }
 
 // Config is one replay: the trace, the world, the pools and policy, and
@@ -74,6 +89,12 @@ type Config struct {
 	// GPUs exceed Headroom x the peak concurrent GPU demand at a load, each
 	// pool's max is scaled down to bring the cluster to about that.
 	Headroom float64
+	// Fleet, when positive, replays a fleet of that many owned nodes
+	// instead of pools that grow and shrink: the node list's (or the
+	// pools') mix scaled to Fleet nodes, every node up from the start and
+	// split between the sides by their work shares, compared under
+	// FleetPolicies.
+	Fleet int
 	// RuleOff also replays gpubroker with the consolidation rule off
 	// (consolidation.max_work_lost unbounded: idle reclaim drains a
 	// Kubernetes node whatever its pods would lose), to report the work
@@ -89,10 +110,20 @@ func (c *Config) Validate() error {
 	if len(c.Pools) == 0 && len(c.NodeTypes) == 0 {
 		return broker.Invalid("nodes", "no pools: give a node list or a configuration with pools")
 	}
+	known := Policies
+	if c.Fleet > 0 {
+		known = FleetPolicies
+	}
 	for _, p := range c.Policies {
-		if !slices.Contains(Policies, p) {
+		if !slices.Contains(known, p) {
+			if c.Fleet > 0 {
+				return broker.Invalid("policies", "policy %q does not apply to a fleet (nothing is bought there); a fleet replay compares %s", p, strings.Join(FleetPolicies, ", "))
+			}
 			return broker.Invalid("policies", "unknown policy %q; known: %s", p, strings.Join(Policies, ", "))
 		}
+	}
+	if c.Fleet < 0 {
+		return broker.Invalid("fleet", "must be 0 (pools that grow and shrink) or a number of nodes, got %d", c.Fleet)
 	}
 	if len(c.Policies) == 0 {
 		return broker.Invalid("policies", "name at least one of %s", strings.Join(Policies, ", "))
@@ -130,6 +161,8 @@ type Report struct {
 	// Summary is every load and policy over the seeds RunSeeds replayed;
 	// empty after Run alone.
 	Summary []Summary `json:"summary,omitempty"`
+	// Fleet is the fleet's nodes in a fleet replay (Config.Fleet), else 0.
+	Fleet int `json:"fleet,omitempty"`
 }
 
 // TraceInfo is what the report says about the trace and how it was read.
@@ -206,7 +239,7 @@ func Run(c Config) (*Report, error) {
 		info.YARNGPUShare = work[0] / (work[0] + work[1])
 	}
 	info.Choices = choices(c, info)
-	rep := &Report{Trace: info, World: WorldInfo{World: c.World, Policy: c.Policy, PolicyChanges: PolicyChanges(c.Policy), Rules: strings.Split(strings.TrimSpace(c.World.Describe()), "\n")}}
+	rep := &Report{Fleet: c.Fleet, Trace: info, World: WorldInfo{World: c.World, Policy: c.Policy, PolicyChanges: PolicyChanges(c.Policy), Rules: strings.Split(strings.TrimSpace(c.World.Describe()), "\n")}}
 	for _, load := range c.Loads {
 		lr, err := runLoad(c, sides, info.YARNGPUShare, load)
 		if err != nil {
@@ -245,6 +278,10 @@ func qosCounts(st TraceStats) string {
 }
 
 func poolSource(c Config) string {
+	if c.Fleet > 0 {
+		return fmt.Sprintf("a fleet of %d owned nodes: the mix of node types of the %s scaled to %d nodes, all up from the start and split between the sides by their shares of the work; nothing is bought or terminated (--fleet)",
+			c.Fleet, map[bool]string{true: "configuration's pools", false: "node list"}[len(c.Pools) > 0], c.Fleet)
+	}
 	if len(c.Pools) > 0 {
 		return fmt.Sprintf("%d from the configuration, as they are", len(c.Pools))
 	}
@@ -379,6 +416,9 @@ func perSide(pools []broker.Pool, yarnShare float64) (out []broker.Pool, owner [
 }
 
 func runLoad(c Config, sides []broker.Source, yshare float64, load float64) (LoadResult, error) {
+	if c.Fleet > 0 {
+		return runFleet(c, sides, yshare, load), nil
+	}
 	dem := demandOf(c.Tasks, load)
 	pools := poolsFor(c, dem.peak)
 	lr := LoadResult{Load: load, PeakDemandGPUs: dem.peak, P95DemandGPUs: dem.p95, MeanDemandGPUs: dem.mean, Pools: pools}
@@ -546,4 +586,103 @@ func staticSplit(pools []broker.Pool, nodesOf []float64, yshare float64) ([]brok
 		sp[i].MaxNodes = max(sp[i].MaxNodes, nodes[i].Nodes)
 	}
 	return sp, owner, nodes
+}
+
+// fleetPools is a fleet of n owned nodes: the node list's (or the
+// configured pools') mix of node types scaled to n nodes by largest
+// remainder, each type a shared fleet pool whose size is its nodes.
+func fleetPools(c Config, n int) []broker.Pool {
+	base := poolsFor(c, math.MaxInt32)
+	total := 0
+	for _, p := range base {
+		total += p.MaxNodes
+	}
+	type share struct {
+		i int
+		x float64
+	}
+	counts := make([]int, len(base))
+	var shares []share
+	got := 0
+	for i, p := range base {
+		x := 0.0
+		if total > 0 {
+			x = float64(n) * float64(p.MaxNodes) / float64(total)
+		}
+		counts[i] = int(math.Floor(x))
+		got += counts[i]
+		shares = append(shares, share{i, x - math.Floor(x)})
+	}
+	slices.SortStableFunc(shares, func(a, b share) int { return cmp.Compare(b.x, a.x) })
+	for k := 0; got < n && k < len(shares); k++ {
+		counts[shares[k].i]++
+		got++
+	}
+	var out []broker.Pool
+	for i, p := range base {
+		if counts[i] == 0 {
+			continue
+		}
+		p.Provider, p.Group, p.MinNodes, p.MaxNodes, p.Sides = broker.ProviderFleet, "", counts[i], counts[i], broker.PoolShared
+		out = append(out, p)
+	}
+	return out
+}
+
+// runFleet replays a fleet of c.Fleet owned nodes at load: gpubroker hands
+// them between the sides, the static split keeps each where it started.
+// Both start from the same split by the sides' work shares.
+func runFleet(c Config, sides []broker.Source, yshare, load float64) LoadResult {
+	dem := demandOf(c.Tasks, load)
+	pools := fleetPools(c, c.Fleet)
+	lr := LoadResult{Load: load, PeakDemandGPUs: dem.peak, P95DemandGPUs: dem.p95, MeanDemandGPUs: dem.mean, Pools: pools}
+	counts := make([]float64, len(pools))
+	for i, p := range pools {
+		lr.CapacityGPUs += p.GPUsPerNode * p.MaxNodes
+		counts[i] = float64(p.MaxNodes)
+	}
+	sp, owner, nodes := staticSplit(pools, counts, yshare)
+	_, _, origin := perSide(pools, yshare)
+	for i := range nodes {
+		nodes[i].Policy = PolicyStaticFleet
+	}
+	lr.Static = nodes
+	want := map[string]bool{}
+	for _, p := range c.Policies {
+		want[p] = true
+	}
+	res := map[string]Result{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	replayOn := func(name string, ps []broker.Pool, poolFor []broker.Source, poolOf func(i int) int, ctl controller) {
+		if !want[name] {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := newSim(c.World, c.Policy, ps, poolFor, c.Tasks, sides, load)
+			for i := range sp {
+				for range nodes[i].Nodes {
+					s.place(poolOf(i), owner[i])
+				}
+			}
+			s.run(ctl)
+			r := s.result(name)
+			r.Note = fleetNotes[name]
+			r.WorkLostRuleOff = r.WorkLostGPUHours
+			mu.Lock()
+			res[name] = r
+			mu.Unlock()
+		}()
+	}
+	// gpubroker sees the fleet's shared pools; each node starts on the
+	// side the split gives it.
+	replayOn(PolicyBroker, pools, make([]broker.Source, len(pools)), func(i int) int { return origin[i] }, &brokerCtl{})
+	replayOn(PolicyStaticFleet, sp, owner, func(i int) int { return i }, staticCtl{})
+	wg.Wait()
+	for _, p := range c.Policies {
+		lr.Policies = append(lr.Policies, res[p])
+	}
+	return lr
 }

@@ -49,15 +49,15 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "\nCURVE\n")
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, curveHeader("\t")+"\t\n")
+	fmt.Fprint(tw, r.curveHeader("\t")+"\t\n")
 	for _, lr := range r.Loads {
-		fmt.Fprint(tw, curveRow(lr, "\t")+"\t\n")
+		fmt.Fprint(tw, r.curveRow(lr, "\t")+"\t\n")
 	}
 	tw.Flush()
 	if r.Trace.Seeds > 1 {
 		r.writeSummaryText(&b)
 	}
-	fmt.Fprintf(&b, "\nGOAL at the headline load %gx\n", r.Headline)
+	fmt.Fprintf(&b, "\n%s at the headline load %gx\n", map[bool]string{false: "GOAL", true: "FLEET: gpubroker vs the static split"}[r.Fleet > 0], r.Headline)
 	for _, g := range r.Goals() {
 		fmt.Fprintf(&b, "  - %s\n", g)
 	}
@@ -136,9 +136,18 @@ func tableRow(p Result, sep string) string {
 		itoa(p.Launches), itoa(p.Handovers), itoa(p.PeakNodes), p.Note}, sep)
 }
 
-func curveHeader(sep string) string {
+// curveHeader heads the curve: per load, each policy's GPU-hours per
+// GPU-hour of work and LS p95 wait, then the goal's columns; a fleet's
+// curve has its GPU use and hand-overs instead (nothing is bought).
+func (r *Report) curveHeader(sep string) string {
 	var cols []string
 	cols = append(cols, "load", "peak demand", "p95 demand", "capacity")
+	if r.Fleet > 0 {
+		for _, n := range FleetPolicies {
+			cols = append(cols, n+" GPU use", n+" LS p95 s", n+" BE p95 s")
+		}
+		return strings.Join(append(cols, "hand-overs", "kills not preempt"), sep)
+	}
 	for _, n := range Policies {
 		cols = append(cols, n+" GPU-h/work", n+" LS p95 s")
 	}
@@ -146,8 +155,19 @@ func curveHeader(sep string) string {
 	return strings.Join(cols, sep)
 }
 
-func curveRow(lr LoadResult, sep string) string {
+func (r *Report) curveRow(lr LoadResult, sep string) string {
 	cols := []string{fmt.Sprintf("%gx", lr.Load), itoa(lr.PeakDemandGPUs), itoa(lr.P95DemandGPUs), itoa(lr.CapacityGPUs)}
+	if r.Fleet > 0 {
+		for _, n := range FleetPolicies {
+			if p, ok := lr.find(n); ok {
+				cols = append(cols, fmt.Sprintf("%.1f%%", 100*p.AllocationRatio), f0(p.WaitP95["LS"]), f0(p.WaitP95["BE"]))
+			} else {
+				cols = append(cols, "-", "-", "-")
+			}
+		}
+		gb, _ := lr.find(PolicyBroker)
+		return strings.Join(append(cols, itoa(gb.Handovers), itoa(gb.KillsNotPreemption)), sep)
+	}
 	for _, n := range Policies {
 		if p, ok := lr.find(n); ok {
 			cols = append(cols, f3(p.ProvisionedPerWork), f0(p.WaitP95["LS"]))
@@ -215,6 +235,9 @@ func (lr LoadResult) goal() goalCols {
 // included) at most 0.70x the per-side autoscaler's.
 func (r *Report) Goals() []string {
 	lr := r.Loads[len(r.Loads)-1]
+	if r.Fleet > 0 {
+		return lr.fleetComparison(r.Fleet)
+	}
 	g := lr.goal()
 	yes := map[bool]string{true: "met", false: "NOT met"}
 	if !g.haveGB {
@@ -256,8 +279,8 @@ func (r *Report) WriteMarkdown(w io.Writer, plots []string) error {
 		b.WriteString(mdTable(tableHeader("|"), len(rows), func(i int) string { return tableRow(rows[i], "|") }))
 	}
 	fmt.Fprintf(&b, "\n## Curve over loads\n\n")
-	b.WriteString(mdTable(curveHeader("|"), len(r.Loads), func(i int) string { return curveRow(r.Loads[i], "|") }))
-	fmt.Fprintf(&b, "\n## Goal at the headline load %gx\n\n", r.Headline)
+	b.WriteString(mdTable(r.curveHeader("|"), len(r.Loads), func(i int) string { return r.curveRow(r.Loads[i], "|") }))
+	fmt.Fprintf(&b, "\n## %s at the headline load %gx\n\n", map[bool]string{false: "Goal", true: "Fleet: gpubroker vs the static split"}[r.Fleet > 0], r.Headline)
 	for _, g := range r.Goals() {
 		fmt.Fprintf(&b, "- %s\n", g)
 	}
@@ -303,3 +326,25 @@ func itoa(i int) string   { return fmt.Sprintf("%d", i) }
 
 // durS renders seconds as a duration for captions.
 func durS(s float64) string { return (time.Duration(s) * time.Second).String() }
+
+// fleetComparison compares gpubroker's hand-overs with the static split
+// of the same fleet at one load: the fleet's GPU use, waits by class and
+// side, hand-overs and the work lost. A fleet buys nothing, so the
+// GPU-hours per GPU-hour of work goal does not apply.
+func (lr LoadResult) fleetComparison(nodes int) []string {
+	gb, okB := lr.find(PolicyBroker)
+	st, okS := lr.find(PolicyStaticFleet)
+	if !okB || !okS {
+		return []string{"not assessed: a fleet replay compares gpubroker with static-fleet; replay both"}
+	}
+	pct := func(r Result) string { return fmt.Sprintf("%.1f%%", 100*r.AllocationRatio) }
+	wait := func(k string) string {
+		return fmt.Sprintf("%s p95 wait %s (static split %s)", k, durS(gb.WaitP95[k]), durS(st.WaitP95[k]))
+	}
+	return []string{
+		fmt.Sprintf("a fleet of %d nodes (%d GPUs): nothing bought or terminated; GPU use of the fleet %s with gpubroker, %s with the static split", nodes, lr.CapacityGPUs, pct(gb), pct(st)),
+		wait("LS") + "; " + wait("BE") + "; " + wait("yarn") + "; " + wait("k8s"),
+		fmt.Sprintf("hand-overs %d; tasks never served %d (static split %d); work lost %.0f GPU-h (static split %.0f), work-losing kills outside a preemption %d",
+			gb.Handovers, gb.Unserved, st.Unserved, gb.WorkLostGPUHours, st.WorkLostGPUHours, gb.KillsNotPreemption),
+	}
+}

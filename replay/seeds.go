@@ -53,6 +53,13 @@ type Summary struct {
 	LSKills                Spread `json:"ls_guaranteed_kills"`
 	Lost                   Spread `json:"work_lost_gpu_hours"`
 	Migrations             Spread `json:"migrations"`
+	// GPUUse is the GPU-hours allocated to tasks per GPU-hour
+	// provisioned (a fleet's utilisation); Handovers counts nodes moved
+	// between the sides; YARNP95 and K8sP95 are p95 waits by side.
+	GPUUse    Spread `json:"gpu_use"`
+	Handovers Spread `json:"handovers"`
+	YARNP95   Spread `json:"yarn_p95_wait_s"`
+	K8sP95    Spread `json:"k8s_p95_wait_s"`
 }
 
 // RunSeeds replays c with seeds c.Seed .. c.Seed+n-1 and returns the first
@@ -107,5 +114,9 @@ func summarise(load float64, name, note string, rs []Result) Summary {
 		LSKills:                get(func(r Result) float64 { return float64(r.LSKills) }),
 		Lost:                   get(func(r Result) float64 { return r.WorkLostGPUHours }),
 		Migrations:             get(func(r Result) float64 { return float64(r.Migrations) }),
+		GPUUse:                 get(func(r Result) float64 { return r.AllocationRatio }),
+		Handovers:              get(func(r Result) float64 { return float64(r.Handovers) }),
+		YARNP95:                get(func(r Result) float64 { return r.WaitP95["yarn"] }),
+		K8sP95:                 get(func(r Result) float64 { return r.WaitP95["k8s"] }),
 	}
 }

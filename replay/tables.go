@@ -34,6 +34,20 @@ func summaryRow(s Summary, sep string) string {
 		sp(s.Migrations, "%.0f"), s.Note}, sep)
 }
 
+// fleetHeader and fleetRow are a fleet replay's table: what the same
+// owned nodes give with and without hand-overs (nothing is bought, so the
+// GPU-hours are the fleet's whatever the policy).
+func fleetHeader(sep string) string {
+	return strings.Join([]string{"policy", "GPU use", "LS p95 wait s", "BE p95 wait s", "YARN p95 wait s", "K8s p95 wait s",
+		"hand-overs", "work not done GPU-h", "work lost GPU-h", "work-losing kills not preemptions", "note"}, sep)
+}
+
+func fleetRow(s Summary, sep string) string {
+	pct := Spread{Mean: 100 * s.GPUUse.Mean, Min: 100 * s.GPUUse.Min, Max: 100 * s.GPUUse.Max}
+	return strings.Join([]string{s.Policy, sp(pct, "%.1f%%"), sp(s.LSP95, "%.0f"), sp(s.BEP95, "%.0f"), sp(s.YARNP95, "%.0f"), sp(s.K8sP95, "%.0f"),
+		sp(s.Handovers, "%.0f"), sp(s.NotDone, "%.0f"), sp(s.Lost, "%.0f"), sp(s.KillsNotPreemption, "%.0f"), s.Note}, sep)
+}
+
 // sp prints a figure over seeds: the mean, and the range when the seeds
 // differ.
 func sp(s Spread, f string) string {
@@ -57,8 +71,12 @@ func (r *Report) tablesIntro() string {
 	if r.World.CheckpointInterval > 0 {
 		ck = fmt.Sprintf("work checkpoints every %s", r.World.CheckpointInterval)
 	}
-	return fmt.Sprintf("%s, %d GPU tasks, %.0f GPU-hours of work; %s; schedulers %s; %s; %s.",
-		filepath.Base(r.Trace.File), r.Trace.Tasks, r.Trace.GPUHours, seedText, place, ck, policyChangesLine(r.World.PolicyChanges))
+	fleet := ""
+	if r.Fleet > 0 {
+		fleet = fmt.Sprintf("; a fleet of %d owned nodes (the node list's mix), split between the sides by their work at the start", r.Fleet)
+	}
+	return fmt.Sprintf("%s, %d GPU tasks, %.0f GPU-hours of work; %s; schedulers %s; %s; %s%s.",
+		filepath.Base(r.Trace.File), r.Trace.Tasks, r.Trace.GPUHours, seedText, place, ck, policyChangesLine(r.World.PolicyChanges), fleet)
 }
 
 // WriteTables writes the comparison as Markdown, one table per load over
@@ -77,6 +95,10 @@ func (r *Report) WriteTables(w io.Writer) error {
 				rows = append(rows, s)
 			}
 		}
+		if r.Fleet > 0 {
+			b.WriteString(mdTable(fleetHeader("|"), len(rows), func(i int) string { return fleetRow(rows[i], "|") }))
+			continue
+		}
 		b.WriteString(mdTable(summaryHeader("|"), len(rows), func(i int) string { return summaryRow(rows[i], "|") }))
 		b.WriteString("\n")
 		for _, g := range seedGoals(rows) {
@@ -94,10 +116,14 @@ func (r *Report) writeSummaryText(b *strings.Builder) {
 	for _, lr := range r.Loads {
 		fmt.Fprintf(b, "load %gx\n", lr.Load)
 		tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, summaryHeader("\t")+"\t\n")
+		head, row := summaryHeader, summaryRow
+		if r.Fleet > 0 {
+			head, row = fleetHeader, fleetRow
+		}
+		fmt.Fprint(tw, head("\t")+"\t\n")
 		for _, s := range sums {
 			if s.Load == lr.Load {
-				fmt.Fprint(tw, summaryRow(s, "\t")+"\t\n")
+				fmt.Fprint(tw, row(s, "\t")+"\t\n")
 			}
 		}
 		tw.Flush()

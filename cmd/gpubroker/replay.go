@@ -31,8 +31,9 @@ func runReplay(_ context.Context, e env, args []string) error {
 	ruleOff := fs.Bool("rule-off", true, "also replay gpubroker with consolidation.max_work_lost unbounded, to report the work lost with the rule on and off")
 	placement := fs.String("placement", replay.PlacementSpread, "how both schedulers place work: `spread` (their defaults: LeastAllocated, CapacityScheduler heartbeats) or pack (MostAllocated, multi-node placement)")
 	seeds := fs.Int("seeds", 1, "replay `N` seeds from --seed on (each splits the tasks between the sides anew) and report mean and range")
+	fleet := fs.Int("fleet", 0, "replay a fleet of `N` owned nodes (the node list's mix scaled to N, nothing bought) and compare gpubroker's hand-overs with a static split of the same nodes (policies: "+strings.Join(replay.FleetPolicies, ", ")+")")
 	tablesPath := fs.String("tables", "", "write the Markdown tables over the seeds, and a reduced check run a test repeats, to this `file` (make replay: docs/replay-tables.md)")
-	readmePath := fs.String("readme", "", "splice the --tables file's tables into this `file` between "+replayTablesBegin+" and "+replayTablesEnd)
+	readmePath := fs.String("readme", "", "splice the --tables file's tables into this `file` between "+replayTablesBegin+" and "+replayTablesEnd+" (with --fleet: "+replayFleetBegin+" and "+replayFleetEnd+")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,7 +49,10 @@ func runReplay(_ context.Context, e env, args []string) error {
 	if *tracePath == "" {
 		return usagef("--trace is required (or set GPUBROKER_OPENB to openb_pod_list_default.csv)")
 	}
-	cfg := replay.Config{Policy: replayPolicy(), YARNShare: *yarnShare, Seed: *seed, Headroom: 1, RuleOff: *ruleOff}
+	cfg := replay.Config{Policy: replayPolicy(), YARNShare: *yarnShare, Seed: *seed, Headroom: 1, RuleOff: *ruleOff, Fleet: *fleet}
+	if *fleet > 0 && !flagSet(fs, "policies") {
+		*policies = strings.Join(replay.FleetPolicies, ",")
+	}
 	for _, p := range strings.Split(*policies, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			cfg.Policies = append(cfg.Policies, p)
@@ -189,7 +193,22 @@ const (
 	replayTablesBegin = "<!-- replay-tables:begin -->"
 	replayTablesEnd   = "<!-- replay-tables:end -->"
 	replayCheckMark   = "<!-- replay-check: a reduced replay TestReplayTablesMatchAFreshRun repeats; make replay regenerates it -->"
+	// A fleet replay's (make replay-fleet).
+	replayFleetBegin     = "<!-- replay-fleet:begin -->"
+	replayFleetEnd       = "<!-- replay-fleet:end -->"
+	replayFleetCheckMark = "<!-- replay-check: a reduced fleet replay TestReplayFleetTablesMatchAFreshRun repeats; make replay-fleet regenerates it -->"
 )
+
+// tablesDoc is where a replay's tables go: the README's markers and the
+// tables file's check mark, a fleet replay's or the pools' one.
+type tablesDoc struct{ begin, end, checkMark string }
+
+func tablesDocFor(fleet int) tablesDoc {
+	if fleet > 0 {
+		return tablesDoc{replayFleetBegin, replayFleetEnd, replayFleetCheckMark}
+	}
+	return tablesDoc{replayTablesBegin, replayTablesEnd, replayCheckMark}
+}
 
 // The reduced check run: the trace's first replayCheckTasks tasks at
 // replayCheckLoad, seed 0, every policy, serve's default policy and the
@@ -199,14 +218,19 @@ const (
 const (
 	replayCheckTasks = 300
 	replayCheckLoad  = 100
+	// replayCheckFleet is the fleet check run's nodes (replay-fleet).
+	replayCheckFleet = 6
 )
 
 // replayCheck replays the reduced check run of tasks (the whole trace, as
 // read) and returns its tables.
-func replayCheck(tasks []replay.Task, stats replay.TraceStats, nodes []replay.NodeType) (string, error) {
+func replayCheck(tasks []replay.Task, stats replay.TraceStats, nodes []replay.NodeType, fleet bool) (string, error) {
 	p := replayPolicy()
 	c := replay.Config{Policy: p, World: replay.DefaultWorld(p), Policies: replay.Policies, YARNShare: 0.5, Headroom: 1,
 		Loads: []float64{replayCheckLoad}, NodeTypes: nodes, Tasks: tasks[:min(len(tasks), replayCheckTasks)]}
+	if fleet {
+		c.Fleet, c.Policies = replayCheckFleet, replay.FleetPolicies
+	}
 	c.World.CheckpointInterval = replayCheckpoint
 	c.Stats = stats
 	c.Stats.Tasks, c.Stats.GPUHours = len(c.Tasks), 0
@@ -233,11 +257,12 @@ func writeReplayTables(path, readme string, rep *replay.Report, cfg replay.Confi
 		return err
 	}
 	tables := b.String()
-	check, err := replayCheck(cfg.Tasks, cfg.Stats, cfg.NodeTypes)
+	doc := tablesDocFor(cfg.Fleet)
+	check, err := replayCheck(cfg.Tasks, cfg.Stats, cfg.NodeTypes, cfg.Fleet > 0)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, []byte(tables+"\n"+replayCheckMark+"\n\n"+check), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(tables+"\n"+doc.checkMark+"\n\n"+check), 0o644); err != nil {
 		return fmt.Errorf("write %q: %w", path, err)
 	}
 	if readme == "" {
@@ -247,7 +272,7 @@ func writeReplayTables(path, readme string, rep *replay.Report, cfg replay.Confi
 	if err != nil {
 		return fmt.Errorf("read %q: %w", readme, err)
 	}
-	out, err := spliceTables(string(old), tables)
+	out, err := spliceTables(string(old), tables, doc)
 	if err != nil {
 		return fmt.Errorf("%s: %w", readme, err)
 	}
@@ -258,17 +283,17 @@ func writeReplayTables(path, readme string, rep *replay.Report, cfg replay.Confi
 }
 
 // spliceTables replaces what lies between the README's markers with tables.
-func spliceTables(doc, tables string) (string, error) {
-	i := strings.Index(doc, replayTablesBegin)
-	j := strings.Index(doc, replayTablesEnd)
+func spliceTables(readme, tables string, doc tablesDoc) (string, error) {
+	i := strings.Index(readme, doc.begin)
+	j := strings.Index(readme, doc.end)
 	if i < 0 || j < i {
-		return "", fmt.Errorf("no %s ... %s markers to put the tables between", replayTablesBegin, replayTablesEnd)
+		return "", fmt.Errorf("no %s ... %s markers to put the tables between", doc.begin, doc.end)
 	}
-	return doc[:i] + replayTablesBegin + "\n" + tables + doc[j:], nil
+	return readme[:i] + doc.begin + "\n" + tables + readme[j:], nil
 }
 
 // splitTables splits a tables file into its tables and its check run.
-func splitTables(file string) (tables, check string, ok bool) {
-	tables, check, ok = strings.Cut(file, "\n"+replayCheckMark+"\n\n")
+func splitTables(file string, doc tablesDoc) (tables, check string, ok bool) {
+	tables, check, ok = strings.Cut(file, "\n"+doc.checkMark+"\n\n")
 	return tables, check, ok
 }

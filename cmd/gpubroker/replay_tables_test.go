@@ -32,32 +32,43 @@ func openbTrace(t *testing.T) string {
 // change to the replay that moves its figures fails here until make replay
 // has regenerated the file and the README from the same code.
 func TestReplayTablesMatchAFreshRun(t *testing.T) {
-	file, err := os.ReadFile("../../docs/replay-tables.md")
+	checkTablesFile(t, "../../docs/replay-tables.md", "make replay", tablesDocFor(0), false)
+}
+
+// The same for the fleet replay's tables (docs/replay-fleet.md, make
+// replay-fleet).
+func TestReplayFleetTablesMatchAFreshRun(t *testing.T) {
+	checkTablesFile(t, "../../docs/replay-fleet.md", "make replay-fleet", tablesDocFor(1), true)
+}
+
+func checkTablesFile(t *testing.T, path, regen string, doc tablesDoc, fleet bool) {
+	t.Helper()
+	file, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables, check, ok := splitTables(string(file))
+	tables, check, ok := splitTables(string(file), doc)
 	if !ok {
-		t.Fatalf("docs/replay-tables.md has no %s line: regenerate it with make replay", replayCheckMark)
+		t.Fatalf("%s has no %s line: regenerate it with %s", path, doc.checkMark, regen)
 	}
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), replayTablesBegin+"\n"+tables+replayTablesEnd) {
-		t.Error("the README's replay tables are not docs/replay-tables.md's: run make replay")
+	if !strings.Contains(string(readme), doc.begin+"\n"+tables+doc.end) {
+		t.Errorf("the README's tables are not %s's: run %s", path, regen)
 	}
-	path := openbTrace(t)
-	f, err := os.Open(path)
+	trace := openbTrace(t)
+	f, err := os.Open(trace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tasks, stats, err := replay.ReadTrace(path, f)
+	tasks, stats, err := replay.ReadTrace(trace, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nf, err := os.Open(filepath.Join(filepath.Dir(path), "openb_node_list_gpu_node.csv"))
+	nf, err := os.Open(filepath.Join(filepath.Dir(trace), "openb_node_list_gpu_node.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +77,12 @@ func TestReplayTablesMatchAFreshRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := replayCheck(tasks, stats, nodes)
+	got, err := replayCheck(tasks, stats, nodes, fleet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got != check {
-		t.Errorf("the replay computes other figures than docs/replay-tables.md holds: run make replay.\nfresh check run:\n%s\nfile:\n%s", got, check)
+		t.Errorf("the replay computes other figures than %s holds: run %s.\nfresh check run:\n%s\nfile:\n%s", path, regen, got, check)
 	}
 }
 
@@ -110,7 +121,7 @@ func TestReplaySeedsAndTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab, check, ok := splitTables(string(file))
+	tab, check, ok := splitTables(string(file), tablesDocFor(0))
 	if !ok || !strings.Contains(tab, "KILLS WORK") || !strings.Contains(check, "The check: the first 3 tasks") {
 		t.Errorf("tables file:\n%s", file)
 	}
@@ -126,5 +137,24 @@ func TestReplaySeedsAndTables(t *testing.T) {
 	}
 	if code, _, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--placement", "random"); code != 2 || !strings.Contains(errOut, "placement") {
 		t.Errorf("--placement random: exit %d, %s", code, errOut)
+	}
+}
+
+// replay --fleet N compares gpubroker with the static split of N owned
+// nodes by default; a buying policy with --fleet is a usage error.
+func TestReplayFleetFlag(t *testing.T) {
+	trace, nodes := replayFiles(t, "a,1000,1024,1,1000,,LS,Running,0,600,0\nb,1000,1024,2,1000,,BE,Running,60,900,60\nc,1000,1024,1,1000,,BE,Running,120,700,120\n")
+	code, stdout, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--load", "1", "--fleet", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"FLEET: gpubroker vs the static split", "static-fleet", "a fleet of 2 owned nodes"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, _, errOut = runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--fleet", "2", "--policies", "per-side-autoscaler")
+	if code != 2 || !strings.Contains(errOut, "policies") || !strings.Contains(errOut, "does not apply to a fleet") {
+		t.Errorf("--fleet with a buying policy: exit %d, %s", code, errOut)
 	}
 }
