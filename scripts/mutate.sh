@@ -220,6 +220,14 @@ steps: an op ends done only where its table allows~broker/engine/executor.go~if 
 steps: giving up from a step that holds a node gives it back~broker/engine/executor.go~\tif broker.HoldsNode(s.op.Kind, s.op.Step) {\n\t\tif _, ok~\tif false {\n\t\tif _, ok~./broker/engine/
 steps: the table marks the steps that hold a node~broker/steps.go~return ok && s.HoldsNode~return ok && s.HoldsNode && false~./broker/ ./broker/engine/
 policy: the tick applies the policy's defaults where it enters~broker/engine/observe.go~o.policy = r.cordonPolicy(ctx, policy.WithDefaults())~o.policy = r.cordonPolicy(ctx, policy)~-run TestPolicyDefaultsAppliedAtTheEdge ./broker/engine/
+fleet: a fleet's faulty host is cordoned, never replaced~broker/lifecycle.go~\t\tif pl.pools[w.pool].st.Pool.Fleet() {\n\t\t\tpl.repairFleet(w)\n~\t\tif false {\n\t\t\tpl.repairFleet(w)\n~-run TestFleetPools ./broker/
+fleet: a fleet's faulty host is only cordoned, its work left to end~broker/lifecycle.go~To: OwnerNone, CordonOnly: true,~To: OwnerNone,~-run TestFleetPools ./broker/
+fleet: the cordon-only mark reaches the journaled op~broker/engine/tickphases.go~Attrition: a.Attrition, CordonOnly: a.CordonOnly}~Attrition: a.Attrition}~-run TestFleetCordonOnlyIsJournaled ./broker/engine/
+fleet: the provider never grows a fleet pool~fleet/fleet.go~\tif target == st.Desired {\n\t\treturn nil\n\t}\n~\treturn nil\n~./fleet/
+fleet: the provider never terminates a fleet host~fleet/fleet.go~\treturn fmt.Errorf("pool %s is a fleet pool: the broker never terminates its host %s (it cordons a faulty host and reports it)", pool, instanceID)~\treturn nil~./fleet/
+fleet: a call for a fleet pool never reaches the cloud~fleet/fleet.go~\tif c.fleet.Has(pool) || c.cloud == nil {\n\t\treturn c.fleet.Terminate(ctx, pool, instanceID)~\tif c.cloud == nil {\n\t\treturn c.fleet.Terminate(ctx, pool, instanceID)~./fleet/
+fleet: before the first listing every host is a member (no purchase at start)~fleet/fleet.go~if _, ok := reg[h]; ok || reg == nil {~if _, ok := reg[h]; ok {~./fleet/ ./test/e2e -run TestFleetBurstsToCloudOnlyWhenFull
+fleet: a host neither side lists is no capacity~fleet/fleet.go~if _, ok := reg[h]; ok || reg == nil {~if true {~./fleet/ ./internal/app -run TestMembers|TestOpenFleetWithoutCloud
 EOF
 )
 
