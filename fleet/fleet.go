@@ -8,10 +8,12 @@
 // them and drains by attrition as for any pool, and where a cloud pool
 // would replace a faulty node it cordons the host and reports it.
 //
-// A host is a member once either side lists a node of that name (a
-// Kubernetes node or a YARN NodeManager host): a configured host that
-// neither side lists is a machine that is off, or not installed yet, and
-// is no capacity. Until the broker has listed the sides once (the first
+// A pool names its members by host name, by Kubernetes node labels (a node
+// selector) or by YARN partition. A host is a member once either side
+// lists a node of that name (a Kubernetes node or a YARN NodeManager
+// host): a configured host that neither side lists is a machine that is
+// off, or not installed yet, and is no capacity. A node a selector or a
+// partition names is a member while its side lists it. Until the broker has listed the sides once (the first
 // tick after a start), every configured host is a member: one neither
 // side lists then looks like a machine on its way for that tick, so the
 // broker waits for it rather than buying in a cloud pool beside the fleet
@@ -33,11 +35,48 @@ import (
 )
 
 // Pool is one fleet pool: its definition (Provider broker.ProviderFleet;
-// MinNodes and MaxNodes are ignored: they are the hosts present) and the
-// host names of its members.
+// MinNodes and MaxNodes are ignored: they are the hosts present) and how
+// its members are named: hosts by name, Kubernetes nodes by their labels,
+// NodeManagers by their YARN partition; a node any of them names is a
+// member.
 type Pool struct {
 	broker.Pool
+	Members
+}
+
+// Members names a fleet pool's nodes.
+type Members struct {
+	// Hosts are node names as both sides list them.
 	Hosts []string
+	// NodeSelector makes every Kubernetes node carrying all these labels
+	// a member.
+	NodeSelector map[string]string
+	// YARNPartition makes every NodeManager in this YARN partition (node
+	// label) a member.
+	YARNPartition string
+}
+
+// bySides reports whether the pool names members by what a side lists
+// (labels, a partition) rather than by host names alone.
+func (p *Pool) bySides() bool { return len(p.NodeSelector) > 0 || p.YARNPartition != "" }
+
+// names reports whether the pool names node n that side src lists.
+func (p *Pool) names(src broker.Source, n *broker.Node) bool {
+	if slices.Contains(p.Hosts, n.Name) {
+		return true
+	}
+	switch {
+	case src == broker.SourceK8s && len(p.NodeSelector) > 0:
+		for k, v := range p.NodeSelector {
+			if n.Labels[k] != v {
+				return false
+			}
+		}
+		return true
+	case src == broker.SourceYARN && p.YARNPartition != "":
+		return n.Partition == p.YARNPartition
+	}
+	return false
 }
 
 // NodePool is an engine.NodePool over fleet pools. It is safe for
@@ -50,6 +89,11 @@ type NodePool struct {
 	// registered holds the node names either side listed last; nil until
 	// ObserveRegistered is first called.
 	registered map[string]struct{}
+	// listed are the nodes each side listed last (ObserveNodes), for the
+	// members named by labels or partition; listedOnce[src] is closed
+	// once src was first listed.
+	listed     map[broker.Source][]broker.Node
+	listedOnce map[broker.Source]chan struct{}
 }
 
 var _ engine.NodePool = (*NodePool)(nil)
@@ -57,7 +101,8 @@ var _ engine.NodePool = (*NodePool)(nil)
 // New returns a NodePool over pools. A pool must be a fleet pool and name
 // at least one host; a host may belong to one pool only.
 func New(pools []Pool) (*NodePool, error) {
-	f := &NodePool{host: map[string]string{}}
+	f := &NodePool{host: map[string]string{}, listed: map[broker.Source][]broker.Node{},
+		listedOnce: map[broker.Source]chan struct{}{broker.SourceK8s: make(chan struct{}), broker.SourceYARN: make(chan struct{})}}
 	names := map[string]bool{}
 	for i, p := range pools {
 		prefix := fmt.Sprintf("pools[%d]", i)
@@ -71,8 +116,13 @@ func New(pools []Pool) (*NodePool, error) {
 			return nil, broker.Invalid(prefix+".name", "pool %q is defined twice", p.Name)
 		}
 		names[p.Name] = true
-		if len(p.Hosts) == 0 {
-			return nil, broker.Invalid(prefix+".hosts", "a fleet pool names its hosts (the node names both sides list, e.g. [gpu-01.example.com]); pool %q names none", p.Name)
+		if len(p.Hosts) == 0 && !p.bySides() {
+			return nil, broker.Invalid(prefix+".hosts", "a fleet pool names its members: hosts (the node names both sides list, e.g. [gpu-01.example.com]), a node_selector (Kubernetes node labels) or a yarn_partition; pool %q names none", p.Name)
+		}
+		for k := range p.NodeSelector {
+			if k == "" {
+				return nil, broker.Invalid(prefix+".node_selector", "a label key must not be empty")
+			}
 		}
 		for j, h := range p.Hosts {
 			if err := checkHost(h); err != nil {
@@ -132,21 +182,66 @@ func (f *NodePool) ObserveRegistered(names []string) {
 	f.mu.Unlock()
 }
 
-// Pools returns each fleet pool with its members: the configured hosts
-// either side lists (all of them before the first listing). Its desired
-// capacity, min and max are their count.
-func (f *NodePool) Pools(context.Context) ([]broker.PoolState, error) {
+// ObserveNodes tells the fleet the nodes side src lists (the app calls it
+// after every good observation of a side), for the members a pool names
+// by labels or partition.
+func (f *NodePool) ObserveNodes(src broker.Source, nodes []broker.Node) {
 	f.mu.Lock()
-	reg := f.registered
+	defer f.mu.Unlock()
+	f.listed[src] = nodes
+	if ch, ok := f.listedOnce[src]; ok {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+}
+
+// Pools returns each fleet pool with its members: the configured hosts
+// either side lists (all of them before the first listing), and the
+// nodes its node selector or YARN partition names. Its desired capacity,
+// min and max are their count. A pool that names members by labels or
+// partition waits, on the first call, for the side that lists them (at
+// most until ctx ends; then it is stale): otherwise the first tick after
+// a start would see the fleet without them and buy in a cloud pool.
+func (f *NodePool) Pools(ctx context.Context) ([]broker.PoolState, error) {
+	for _, p := range f.pools {
+		for src, need := range map[broker.Source]bool{broker.SourceK8s: len(p.NodeSelector) > 0, broker.SourceYARN: p.YARNPartition != ""} {
+			if need {
+				select {
+				case <-f.listedOnce[src]:
+				case <-ctx.Done():
+				}
+			}
+		}
+	}
+	f.mu.Lock()
+	reg, listed := f.registered, f.listed
 	f.mu.Unlock()
+	taken := map[string]bool{}
 	out := make([]broker.PoolState, 0, len(f.pools))
 	for _, p := range f.pools {
 		st := broker.PoolState{Pool: p.Pool}
 		for _, h := range p.Hosts {
 			if _, ok := reg[h]; ok || reg == nil {
 				st.Instances = append(st.Instances, broker.Instance{ID: h, Hostname: h})
+				taken[h] = true
 			} else {
 				st.Missing = append(st.Missing, h)
+			}
+		}
+		if p.bySides() {
+			st.Stale = f.notListed(&p)
+			for _, src := range []broker.Source{broker.SourceK8s, broker.SourceYARN} {
+				for i := range listed[src] {
+					n := &listed[src][i]
+					// A node is one pool's: the first (by name) that names it.
+					if !taken[n.Name] && f.host[n.Name] == "" && p.names(src, n) {
+						st.Instances = append(st.Instances, broker.Instance{ID: n.Name, Hostname: n.Name})
+						taken[n.Name] = true
+					}
+				}
 			}
 		}
 		n := len(st.Instances)
@@ -154,6 +249,22 @@ func (f *NodePool) Pools(context.Context) ([]broker.PoolState, error) {
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// notListed says why pool p's members by labels or partition are not
+// known: a side it needs was never listed; empty once they are.
+func (f *NodePool) notListed(p *Pool) string {
+	for src, need := range map[broker.Source]bool{broker.SourceK8s: len(p.NodeSelector) > 0, broker.SourceYARN: p.YARNPartition != ""} {
+		if !need {
+			continue
+		}
+		select {
+		case <-f.listedOnce[src]:
+		default:
+			return fmt.Sprintf("fleet pool %s names members by what %s lists, and %s has not been listed yet", p.Name, src, src)
+		}
+	}
+	return ""
 }
 
 // SetDesired accepts only the fleet's own size: a fleet has nothing to buy
@@ -249,6 +360,11 @@ func (c *combined) ObserveRegistered(names []string) {
 	if r, ok := c.cloud.(interface{ ObserveRegistered([]string) }); ok {
 		r.ObserveRegistered(names)
 	}
+}
+
+// ObserveNodes tells the fleet the nodes side src lists.
+func (c *combined) ObserveNodes(src broker.Source, nodes []broker.Node) {
+	c.fleet.ObserveNodes(src, nodes)
 }
 
 type combinedKeepDesired struct {

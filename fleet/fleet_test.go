@@ -5,13 +5,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
 
 func fleetPool(name string, hosts ...string) Pool {
 	return Pool{Pool: broker.Pool{Name: name, Provider: broker.ProviderFleet, GPUModel: "A100", GPUsPerNode: 8,
-		Sides: broker.PoolShared}, Hosts: hosts}
+		Sides: broker.PoolShared}, Members: Members{Hosts: hosts}}
 }
 
 // TestMembers: a fleet pool's members are its hosts a side lists; its
@@ -135,5 +136,56 @@ func TestCombine(t *testing.T) {
 	}
 	if _, err := Combine(f, nil).Pools(ctx); err != nil {
 		t.Errorf("fleet alone: %v", err)
+	}
+}
+
+// TestMembersBySides: a pool names members by Kubernetes labels and by
+// YARN partition as well as by host; a node two pools name is the first
+// pool's, and a host a pool names by name is never another's. On the first
+// call the pool waits for the side it needs to be listed, and is stale
+// when that never comes.
+func TestMembersBySides(t *testing.T) {
+	lab := Pool{Pool: broker.Pool{Name: "lab", Provider: broker.ProviderFleet, GPUModel: "A100", GPUsPerNode: 4, Sides: broker.PoolShared},
+		Members: Members{Hosts: []string{"gpu-1"}, NodeSelector: map[string]string{"fleet": "lab"}, YARNPartition: "lab"}}
+	other := Pool{Pool: broker.Pool{Name: "alpha", Provider: broker.ProviderFleet, GPUModel: "A100", GPUsPerNode: 4, Sides: broker.PoolShared},
+		Members: Members{NodeSelector: map[string]string{"fleet": "lab"}}}
+	f, err := New([]Pool{other, lab})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Never listed: the pools wait until ctx ends, then are stale.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	states, err := f.Pools(ctx)
+	if err != nil || states[0].Stale == "" || states[1].Stale == "" {
+		t.Fatalf("before the sides were listed: %+v, %v; want both stale", states, err)
+	}
+	// The first call waits for the listing.
+	done := make(chan []broker.PoolState)
+	go func() {
+		st, _ := f.Pools(context.Background())
+		done <- st
+	}()
+	f.ObserveRegistered([]string{"gpu-1", "k-2", "y-3"})
+	f.ObserveNodes(broker.SourceK8s, []broker.Node{
+		{Name: "gpu-1", Labels: map[string]string{"fleet": "lab"}},
+		{Name: "k-2", Labels: map[string]string{"fleet": "lab"}},
+		{Name: "k-9", Labels: map[string]string{"fleet": "other"}},
+	})
+	f.ObserveNodes(broker.SourceYARN, []broker.Node{{Name: "y-3", Partition: "lab"}, {Name: "y-4"}})
+	states = <-done
+	members := func(st broker.PoolState) []string {
+		var out []string
+		for _, in := range st.Instances {
+			out = append(out, in.Hostname)
+		}
+		return out
+	}
+	zooSt, labSt := states[0], states[1]
+	if labSt.Stale != "" || strings.Join(members(labSt), ",") != "gpu-1,y-3" || labSt.Desired != 2 || labSt.Pool.MaxNodes != 2 {
+		t.Errorf("lab: %+v, want gpu-1 (its host) and y-3 (its partition); k-2 is alpha's, the first pool naming it", labSt)
+	}
+	if strings.Join(members(zooSt), ",") != "k-2" {
+		t.Errorf("alpha: members %v, want k-2 alone (gpu-1 is lab's host)", members(zooSt))
 	}
 }

@@ -189,8 +189,11 @@ type poolConfig struct {
 	// empty for the default partition.
 	Partition string `yaml:"partition"`
 	// Hosts are a fleet pool's machines (provider fleet): the node names
-	// both sides list.
-	Hosts []string `yaml:"hosts"`
+	// both sides list. NodeSelector (Kubernetes node labels) and
+	// YARNPartition (a YARN node label) name members too.
+	Hosts         []string          `yaml:"hosts"`
+	NodeSelector  map[string]string `yaml:"node_selector"`
+	YARNPartition string            `yaml:"yarn_partition"`
 }
 
 // pool is the validated pool of pl, its fields named under prefix. A fleet
@@ -209,8 +212,13 @@ func (pl poolConfig) pool(prefix string) (broker.Pool, error) {
 	switch pool.Provider {
 	case "", "aws":
 		pool.Provider = "aws"
-		if len(pl.Hosts) > 0 {
-			return pool, broker.Invalid(prefix+".hosts", "names hosts, but pool %q is a cloud pool (provider aws): set provider: fleet to share these machines without a cloud, or remove hosts", pool.Name)
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"hosts", len(pl.Hosts) > 0}, {"node_selector", len(pl.NodeSelector) > 0}, {"yarn_partition", pl.YARNPartition != ""}} {
+			if f.set {
+				return pool, broker.Invalid(prefix+"."+f.name, "names fleet members, but pool %q is a cloud pool (provider aws): set provider: fleet to share these machines without a cloud, or remove %s", pool.Name, f.name)
+			}
 		}
 		if pool.Group == "" {
 			pool.Group = pool.Name
@@ -224,8 +232,8 @@ func (pl poolConfig) pool(prefix string) (broker.Pool, error) {
 				return pool, broker.Invalid(prefix+"."+f.name, "a fleet pool's size is its hosts present: remove %s from pool %q (or make it a cloud pool: provider aws)", f.name, pool.Name)
 			}
 		}
-		if len(pl.Hosts) == 0 {
-			return pool, broker.Invalid(prefix+".hosts", "a fleet pool names its hosts, as both sides list them (e.g. [gpu-01.example.com, gpu-02.example.com]); pool %q names none", pool.Name)
+		if len(pl.Hosts) == 0 && len(pl.NodeSelector) == 0 && pl.YARNPartition == "" {
+			return pool, broker.Invalid(prefix+".hosts", "a fleet pool names its members: hosts, as both sides list them (e.g. [gpu-01.example.com, gpu-02.example.com]), a node_selector (Kubernetes node labels) or a yarn_partition; pool %q names none", pool.Name)
 		}
 		pool.MinNodes, pool.MaxNodes = len(pl.Hosts), len(pl.Hosts)
 	default:
@@ -250,11 +258,11 @@ func (pl poolConfig) pool(prefix string) (broker.Pool, error) {
 
 // checkFleet checks the fleet pools' hosts as the fleet will (a host
 // names one node and belongs to one pool).
-func checkFleet(pools []broker.Pool, hosts map[string][]string) error {
+func checkFleet(pools []broker.Pool, members map[string]fleet.Members) error {
 	var fps []fleet.Pool
 	for _, p := range pools {
 		if p.Fleet() {
-			fps = append(fps, fleet.Pool{Pool: p, Hosts: hosts[p.Name]})
+			fps = append(fps, fleet.Pool{Pool: p, Members: members[p.Name]})
 		}
 	}
 	if len(fps) == 0 {
@@ -283,9 +291,9 @@ type config struct {
 	xids   broker.XIDClasses
 	policy broker.Policy
 	pools  []broker.Pool
-	// fleetHosts are the fleet pools' hosts, by pool name.
-	fleetHosts map[string][]string
-	tenants    []broker.Tenant
+	// fleet names the fleet pools' members, by pool name.
+	fleet   map[string]fleet.Members
+	tenants []broker.Tenant
 }
 
 // loadConfig reads and validates a YAML file. Every problem is a usage
@@ -464,13 +472,13 @@ func (fc fileConfig) validate() (*config, error) {
 		names[pool.Name] = true
 		c.pools = append(c.pools, pool)
 		if pool.Fleet() {
-			if c.fleetHosts == nil {
-				c.fleetHosts = map[string][]string{}
+			if c.fleet == nil {
+				c.fleet = map[string]fleet.Members{}
 			}
-			c.fleetHosts[pool.Name] = pl.Hosts
+			c.fleet[pool.Name] = fleet.Members{Hosts: pl.Hosts, NodeSelector: pl.NodeSelector, YARNPartition: pl.YARNPartition}
 		}
 	}
-	if err := checkFleet(c.pools, c.fleetHosts); err != nil {
+	if err := checkFleet(c.pools, c.fleet); err != nil {
 		return nil, err
 	}
 

@@ -206,7 +206,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	var cloudCfg app.CloudConfig
 	if *fleetN > 0 {
 		// Owned machines: up from the start, no cloud behind them.
-		if err := joiner.joinFleet(c.fleetHosts[demoFleet]); err != nil {
+		if err := joiner.joinFleet(c.fleet[demoFleet].Hosts); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "gpubroker demo: a fleet of %d owned %d-GPU hosts, no cloud; they start on Kubernetes\n", *fleetN, demoFleetGPUs)
@@ -233,7 +233,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	// endpoints.
 	m, err := openApp(ctx, app.Config{
 		DatabaseURL: c.file.Database.URL, Migrate: true, Seed: true,
-		Pools: c.pools, FleetHosts: c.fleetHosts, Tenants: c.tenants, Policy: c.policy,
+		Pools: c.pools, FleetMembers: c.fleet, Tenants: c.tenants, Policy: c.policy,
 		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
 			RestartNodeManager: joiner.restartNodeManager,
 			// yarnsim launches a container as it allocates it: no

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/fleet"
 )
 
 // atSize scales the demo scenario to a pool of up to nodes 4-GPU nodes
@@ -45,7 +46,7 @@ func atFleet(c *config, n int) {
 	for i := range hosts {
 		hosts[i] = fmt.Sprintf("fleet-%02d.demo", i)
 	}
-	c.pools, c.fleetHosts = []broker.Pool{pool}, map[string][]string{demoFleet: hosts}
+	c.pools, c.fleet = []broker.Pool{pool}, map[string]fleet.Members{demoFleet: {Hosts: hosts}}
 	gpus := n * demoFleetGPUs
 	c.policy.ClusterMaxGPUs = gpus
 	for i := range c.tenants {

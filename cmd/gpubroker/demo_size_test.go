@@ -55,13 +55,13 @@ func TestDemoSizeFlags(t *testing.T) {
 func TestDemoAtFleet(t *testing.T) {
 	c := demoConfig()
 	atFleet(c, 40)
-	if len(c.pools) != 1 || !c.pools[0].Fleet() || c.pools[0].GPUsPerNode != 8 || c.pools[0].MaxNodes != 40 || len(c.fleetHosts[demoFleet]) != 40 {
-		t.Fatalf("pools %+v, hosts %v: want one fleet of 40 8-GPU hosts", c.pools, c.fleetHosts)
+	if len(c.pools) != 1 || !c.pools[0].Fleet() || c.pools[0].GPUsPerNode != 8 || c.pools[0].MaxNodes != 40 || len(c.fleet[demoFleet].Hosts) != 40 {
+		t.Fatalf("pools %+v, hosts %v: want one fleet of 40 8-GPU hosts", c.pools, c.fleet)
 	}
 	if c.policy.ClusterMaxGPUs != 320 || c.tenants[0].MaxGPUs != 320 || c.tenants[0].GuaranteedGPUs != 8*6 {
 		t.Fatalf("cluster max %d, tenant %+v", c.policy.ClusterMaxGPUs, c.tenants[0])
 	}
-	if err := checkFleet(c.pools, c.fleetHosts); err != nil {
+	if err := checkFleet(c.pools, c.fleet); err != nil {
 		t.Fatal(err)
 	}
 }

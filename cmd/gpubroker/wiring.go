@@ -28,7 +28,7 @@ func appConfig(c *config, log *slog.Logger, getenv func(string) string) (app.Con
 	yc, kc := c.file.YARN, c.file.Kubernetes
 	return app.Config{
 		DatabaseURL: c.file.Database.URL, MaxConns: c.file.Database.MaxConns,
-		Pools: c.pools, FleetHosts: c.fleetHosts, Tenants: c.tenants, Policy: c.policy,
+		Pools: c.pools, FleetMembers: c.fleet, Tenants: c.tenants, Policy: c.policy,
 		YARN: app.YARNConfig{RM: yc.RM, User: yc.User, Timeout: yc.Timeout.D(), AdminAddress: yc.AdminAddress,
 			ExcludeFile: yc.ExcludeFile, ExcludeFileCopies: yc.ExcludeFileCopies, RestartNodeManager: restart, EvictGrace: yc.EvictGrace.D(),
 			CordonLabel: yc.Cordon.Label, CordonHold: yc.Cordon.Hold.D(),

@@ -43,10 +43,10 @@ type Config struct {
 	Preview bool
 
 	Pools []broker.Pool
-	// FleetHosts names each fleet pool's hosts (broker.Pool.Fleet), by
-	// pool name: the node names both sides list.
-	FleetHosts map[string][]string
-	Tenants    []broker.Tenant
+	// FleetMembers names each fleet pool's nodes (broker.Pool.Fleet), by
+	// pool name: hosts, a Kubernetes node selector, a YARN partition.
+	FleetMembers map[string]fleet.Members
+	Tenants      []broker.Tenant
 	// Policy is seeded when the store has none, and its MaxProvisionTime
 	// bounds how long a launched instance may take to register.
 	Policy broker.Policy
@@ -236,6 +236,9 @@ func Open(ctx context.Context, cfg Config) (_ *Main, err error) {
 	if err := m.openKubernetes(ctx); err != nil {
 		return nil, err
 	}
+	if err := m.checkFleetSides(); err != nil {
+		return nil, err
+	}
 	m.checkpoints = cfg.Checkpoints
 	if m.checkpoints == nil {
 		cr, err := yarn.NewCheckpointReader(yarn.CheckpointConfig{Logger: log, Kerberos: m.krb})
@@ -292,13 +295,36 @@ func (m *Main) openCloud(ctx context.Context) error {
 	return nil
 }
 
+// checkFleetSides refuses a fleet pool that names members by what a side
+// lists when that side is not configured: it would wait for a listing
+// that never comes.
+func (m *Main) checkFleetSides() error {
+	has := map[broker.Source]bool{}
+	for _, o := range m.observers {
+		has[o.Source()] = true
+	}
+	for _, p := range m.cfg.Pools {
+		fm := m.cfg.FleetMembers[p.Name]
+		if !p.Fleet() {
+			continue
+		}
+		if len(fm.NodeSelector) > 0 && !has[broker.SourceK8s] {
+			return usagef("config: pool %s names members by node_selector, but no Kubernetes cluster is configured (kubernetes.kubeconfig, or in-cluster)", p.Name)
+		}
+		if fm.YARNPartition != "" && !has[broker.SourceYARN] {
+			return usagef("config: pool %s names members by yarn_partition, but no ResourceManager is configured (yarn.rm)", p.Name)
+		}
+	}
+	return nil
+}
+
 // openFleet builds the fleet pools of the configuration; nil when it has
 // none.
 func (m *Main) openFleet() (*fleet.NodePool, error) {
 	var pools []fleet.Pool
 	for _, p := range m.cfg.Pools {
 		if p.Fleet() {
-			pools = append(pools, fleet.Pool{Pool: p, Hosts: m.cfg.FleetHosts[p.Name]})
+			pools = append(pools, fleet.Pool{Pool: p, Members: m.cfg.FleetMembers[p.Name]})
 		}
 	}
 	if len(pools) == 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/fleet"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/yarn/yarnsim"
 )
@@ -109,11 +110,19 @@ func TestOpenFleetWithoutCloud(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A NodeManager in partition lab: a member of the lab fleet by its
+	// partition, which only the nodes the assembly reports tell.
+	if err := sim.AddNode(yarnsim.NodeSpec{Host: "lab-1", GPUs: 4, Labels: []string{"lab"}}); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(srv.Close)
 	fleetPool := broker.Pool{Name: "owned", Provider: broker.ProviderFleet, GPUModel: "A100", GPUsPerNode: 4, MinNodes: 3, MaxNodes: 3, Sides: broker.PoolShared}
-	m, err := Open(ctx, Config{Store: st, Seed: true, Policy: broker.DefaultPolicy(), Pools: []broker.Pool{fleetPool},
-		FleetHosts: map[string][]string{"owned": {"gpu-1", "gpu-2", "gpu-3"}}, YARN: YARNConfig{RM: []string{srv.URL}}})
+	labPool := fleetPool
+	labPool.Name = "lab"
+	m, err := Open(ctx, Config{Store: st, Seed: true, Policy: broker.DefaultPolicy(), Pools: []broker.Pool{fleetPool, labPool},
+		FleetMembers: map[string]fleet.Members{"owned": {Hosts: []string{"gpu-1", "gpu-2", "gpu-3"}}, "lab": {YARNPartition: "lab"}},
+		YARN:         YARNConfig{RM: []string{srv.URL}}})
 	if err != nil {
 		t.Fatalf("open with a fleet and no cloud section: %v", err)
 	}
@@ -134,14 +143,25 @@ func TestOpenFleetWithoutCloud(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(states) != 1 || states[0].Stale != "" || states[0].Desired != 2 || states[0].Pool.MaxNodes != 2 {
+	if len(states) != 2 || states[1].Stale != "" || states[1].Desired != 2 || states[1].Pool.MaxNodes != 2 || len(states[1].Missing) != 1 {
 		t.Fatalf("pools %+v, want the fleet with its 2 listed hosts (gpu-3 is off)", states)
+	}
+	if lab := states[0]; lab.Pool.Name != "lab" || lab.Stale != "" || len(lab.Instances) != 1 || lab.Instances[0].Hostname != "lab-1" {
+		t.Fatalf("lab fleet %+v, want lab-1, its partition's NodeManager", lab)
 	}
 
 	cloudPool := broker.Pool{Name: "a100", Provider: "aws", Group: "a100", GPUsPerNode: 4, MaxNodes: 2, Sides: broker.PoolShared}
 	_, err = Open(ctx, Config{Store: st, Pools: []broker.Pool{fleetPool, cloudPool},
-		FleetHosts: map[string][]string{"owned": {"gpu-1"}}})
+		FleetMembers: map[string]fleet.Members{"owned": {Hosts: []string{"gpu-1"}}}})
 	if err == nil || !strings.Contains(err.Error(), "cloud pools a100") || !strings.Contains(err.Error(), "region") {
 		t.Fatalf("open with a cloud pool and no cloud section: %v, want an error naming pool a100 and the region", err)
+	}
+
+	// A fleet named by partition with no YARN configured would wait for a
+	// listing that never comes: refused, naming the pool and the key.
+	_, err = Open(ctx, Config{Store: st, Pools: []broker.Pool{labPool}, FleetMembers: map[string]fleet.Members{"lab": {YARNPartition: "lab"}}})
+	var ue *UsageError
+	if !errors.As(err, &ue) || !strings.Contains(ue.Msg, "pool lab names members by yarn_partition") {
+		t.Fatalf("a partition fleet without YARN: %v, want a usage error naming the pool", err)
 	}
 }

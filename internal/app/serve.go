@@ -169,7 +169,16 @@ func (r registering) Observe(ctx context.Context, idx broker.TenantIndex) (broke
 	}
 	r.mu.Unlock()
 	r.provider.ObserveRegistered(all)
+	if nr, ok := r.provider.(nodeRegistrar); ok {
+		nr.ObserveNodes(obs.Source, obs.Nodes)
+	}
 	return obs, nil
+}
+
+// nodeRegistrar is a registrar that also wants the nodes each side lists
+// (a fleet naming members by labels or partition).
+type nodeRegistrar interface {
+	ObserveNodes(src broker.Source, nodes []broker.Node)
 }
 
 func withRegistration(p registrar, obs []engine.SideObserver) []engine.SideObserver {

@@ -49,14 +49,15 @@ func (w *world) opKinds() []broker.ActionKind {
 }
 
 // TestFleetHandOverWithoutCloud: two owned hosts and no cloud at all (no
-// endpoint, no cloud pool). YARN demand takes the host Kubernetes leaves
-// idle; a higher-priority pod that then waits gets it back by preemption
-// across the sides. Nothing is bought, scaled down or terminated, and the
+// endpoint, no cloud pool), the fleet's members named by a Kubernetes node
+// label. YARN demand takes the host Kubernetes leaves idle; a
+// higher-priority pod that then waits gets it back by preemption across
+// the sides. Nothing is bought, scaled down or terminated, and the
 // idle-reclaim timer (5 s here) never shrinks the fleet.
 func TestFleetHandOverWithoutCloud(t *testing.T) {
 	ensurePriorityClass(t, "high-priority-training", 1000000)
 	hosts := []string{"fleet-a", "fleet-b"}
-	w := newWorld(t, worldOptions{namespace: "fleet", unneeded: 5 * time.Second, preemption: true, fleet: hosts, noCloud: true})
+	w := newWorld(t, worldOptions{namespace: "fleet", unneeded: 5 * time.Second, preemption: true, fleet: hosts, noCloud: true, fleetBySelector: true})
 
 	// Kubernetes work on one host, at the pod's own high priority: the
 	// scheduler cannot preempt it for the later pod.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker/engine"
 	"github.com/gpubroker/gpubroker/cloud"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
+	"github.com/gpubroker/gpubroker/fleet"
 	"github.com/gpubroker/gpubroker/internal/app"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
@@ -142,7 +144,13 @@ type worldOptions struct {
 	// no cloud pool): the broker runs on the fleet alone.
 	fleet   []string
 	noCloud bool
+	// fleetBySelector names the fleet's members by a Kubernetes node label
+	// (fleetLabel) instead of by host name.
+	fleetBySelector bool
 }
+
+// fleetLabel marks the fleet's Kubernetes nodes for a node selector.
+var fleetLabel = map[string]string{"gpubroker.io/fleet": "e2e"}
 
 const fleetPoolName = "owned-fleet"
 
@@ -168,11 +176,15 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	if !o.noCloud {
 		pools = append(pools, pool)
 	}
-	var fleetHosts map[string][]string
+	var fleetMembers map[string]fleet.Members
 	if len(o.fleet) > 0 {
 		fp := pool
 		fp.Name, fp.Provider, fp.Group, fp.MinNodes, fp.MaxNodes = fleetPoolName, broker.ProviderFleet, "", len(o.fleet), len(o.fleet)
-		pools, fleetHosts = append(pools, fp), map[string][]string{fleetPoolName: o.fleet}
+		members := fleet.Members{Hosts: o.fleet}
+		if o.fleetBySelector {
+			members = fleet.Members{NodeSelector: fleetLabel}
+		}
+		pools, fleetMembers = append(pools, fp), map[string]fleet.Members{fleetPoolName: members}
 	}
 	for _, p := range pools {
 		if _, err := st.UpsertPool(ctx, p); err != nil {
@@ -277,7 +289,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	// The fleet's machines are up from the start: Kubernetes nodes, and
 	// NodeManagers of excluded hosts, as a booted instance's.
 	for _, h := range o.fleet {
-		if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: h, GPUs: 4, Model: "A100", Labels: gpuLabels,
+		labels := maps.Clone(gpuLabels)
+		maps.Copy(labels, fleetLabel)
+		if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: h, GPUs: 4, Model: "A100", Labels: labels,
 			Taints: []corev1.Taint{gpuTaint}}); err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +336,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	}
 	// The broker, assembled as serve assembles it, on the simulators and
 	// the real control plane.
-	w.app, err = app.Open(ctx, app.Config{Store: st, Policy: pol, Logger: log, Pools: pools, FleetHosts: fleetHosts,
+	w.app, err = app.Open(ctx, app.Config{Store: st, Policy: pol, Logger: log, Pools: pools, FleetMembers: fleetMembers,
 		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
 			RestartNodeManager: restart,
 			// yarnsim launches a container as it allocates it: no

@@ -498,7 +498,7 @@ func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL
 			t.Fatal(err)
 		}
 		if ps.fleet {
-			fleetPools = append(fleetPools, fleet.Pool{Pool: bp, Hosts: ps.hosts})
+			fleetPools = append(fleetPools, fleet.Pool{Pool: bp, Members: fleet.Members{Hosts: ps.hosts}})
 			continue
 		}
 		pool.names = append(pool.names, ps.name)
