@@ -166,6 +166,11 @@ func TestMembersBySides(t *testing.T) {
 		st, _ := f.Pools(context.Background())
 		done <- st
 	}()
+	select {
+	case st := <-done:
+		t.Fatalf("Pools answered %+v before the sides were listed", st)
+	case <-time.After(50 * time.Millisecond):
+	}
 	f.ObserveRegistered([]string{"gpu-1", "k-2", "y-3"})
 	f.ObserveNodes(broker.SourceK8s, []broker.Node{
 		{Name: "gpu-1", Labels: map[string]string{"fleet": "lab"}},
