@@ -73,27 +73,41 @@ var qosClasses = map[workload.QoS]string{
 	workload.QoSBurstable: "burstable", workload.QoSBE: "best-effort",
 }
 
-func runDemo(ctx context.Context, e env, args []string) error {
+// demoOptions are demo's flags, checked.
+type demoOptions struct {
+	listen, level, logFile string
+	runFor                 time.Duration
+	verbose                bool
+	nodes, fleet           int
+	load                   float64
+	gen                    *workload.Generator
+}
+
+func parseDemoFlags(e env, args []string) (demoOptions, error) {
+	var o demoOptions
 	fs := newFlags("demo", e)
-	listen := fs.String("listen", "127.0.0.1:8080", "dashboard and API `address` (port 0 picks a free one)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "dashboard and API `address` (port 0 picks a free one)")
 	speed := fs.Float64("speed", 300, "time compression of the workload: trace seconds per real second")
 	seedFlag := fs.Uint64("seed", 1, "workload random seed")
 	profile := fs.String("profile", "multigpu50", "workload mix fitted to the openb trace: default or multigpu50")
-	runFor := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
-	level := fs.String("log-level", "info", "log `level`: debug, info, warn, error")
-	logFile := fs.String("log-file", "", "write the JSON log to this `file` (default: a new file in the temporary directory; its path is printed)")
-	verbose := fs.Bool("verbose", false, "stream the JSON log to stderr instead of one line per decision on the terminal")
-	nodes := fs.Int("nodes", 0, "run at size: a pool of up to `N` nodes that starts with N booting and keeps at least N/2 (0: the 10-node reference scenario)")
-	load := fs.Float64("load", 1, "workload arrival rate multiplier (with --nodes, e.g. 100 to keep 5,000 nodes busy; with --fleet, default: the fleet's GPUs over 50)")
-	fleetN := fs.Int("fleet", 0, "run on a fleet of `N` owned 8-GPU hosts and no cloud at all: they start on Kubernetes, and the broker hands them between the sides (0: the cloud pools)")
+	fs.DurationVar(&o.runFor, "duration", 0, "stop after this long (0: until interrupted)")
+	fs.StringVar(&o.level, "log-level", "info", "log `level`: debug, info, warn, error")
+	fs.StringVar(&o.logFile, "log-file", "", "write the JSON log to this `file` (default: a new file in the temporary directory; its path is printed)")
+	fs.BoolVar(&o.verbose, "verbose", false, "stream the JSON log to stderr instead of one line per decision on the terminal")
+	fs.IntVar(&o.nodes, "nodes", 0, "run at size: a pool of up to `N` nodes that starts with N booting and keeps at least N/2 (0: the 10-node reference scenario)")
+	fs.Float64Var(&o.load, "load", 1, "workload arrival rate multiplier (with --nodes, e.g. 100 to keep 5,000 nodes busy; with --fleet, default: the fleet's GPUs over 50)")
+	fs.IntVar(&o.fleet, "fleet", 0, "run on a fleet of `N` owned 8-GPU hosts and no cloud at all: they start on Kubernetes, and the broker hands them between the sides (0: the cloud pools)")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return o, err
 	}
-	if *nodes < 0 || *load <= 0 || *fleetN < 0 {
-		return usagef("--nodes and --fleet must be 0 or more and --load more than 0, got %d, %d and %g", *nodes, *fleetN, *load)
+	if o.nodes < 0 || o.load <= 0 || o.fleet < 0 {
+		return o, usagef("--nodes and --fleet must be 0 or more and --load more than 0, got %d, %d and %g", o.nodes, o.fleet, o.load)
 	}
-	if *nodes > 0 && *fleetN > 0 {
-		return usagef("--nodes sizes the cloud pools and --fleet replaces them with owned hosts: use one of them")
+	if o.nodes > 0 && o.fleet > 0 {
+		return o, usagef("--nodes sizes the cloud pools and --fleet replaces them with owned hosts: use one of them")
+	}
+	if o.fleet > 0 && !flagSet(fs, "load") {
+		o.load = float64(o.fleet*demoFleetGPUs) / 50
 	}
 	var prof workload.Profile
 	switch *profile {
@@ -102,13 +116,21 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	case "multigpu50":
 		prof = workload.OpenBMultiGPU50()
 	default:
-		return usagef("--profile: use default or multigpu50, got %q", *profile)
+		return o, usagef("--profile: use default or multigpu50, got %q", *profile)
 	}
-	gen, err := workload.NewGenerator(prof, *seedFlag, *speed)
+	var err error
+	if o.gen, err = workload.NewGenerator(prof, *seedFlag, *speed); err != nil {
+		return o, usagef("--speed: %s", err)
+	}
+	return o, nil
+}
+
+func runDemo(ctx context.Context, e env, args []string) error {
+	o, err := parseDemoFlags(e, args)
 	if err != nil {
-		return usagef("--speed: %s", err)
+		return err
 	}
-	log, logPath, closeLog, err := demoLogger(e, *level, *logFile, *verbose)
+	log, logPath, closeLog, err := demoLogger(e, o.level, o.logFile, o.verbose)
 	if err != nil {
 		return err
 	}
@@ -116,9 +138,9 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	if logPath != "" {
 		fmt.Fprintf(e.stdout, "gpubroker demo: JSON log in %s (--verbose streams it here instead)\n", logPath)
 	}
-	if *runFor > 0 {
+	if o.runFor > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *runFor)
+		ctx, cancel = context.WithTimeout(ctx, o.runFor)
 		defer cancel()
 	}
 
@@ -138,78 +160,33 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	group8 := awssim.GroupSpec{Name: demoPool8, Min: 0, Max: 4, InstanceType: "p4d.24xlarge",
 		Tags: map[string]string{"gpubroker.io/pool": demoPool8, "gpubroker.io/gpus-per-node": "8", "gpubroker.io/gpu-model": "A100"}}
 	switch {
-	case *fleetN > 0:
-		atFleet(c, *fleetN)
-		if !flagSet(fs, "load") {
-			*load = float64(*fleetN*demoFleetGPUs) / 50
-		}
-	case *nodes > 0:
-		atSize(c, &group, &group8, *nodes)
+	case o.fleet > 0:
+		atFleet(c, o.fleet)
+	case o.nodes > 0:
+		atSize(c, &group, &group8, o.nodes)
 	}
 
-	// Simulated YARN: the RM REST API on a loopback port.
-	ysim, err := yarnsim.New(yarnsim.Config{Queues: []yarnsim.QueueSpec{{Path: "root.training", Capacity: 60}, {Path: "root.research", Capacity: 40}}})
+	yw, err := startDemoYARN(log)
 	if err != nil {
 		return err
 	}
-	yln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	ysrv := &http.Server{Handler: ysim.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go ysrv.Serve(yln)
-	defer ysrv.Close()
-	yclient, err := yarn.NewClient(yarn.Config{RMs: []string{"http://" + yln.Addr().String()}, Logger: log})
-	if err != nil {
-		return err
-	}
-	// Its admin port (Hadoop IPC) and exclude file: nodes move through the
-	// same graceful decommission and recommission as in production.
-	ydir, err := os.MkdirTemp("", "gpubroker-demo-yarn-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(ydir)
-	yadmin, err := yarnsim.NewAdminServer(ysim, yarnsim.AdminConfig{ExcludePath: filepath.Join(ydir, "exclude.xml")})
-	if err != nil {
-		return err
-	}
-	yadminAddr, err := yadmin.Start("127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	defer yadmin.Close()
-	yexclude, err := yarn.NewExcludeFile(filepath.Join(ydir, "exclude.xml"))
+	defer yw.close()
+	ysim, yclient, yadmin, yexclude := yw.sim, yw.client, yw.admin, yw.exclude
+
+	kc, kcfg, boot, err := startDemoKubernetes(ctx, log)
 	if err != nil {
 		return err
 	}
 
-	// Simulated Kubernetes: the fake API with a small scheduler and kubelet.
-	kc := k8ssim.New(k8ssim.Config{Logger: log})
-	for q, name := range qosClasses {
-		prio, _ := q.Priority()
-		if err := kc.EnsurePriorityClass(ctx, name, int32(prio)); err != nil {
-			return err
-		}
-	}
-	go kc.Run(ctx, 200*time.Millisecond)
-	// The bootstrap of a node that joins YARN cordons it on Kubernetes,
-	// as the broker's own release would.
-	kcfg := kubeConfig(kubernetesConfig{GPUNodeLabels: map[string]string{"infra-type": "gpu"}})
-	boot, err := k8s.NewActuator(kc.Client(), kcfg, log)
-	if err != nil {
-		return err
-	}
-
-	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, yadmin: yadmin, yexclude: yexclude, kside: bootCordon{boot}, log: log,
+	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, yadmin: yadmin, yexclude: yexclude, kside: boot, log: log,
 		live: map[string]bool{}}
 	var cloudCfg app.CloudConfig
-	if *fleetN > 0 {
+	if o.fleet > 0 {
 		// Owned machines: up from the start, no cloud behind them.
 		if err := joiner.joinFleet(c.fleet[demoFleet].Hosts); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "gpubroker demo: a fleet of %d owned %d-GPU hosts, no cloud; they start on Kubernetes\n", *fleetN, demoFleetGPUs)
+		fmt.Fprintf(e.stdout, "gpubroker demo: a fleet of %d owned %d-GPU hosts, no cloud; they start on Kubernetes\n", o.fleet, demoFleetGPUs)
 	} else {
 		// Simulated AWS: autoscaling groups whose instances join a side.
 		aws := awssim.New(awssim.Config{LaunchDelay: time.Second, BootDelay: 2 * time.Second, TerminateDelay: time.Second,
@@ -234,7 +211,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	m, err := openApp(ctx, app.Config{
 		DatabaseURL: c.file.Database.URL, Migrate: true, Seed: true,
 		Pools: c.pools, FleetMembers: c.fleet, Tenants: c.tenants, Policy: c.policy,
-		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
+		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yw.adminAddr}, Exclude: yexclude,
 			RestartNodeManager: joiner.restartNodeManager,
 			// yarnsim launches a container as it allocates it: no
 			// allocation waits to launch, so the demo's cordon holds an
@@ -243,7 +220,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		Kubernetes: app.KubernetesConfig{Client: kc.Client(), Adapter: kcfg},
 		Cloud:      cloudCfg,
 		Logger:     log, Period: 2 * time.Second, BatchWindow: 500 * time.Millisecond,
-		Listen: *listen,
+		Listen: o.listen,
 		Ready: func(addr string) {
 			fmt.Fprintf(e.stdout, "gpubroker demo: dashboard at http://%s\n", addr)
 			fmt.Fprintf(e.stdout, "admin token: %s\n", secret)
@@ -259,7 +236,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 
-	go runWorkload(ctx, gen, *load, kc, ysim, yclient, log)
+	go runWorkload(ctx, o.gen, o.load, kc, ysim, yclient, log)
 	if err := runApp(ctx, m); err != nil {
 		return err
 	}
@@ -530,4 +507,85 @@ func (j *demoJoiner) joinFleet(hosts []string) error {
 		}
 	}
 	return nil
+}
+
+// demoYARN is the demo's simulated YARN: the RM REST API on a loopback
+// port, its admin port (Hadoop IPC) and its exclude file, so nodes move
+// through the same graceful decommission and recommission as in
+// production.
+type demoYARN struct {
+	sim       *yarnsim.Sim
+	client    *yarn.Client
+	admin     *yarnsim.AdminServer
+	adminAddr string
+	exclude   *yarn.ExcludeFile
+	closers   []func()
+}
+
+func (y *demoYARN) close() {
+	for i := len(y.closers) - 1; i >= 0; i-- {
+		y.closers[i]()
+	}
+}
+
+// startDemoYARN starts the demo's simulated YARN; close stops it.
+func startDemoYARN(log *slog.Logger) (y *demoYARN, err error) {
+	y = &demoYARN{}
+	defer func() {
+		if err != nil {
+			y.close()
+		}
+	}()
+	if y.sim, err = yarnsim.New(yarnsim.Config{Queues: []yarnsim.QueueSpec{{Path: "root.training", Capacity: 60}, {Path: "root.research", Capacity: 40}}}); err != nil {
+		return nil, err
+	}
+	yln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: y.sim.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(yln)
+	y.closers = append(y.closers, func() { srv.Close() })
+	if y.client, err = yarn.NewClient(yarn.Config{RMs: []string{"http://" + yln.Addr().String()}, Logger: log}); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "gpubroker-demo-yarn-")
+	if err != nil {
+		return nil, err
+	}
+	y.closers = append(y.closers, func() { os.RemoveAll(dir) })
+	exclude := filepath.Join(dir, "exclude.xml")
+	if y.admin, err = yarnsim.NewAdminServer(y.sim, yarnsim.AdminConfig{ExcludePath: exclude}); err != nil {
+		return nil, err
+	}
+	if y.adminAddr, err = y.admin.Start("127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	y.closers = append(y.closers, func() { y.admin.Close() })
+	if y.exclude, err = yarn.NewExcludeFile(exclude); err != nil {
+		return nil, err
+	}
+	return y, nil
+}
+
+// startDemoKubernetes starts the demo's simulated Kubernetes (the fake API
+// with a small scheduler and kubelet, and the workload's PriorityClasses)
+// until ctx ends. It returns the adapter's configuration and the cordon a
+// node's bootstrap applies when the node joins YARN, as the broker's own
+// release would.
+func startDemoKubernetes(ctx context.Context, log *slog.Logger) (*k8ssim.Cluster, k8s.Config, bootCordon, error) {
+	kc := k8ssim.New(k8ssim.Config{Logger: log})
+	for q, name := range qosClasses {
+		prio, _ := q.Priority()
+		if err := kc.EnsurePriorityClass(ctx, name, int32(prio)); err != nil {
+			return nil, k8s.Config{}, bootCordon{}, err
+		}
+	}
+	go kc.Run(ctx, 200*time.Millisecond)
+	kcfg := kubeConfig(kubernetesConfig{GPUNodeLabels: map[string]string{"infra-type": "gpu"}})
+	act, err := k8s.NewActuator(kc.Client(), kcfg, log)
+	if err != nil {
+		return nil, k8s.Config{}, bootCordon{}, err
+	}
+	return kc, kcfg, bootCordon{act}, nil
 }
