@@ -392,8 +392,72 @@ func parseConfig(path string, b []byte) (*config, error) {
 
 func (fc fileConfig) validate() (*config, error) {
 	c := &config{file: fc}
+	var err error
+	if c.policy, err = fc.Policy.policy(); err != nil {
+		return nil, err
+	}
+
+	kc := fc.Kubernetes
+	if kc.StaleAfter < 0 {
+		return nil, broker.Invalid("kubernetes.stale_after", "must not be negative, got %s", kc.StaleAfter)
+	}
+	for i, k := range kc.StartupTaints {
+		if strings.TrimSuffix(k, "/") == "" || strings.ContainsAny(k, " =:") {
+			return nil, broker.Invalid(fmt.Sprintf("kubernetes.startup_taints[%d]", i), "must be a taint key such as example.com/agent-not-ready, or a prefix ending in /, got %q", k)
+		}
+	}
+	if c.pools, c.fleet, err = poolsOf(fc.Pools); err != nil {
+		return nil, err
+	}
+	if c.tenants, err = tenantsOf(fc.Tenants); err != nil {
+		return nil, err
+	}
+	if fc.Database.MaxConns < 0 {
+		return nil, broker.Invalid("database.max_conns", "must be positive, got %d", fc.Database.MaxConns)
+	}
+	if fc.YARN.PollInterval < 0 || (fc.YARN.PollInterval > 0 && fc.YARN.PollInterval.D() < 100*time.Millisecond) {
+		return nil, broker.Invalid("yarn.poll_interval", "must be at least 100ms, got %s", fc.YARN.PollInterval)
+	}
+	if nr := fc.YARN.NodeManagerRestart; nr.Timeout < 0 || (nr.Timeout > 0 && len(nr.Command) == 0) {
+		return nil, broker.Invalid("yarn.nodemanager_restart", "needs a command, and a timeout that is not negative (default 2m)")
+	}
+	if fc.YARN.EvictGrace < 0 {
+		return nil, broker.Invalid("yarn.evict_grace", "must not be negative, got %s", fc.YARN.EvictGrace)
+	}
+	if fc.YARN.Cordon.Hold < 0 {
+		return nil, broker.Invalid("yarn.cordon.hold", "must not be negative (default 30s), got %s", fc.YARN.Cordon.Hold)
+	}
+	if l := fc.YARN.Cordon.Label; l != "" {
+		if err := yarn.CheckLabelName(l); err != nil {
+			return nil, broker.Invalid("yarn.cordon.label", "%s", err)
+		}
+	}
+	if err := fc.API.TLS.validate(); err != nil {
+		return nil, err
+	}
+	for i, acc := range fc.API.AgentServiceAccounts {
+		if ns, name, ok := strings.Cut(acc, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return nil, broker.Invalid(fmt.Sprintf("api.agent_service_accounts[%d]", i), "must be namespace/name of the agents' service account, such as gpubroker/gpubroker-agent, got %q", acc)
+		}
+	}
+	a := fc.Agents
+	xids, err := broker.NewXIDClasses(a.XIDFatal, a.XIDNeedsReset, a.XIDApplication)
+	if err != nil {
+		return nil, broker.WithPrefix("agents", err)
+	}
+	c.xids = xids
+	if r := fc.Audit.Retention; r < 0 || (r > 0 && r.D() < time.Hour) {
+		return nil, broker.Invalid("audit.retention", "must be at least 1h (default 2160h, 90 days), got %s", r)
+	}
+	if err := fc.YARN.Kerberos.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// policy is the policy section over serve's defaults, validated.
+func (pc policyConfig) policy() (broker.Policy, error) {
 	p := broker.DefaultPolicy()
-	pc := fc.Policy
 	if pc.ClusterMinGPUs != nil {
 		p.ClusterMinGPUs = *pc.ClusterMinGPUs
 	}
@@ -446,45 +510,44 @@ func (fc fileConfig) validate() (*config, error) {
 		p.CordonAndWait = *pc.Consolidation.CordonAndWait
 	}
 	if err := p.Validate(); err != nil {
-		return nil, broker.WithPrefix("policy", err)
+		return p, broker.WithPrefix("policy", err)
 	}
-	c.policy = p
+	return p, nil
+}
 
-	kc := fc.Kubernetes
-	if kc.StaleAfter < 0 {
-		return nil, broker.Invalid("kubernetes.stale_after", "must not be negative, got %s", kc.StaleAfter)
-	}
-	for i, k := range kc.StartupTaints {
-		if strings.TrimSuffix(k, "/") == "" || strings.ContainsAny(k, " =:") {
-			return nil, broker.Invalid(fmt.Sprintf("kubernetes.startup_taints[%d]", i), "must be a taint key such as example.com/agent-not-ready, or a prefix ending in /, got %q", k)
-		}
-	}
+// poolsOf validates the pools, and the fleet pools' members by pool name.
+func poolsOf(pcs []poolConfig) (pools []broker.Pool, members map[string]fleet.Members, err error) {
 	names := map[string]bool{}
-	for i, pl := range fc.Pools {
+	for i, pl := range pcs {
 		prefix := "pools[" + strconv.Itoa(i) + "]"
 		pool, err := pl.pool(prefix)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if names[pool.Name] {
-			return nil, broker.Invalid(prefix+".name", "pool %q is defined twice", pool.Name)
+			return nil, nil, broker.Invalid(prefix+".name", "pool %q is defined twice", pool.Name)
 		}
 		names[pool.Name] = true
-		c.pools = append(c.pools, pool)
+		pools = append(pools, pool)
 		if pool.Fleet() {
-			if c.fleet == nil {
-				c.fleet = map[string]fleet.Members{}
+			if members == nil {
+				members = map[string]fleet.Members{}
 			}
-			c.fleet[pool.Name] = fleet.Members{Hosts: pl.Hosts, NodeSelector: pl.NodeSelector, YARNPartition: pl.YARNPartition}
+			members[pool.Name] = fleet.Members{Hosts: pl.Hosts, NodeSelector: pl.NodeSelector, YARNPartition: pl.YARNPartition}
 		}
 	}
-	if err := checkFleet(c.pools, c.fleet); err != nil {
-		return nil, err
+	if err := checkFleet(pools, members); err != nil {
+		return nil, nil, err
 	}
+	return pools, members, nil
+}
 
+// tenantsOf validates the tenants: unique names, and each YARN queue and
+// namespace owned by one tenant.
+func tenantsOf(tcs []tenantConfig) (tenants []broker.Tenant, err error) {
 	tnames := map[string]bool{}
 	owners := map[string]string{}
-	for i, tc := range fc.Tenants {
+	for i, tc := range tcs {
 		prefix := "tenants[" + strconv.Itoa(i) + "]"
 		t := broker.Tenant{
 			Name: tc.Name, BasePriority: tc.BasePriority, GuaranteedGPUs: tc.GuaranteedGPUs,
@@ -513,50 +576,9 @@ func (fc fileConfig) validate() (*config, error) {
 			}
 			owners["n/"+n] = t.Name
 		}
-		c.tenants = append(c.tenants, t)
+		tenants = append(tenants, t)
 	}
-
-	if fc.Database.MaxConns < 0 {
-		return nil, broker.Invalid("database.max_conns", "must be positive, got %d", fc.Database.MaxConns)
-	}
-	if fc.YARN.PollInterval < 0 || (fc.YARN.PollInterval > 0 && fc.YARN.PollInterval.D() < 100*time.Millisecond) {
-		return nil, broker.Invalid("yarn.poll_interval", "must be at least 100ms, got %s", fc.YARN.PollInterval)
-	}
-	if nr := fc.YARN.NodeManagerRestart; nr.Timeout < 0 || (nr.Timeout > 0 && len(nr.Command) == 0) {
-		return nil, broker.Invalid("yarn.nodemanager_restart", "needs a command, and a timeout that is not negative (default 2m)")
-	}
-	if fc.YARN.EvictGrace < 0 {
-		return nil, broker.Invalid("yarn.evict_grace", "must not be negative, got %s", fc.YARN.EvictGrace)
-	}
-	if fc.YARN.Cordon.Hold < 0 {
-		return nil, broker.Invalid("yarn.cordon.hold", "must not be negative (default 30s), got %s", fc.YARN.Cordon.Hold)
-	}
-	if l := fc.YARN.Cordon.Label; l != "" {
-		if err := yarn.CheckLabelName(l); err != nil {
-			return nil, broker.Invalid("yarn.cordon.label", "%s", err)
-		}
-	}
-	if err := fc.API.TLS.validate(); err != nil {
-		return nil, err
-	}
-	for i, acc := range fc.API.AgentServiceAccounts {
-		if ns, name, ok := strings.Cut(acc, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-			return nil, broker.Invalid(fmt.Sprintf("api.agent_service_accounts[%d]", i), "must be namespace/name of the agents' service account, such as gpubroker/gpubroker-agent, got %q", acc)
-		}
-	}
-	a := fc.Agents
-	xids, err := broker.NewXIDClasses(a.XIDFatal, a.XIDNeedsReset, a.XIDApplication)
-	if err != nil {
-		return nil, broker.WithPrefix("agents", err)
-	}
-	c.xids = xids
-	if r := fc.Audit.Retention; r < 0 || (r > 0 && r.D() < time.Hour) {
-		return nil, broker.Invalid("audit.retention", "must be at least 1h (default 2160h, 90 days), got %s", r)
-	}
-	if err := fc.YARN.Kerberos.validate(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return tenants, nil
 }
 
 // validate checks that api.tls is whole; the files are read when serve
