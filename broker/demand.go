@@ -57,6 +57,11 @@ type Demand struct {
 	// demand is not placed (the PodScheduled condition's message, the YARN
 	// app's diagnostics), for "capacity present but not scheduling".
 	SchedulerReason string `json:"scheduler_reason,omitempty"`
+	// Unsatisfiable, when set, says why the side cannot map the demand's
+	// request to GPUs the planner can place (a DRA selector it does not
+	// understand): the demand waits unsatisfiable with this reason and
+	// nothing is bought for it on a guess.
+	Unsatisfiable string `json:"unsatisfiable,omitempty"`
 	// FirstSeen is when the broker first observed the demand. The ledger
 	// owns it (engine.Ledger.DemandFirstSeen): adapters leave it zero and
 	// the runtime fills it in the snapshot.

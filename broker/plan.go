@@ -470,6 +470,10 @@ func (pl *planner) addDemand(s *Snapshot, ops []*Op) {
 			d.done, d.reason, d.detail = true, WaitUnsatisfiable, "invalid demand: "+err.Error()
 			continue
 		}
+		if d.d.Unsatisfiable != "" {
+			d.done, d.reason, d.detail = true, WaitUnsatisfiable, d.d.Unsatisfiable
+			continue
+		}
 		key = appendClassKey(key[:0], d.d.Source, &d.d.Constraints)
 		c, ok := pl.classes[string(key)]
 		if !ok {

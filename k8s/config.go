@@ -47,6 +47,13 @@ type Config struct {
 	// EventSource is the component name on the Events gpubroker writes
 	// (default "gpubroker").
 	EventSource string
+	// DeviceClasses are the DRA DeviceClasses whose devices are GPUs and
+	// MIG slices (default DefaultDeviceClasses: NVIDIA's).
+	DeviceClasses DeviceClasses
+	// DRA is "auto" (the default: on where the API server serves
+	// resource.k8s.io/v1), "on" or "off": whether pods' ResourceClaims
+	// count as GPU demand.
+	DRA string
 	// ResyncPeriod of the informers; 0 (the default) disables resync.
 	ResyncPeriod time.Duration
 	// NotifyBuffer is the capacity of the unschedulable-pod channel
@@ -105,6 +112,12 @@ func (c Config) Defaults() Config {
 	if c.NotifyBuffer == 0 {
 		c.NotifyBuffer = 1
 	}
+	if len(c.DeviceClasses.GPU) == 0 && len(c.DeviceClasses.MIG) == 0 {
+		c.DeviceClasses = DefaultDeviceClasses()
+	}
+	if c.DRA == "" {
+		c.DRA = "auto"
+	}
 	if len(c.StartupTaints) == 0 {
 		c.StartupTaints = append([]string(nil), DefaultStartupTaints...)
 	}
@@ -124,6 +137,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.ResyncPeriod < 0:
 		return broker.Invalid("resync_period", "must not be negative, got %s", c.ResyncPeriod)
+	case c.DRA != "auto" && c.DRA != "on" && c.DRA != "off":
+		return broker.Invalid("dra", "must be auto, on or off, got %q", c.DRA)
 	case c.NotifyBuffer < 0:
 		return broker.Invalid("notify_buffer", "must not be negative, got %d", c.NotifyBuffer)
 	case c.StaleAfter < 0:

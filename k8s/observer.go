@@ -72,10 +72,14 @@ type Observer struct {
 	jobs    cache.SharedIndexInformer
 	claims  cache.SharedIndexInformer
 	volumes cache.SharedIndexInformer
-	cls     *classifier
-	notify  chan struct{}
-	now     func() time.Time
-	health  *health
+	// resourceClaims and claimTemplates are DRA's (nil when DRA is off):
+	// a pod's GPU claims are GPU demand (dra.go).
+	resourceClaims cache.SharedIndexInformer
+	claimTemplates cache.SharedIndexInformer
+	cls            *classifier
+	notify         chan struct{}
+	now            func() time.Time
+	health         *health
 
 	mu     sync.Mutex
 	synced bool
@@ -107,6 +111,12 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	o.jobs = o.factory.Batch().V1().Jobs().Informer()
 	o.claims = o.factory.Core().V1().PersistentVolumeClaims().Informer()
 	o.volumes = o.factory.Core().V1().PersistentVolumes().Informer()
+	if on, err := draServed(client, cfg.DRA); err != nil {
+		return nil, err
+	} else if on {
+		o.resourceClaims = o.factory.Resource().V1().ResourceClaims().Informer()
+		o.claimTemplates = o.factory.Resource().V1().ResourceClaimTemplates().Informer()
+	}
 	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache(), now: func() time.Time { return o.now() },
 		objs: objects{
 			job: func(ns, name string) (*batchv1.Job, bool) {
@@ -137,8 +147,12 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 
 // informers names the observer's informers.
 func (o *Observer) informers() map[string]cache.SharedIndexInformer {
-	return map[string]cache.SharedIndexInformer{"pods": o.pods, "nodes": o.nodes, "pdbs": o.pdbs, "priorityclasses": o.classes,
+	m := map[string]cache.SharedIndexInformer{"pods": o.pods, "nodes": o.nodes, "pdbs": o.pdbs, "priorityclasses": o.classes,
 		"jobs": o.jobs, "persistentvolumeclaims": o.claims, "persistentvolumes": o.volumes}
+	if o.resourceClaims != nil {
+		m["resourceclaims"], m["resourceclaimtemplates"] = o.resourceClaims, o.claimTemplates
+	}
+	return m
 }
 
 // cached looks key up in inf's store.
@@ -318,6 +332,10 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		}
 		if req, facts, ok := o.cls.pendingGPUFacts(pod); ok {
 			pending = append(pending, pendingPod{facts.sortKey, pod, req, facts})
+		} else if o.resourceClaims != nil && len(pod.Spec.ResourceClaims) > 0 && podUnbound(pod) {
+			// GPUs asked only through DRA: decided below, once sorted.
+			facts := o.cls.pendingFacts(pod)
+			pending = append(pending, pendingPod{facts.sortKey, pod, req, facts})
 		}
 	}
 
@@ -329,11 +347,29 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		obs.Pods = make([]PodReport, 0, len(pending))
 		obs.Demand = make([]broker.Demand, 0, len(pending))
 	}
+	// A claim several pods share is counted once, for the first of them.
+	var counted map[string]bool
 	for _, p := range pending {
+		var dra draPodRequest
+		if o.resourceClaims != nil && len(p.pod.Spec.ResourceClaims) > 0 {
+			if counted == nil {
+				counted = map[string]bool{}
+			}
+			dra = o.draRequest(p.pod, counted)
+			if p.req.IsZero() && dra.req.IsZero() {
+				continue // its claims ask for no GPU, or another pod counts them
+			}
+			p.req, p.facts = dra.add(p.req, p.facts)
+		}
 		r := o.cls.classifyFacts(p.pod, p.req, p.facts)
 		if r.Counted {
 			// Without a tenant yet: MapTenants maps and validates it.
-			obs.Demand = append(obs.Demand, o.cls.demandNamed(p.pod, r, p.facts.name, obs.At))
+			d := o.cls.demandNamed(p.pod, r, p.facts.name, obs.At)
+			if dra.req.NotUnderstood != "" {
+				d.Unsatisfiable = "DRA claim " + dra.claim + ": " + dra.req.NotUnderstood
+				d.GPUsPerUnit = max(d.GPUsPerUnit, 1)
+			}
+			obs.Demand = append(obs.Demand, d)
 		}
 		obs.Pods = append(obs.Pods, r)
 	}

@@ -185,9 +185,16 @@ func (rc *requestCache) get(pod *corev1.Pod) GPURequest {
 	return rc.entry(pod).req
 }
 
+// pending returns pod's pending facts, whatever it asks of its
+// containers (a pod may ask GPUs through DRA claims only).
 func (rc *requestCache) pending(pod *corev1.Pod, modelLabel string) *pendingFacts {
-	_, f := rc.pendingGPU(pod, modelLabel)
-	return f
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	e := rc.entry(pod)
+	if e.pending == nil {
+		e.pending = newPendingFacts(pod, modelLabel)
+	}
+	return e.pending
 }
 
 // pendingGPU returns pod's GPU request and, when it asks for GPUs, its

@@ -22,6 +22,7 @@ targets=(
 	"./yarn/rmadmin FuzzParseFrame"
 	"./yarn/rmadmin FuzzClientAnswer"
 	"./yarn/yarnsim FuzzAdminServerRequest"
+	"./k8s FuzzClaimGPURequest"
 	"./cloud FuzzPoolFromTags"
 	"./cloud/awssim FuzzQueryRequest"
 	"./cmd/gpubroker FuzzParseConfig"

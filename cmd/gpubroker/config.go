@@ -135,6 +135,13 @@ type kubernetesConfig struct {
 	// StaleAfter bounds how old the watch caches may be before the
 	// Kubernetes side is stale (default 30s).
 	StaleAfter broker.Duration `yaml:"stale_after"`
+	// DRA is auto (default: where the API serves resource.k8s.io/v1), on
+	// or off: whether pods' ResourceClaims count as GPU demand; the device
+	// classes that are GPUs and MIG slices default to NVIDIA's
+	// (gpu.nvidia.com, mig.nvidia.com).
+	DRA              string   `yaml:"dra"`
+	GPUDeviceClasses []string `yaml:"gpu_device_classes"`
+	MIGDeviceClasses []string `yaml:"mig_device_classes"`
 }
 
 type cloudConfig struct {
@@ -398,6 +405,9 @@ func (fc fileConfig) validate() (*config, error) {
 	}
 
 	kc := fc.Kubernetes
+	if kc.DRA != "" && kc.DRA != "auto" && kc.DRA != "on" && kc.DRA != "off" {
+		return nil, broker.Invalid("kubernetes.dra", "must be auto (on where the API serves resource.k8s.io/v1), on or off, got %q", kc.DRA)
+	}
 	if kc.StaleAfter < 0 {
 		return nil, broker.Invalid("kubernetes.stale_after", "must not be negative, got %s", kc.StaleAfter)
 	}

@@ -1,0 +1,101 @@
+package k8s
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpubroker/gpubroker/broker"
+)
+
+// draPod is a pending, unschedulable pod that asks GPUs only through its
+// claims: by name, or by template.
+func draPod(ns, name string, claims ...corev1.PodResourceClaim) *corev1.Pod {
+	p := gpuPod(ns, name, 0)
+	p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	p.Spec.ResourceClaims = claims
+	return p
+}
+
+func byName(ref, claim string) corev1.PodResourceClaim {
+	return corev1.PodResourceClaim{Name: ref, ResourceClaimName: &claim}
+}
+
+func resourceClaim(ns, name string, spec *resourcev1.ResourceClaimSpec) *resourcev1.ResourceClaim {
+	return &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: *spec}
+}
+
+// TestObserverDRADemand: with DRA on, a pending pod's unallocated GPU
+// claims are its demand (the claim's product as its model), a claim three
+// pods share counts once (for the first), a pod's template counts before
+// its claim exists, an allocated claim and a NIC claim count nothing, and a
+// selector the broker does not understand makes the demand unsatisfiable
+// with the reason.
+func TestObserverDRADemand(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a10g := `device.attributes["gpu.nvidia.com"].productName == "NVIDIA A10G"`
+	allocated := resourceClaim("ml", "done", claimOf(exactly("g", DefaultGPUDeviceClass, "", 1)))
+	allocated.Status.Allocation = &resourcev1.AllocationResult{}
+	tmpl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "one-gpu"},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: *claimOf(exactly("g", DefaultGPUDeviceClass, "", 1))}}
+	tmplName := "one-gpu"
+	client := fake.NewClientset(
+		resourceClaim("ml", "two-a10g", claimOf(exactly("gpus", DefaultGPUDeviceClass, "", 2, a10g))),
+		resourceClaim("ml", "memory", claimOf(exactly("g", DefaultGPUDeviceClass, "", 1, `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0`))),
+		resourceClaim("ml", "nic", claimOf(exactly("n", "rdma.example.com", "", 1))),
+		allocated, tmpl,
+		draPod("ml", "shared-a", byName("c", "two-a10g")),
+		draPod("ml", "shared-b", byName("c", "two-a10g")),
+		draPod("ml", "shared-c", byName("c", "two-a10g")),
+		draPod("ml", "templated", corev1.PodResourceClaim{Name: "c", ResourceClaimTemplateName: &tmplName}),
+		draPod("ml", "memory", byName("c", "memory")),
+		draPod("ml", "nic", byName("c", "nic")),
+		draPod("ml", "allocated", byName("c", "done")),
+	)
+	o, err := NewObserver(client, Config{DRA: "on"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := o.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]broker.Demand{}
+	for _, d := range obs.Demand {
+		got[d.Name] = d
+	}
+	if len(got) != 3 {
+		t.Fatalf("demand %+v, want ml/shared-a, ml/templated and ml/memory", obs.Demand)
+	}
+	if d := got["ml/shared-a"]; d.GPUsPerUnit != 2 || len(d.Constraints.GPUModels) != 1 || d.Constraints.GPUModels[0] != "A10G" || d.Unsatisfiable != "" {
+		t.Errorf("shared-a: %+v, want 2 GPUs of A10G", d)
+	}
+	if d := got["ml/templated"]; d.GPUsPerUnit != 1 || d.Unsatisfiable != "" {
+		t.Errorf("templated: %+v, want 1 GPU from its template", d)
+	}
+	if d := got["ml/memory"]; d.Unsatisfiable == "" || d.GPUsPerUnit != 1 {
+		t.Errorf("memory: %+v, want unsatisfiable with the reason", d)
+	} else {
+		t.Logf("memory: %s", d.Unsatisfiable)
+	}
+	// The planner waits it unsatisfiable with that reason, buying nothing.
+	plan := broker.MakePlan(&broker.Snapshot{Now: obs.At, Demand: []broker.Demand{func() broker.Demand {
+		d := got["ml/memory"]
+		d.Tenant, d.FirstSeen = "research", obs.At
+		return d
+	}()}, Tenants: map[string]broker.Tenant{"research": {Name: "research", MaxGPUs: 8, Weight: 1}},
+		Pools: []broker.PoolState{{Pool: broker.Pool{Name: "p", Provider: "aws", GPUModel: "A100", GPUsPerNode: 8, MaxNodes: 4, Sides: broker.PoolShared}}}},
+		broker.DefaultPolicy())
+	if len(plan.Actions) != 0 || len(plan.Waits) != 1 || plan.Waits[0].Reason != broker.WaitUnsatisfiable || plan.Waits[0].Detail != got["ml/memory"].Unsatisfiable {
+		t.Errorf("plan %+v, want the memory pod waiting unsatisfiable with its reason and nothing bought", plan)
+	}
+}
