@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +82,10 @@ type world struct {
 	app      *app.Main
 	cancelRT context.CancelFunc
 	rtDone   chan struct{}
+
+	// draSlices, while set, has every node that boots publish its four
+	// GPUs as a ResourceSlice, as NVIDIA's DRA driver would (dra_test.go).
+	draSlices atomic.Bool
 
 	// terminations are the Terminate calls, with the host's RM state.
 	termMu       sync.Mutex
@@ -267,6 +272,9 @@ func newWorld(t *testing.T, o worldOptions) *world {
 				Labels: labels, Taints: append([]corev1.Taint{gpuTaint}, o.extra.bootTaints...), ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
 				t.Errorf("boot %s: %v", in.ID, err)
 			}
+			if w.draSlices.Load() {
+				publishGPUSlice(ctx, t, in.PrivateDNSName, model)
+			}
 			if _, err := yexclude.Add(in.PrivateDNSName, 0); err != nil {
 				t.Errorf("boot %s: exclude from yarn: %v", in.ID, err)
 			}
@@ -386,6 +394,7 @@ func (w *world) stop() {
 	zero := int64(0)
 	c.CoreV1().Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
 	c.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "infra-type in (gpu,other)"})
+	c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: e2eSliceLabel})
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "infra-type in (gpu,other)"})
