@@ -7,6 +7,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -82,6 +83,8 @@ type objects struct {
 	job    func(namespace, name string) (*batchv1.Job, bool)
 	claim  func(namespace, name string) (*corev1.PersistentVolumeClaim, bool)
 	volume func(name string) (*corev1.PersistentVolume, bool)
+	// resourceClaim looks up DRA claims; nil while DRA is off.
+	resourceClaim func(namespace, name string) (*resourcev1.ResourceClaim, bool)
 }
 
 // fatal fills in w.Fatal (and FatalSince) when evicting running pod fails

@@ -363,3 +363,81 @@ func nilIfEmpty(s []string) []string {
 	}
 	return s
 }
+
+// draAllocatedGPUs counts the GPUs (whole GPUs, and MIG devices as the
+// GPUs their slices fill) allocated to pod's claims, each claim once per
+// node (claimed): the devices of results whose request is of a GPU or MIG
+// DeviceClass.
+func (c *classifier) draAllocatedGPUs(pod *corev1.Pod, claimed map[string]bool) int {
+	var req GPURequest
+	for _, pc := range pod.Spec.ResourceClaims {
+		name := ""
+		if pc.ResourceClaimName != nil {
+			name = *pc.ResourceClaimName
+		}
+		for _, st := range pod.Status.ResourceClaimStatuses {
+			if st.Name == pc.Name && st.ResourceClaimName != nil {
+				name = *st.ResourceClaimName
+			}
+		}
+		key := pod.Namespace + "/" + name
+		if name == "" || claimed[key] {
+			continue
+		}
+		claim, ok := c.objs.resourceClaim(pod.Namespace, name)
+		if !ok || claim.Status.Allocation == nil {
+			continue
+		}
+		claimed[key] = true
+		kinds := requestKinds(&claim.Spec, c.cfg.DeviceClasses)
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			k, ok := kinds[r.Request]
+			if !ok {
+				top, _, _ := strings.Cut(r.Request, "/")
+				k = kinds[top]
+			}
+			switch {
+			case k.gpu:
+				req.GPUs++
+			case k.mig:
+				if req.MIG == nil {
+					req.MIG = map[string]int64{}
+				}
+				// An unknown profile counts as a whole GPU (the safe side).
+				req.MIG[MIGPrefix+k.profile]++
+			}
+		}
+	}
+	return req.WholeGPUs()
+}
+
+// requestKind is what a claim's request (or subrequest, "req/sub") asks.
+type requestKind struct {
+	gpu     bool
+	mig     bool
+	profile string
+}
+
+// requestKinds maps a claim's request names to the kind of device each asks.
+func requestKinds(spec *resourcev1.ResourceClaimSpec, classes DeviceClasses) map[string]requestKind {
+	out := map[string]requestKind{}
+	kind := func(class string, sels []resourcev1.DeviceSelector) requestKind {
+		switch {
+		case slices.Contains(classes.GPU, class):
+			return requestKind{gpu: true}
+		case slices.Contains(classes.MIG, class):
+			f, _ := parseSelectors(sels)
+			return requestKind{mig: true, profile: f.profile}
+		}
+		return requestKind{}
+	}
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil {
+			out[r.Name] = kind(r.Exactly.DeviceClassName, r.Exactly.Selectors)
+		}
+		for _, sub := range r.FirstAvailable {
+			out[r.Name+"/"+sub.Name] = kind(sub.DeviceClassName, sub.Selectors)
+		}
+	}
+	return out
+}

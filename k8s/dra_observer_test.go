@@ -30,8 +30,9 @@ func resourceClaim(ns, name string, spec *resourcev1.ResourceClaimSpec) *resourc
 	return &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: *spec}
 }
 
-// TestObserverDRADemand: with DRA on, a pending pod's unallocated GPU
-// claims are its demand (the claim's product as its model), a claim three
+// TestObserverDRADemand: with DRA on, a running pod's allocated GPU
+// devices are GPUs allocated on its node (a claim two pods share once), a
+// pending pod's unallocated GPU claims are its demand (the claim's product as its model), a claim three
 // pods share counts once (for the first), a pod's template counts before
 // its claim exists, an allocated claim and a NIC claim count nothing, and a
 // selector the broker does not understand makes the demand unsatisfiable
@@ -45,7 +46,17 @@ func TestObserverDRADemand(t *testing.T) {
 	tmpl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "one-gpu"},
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: *claimOf(exactly("g", DefaultGPUDeviceClass, "", 1))}}
 	tmplName := "one-gpu"
+	// A running pod holds 2 GPUs through its allocated claim, shared
+	// with a second pod on the same node (counted once).
+	running := resourceClaim("ml", "running", claimOf(exactly("g", DefaultGPUDeviceClass, "", 2)))
+	running.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{
+		{Request: "g", Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-0"}, {Request: "g", Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-1"}}}}
+	runner := draPod("ml", "runner", byName("c", "running"))
+	onNode("n1", corev1.PodRunning)(runner)
+	sidecar := draPod("ml", "runner-2", byName("c", "running"))
+	onNode("n1", corev1.PodRunning)(sidecar)
 	client := fake.NewClientset(
+		gpuNode("n1", 4, "A10G"), running, runner, sidecar,
 		resourceClaim("ml", "two-a10g", claimOf(exactly("gpus", DefaultGPUDeviceClass, "", 2, a10g))),
 		resourceClaim("ml", "memory", claimOf(exactly("g", DefaultGPUDeviceClass, "", 1, `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0`))),
 		resourceClaim("ml", "nic", claimOf(exactly("n", "rdma.example.com", "", 1))),
@@ -68,6 +79,9 @@ func TestObserverDRADemand(t *testing.T) {
 	obs, err := o.Observe(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(obs.Nodes) != 1 || obs.Nodes[0].GPUsAllocated != 2 || len(obs.Nodes[0].Work) != 2 {
+		t.Errorf("nodes %+v, want n1 with 2 GPUs held through DRA (the shared claim once)", obs.Nodes)
 	}
 	got := map[string]broker.Demand{}
 	for _, d := range obs.Demand {

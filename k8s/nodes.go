@@ -213,11 +213,20 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 	if len(pods) > 0 {
 		bn.Work = make([]broker.Workload, 0, len(pods))
 	}
+	var claimed map[string]bool // DRA claims counted on this node
 	for _, pod := range pods {
 		if podTerminal(pod) {
 			continue
 		}
 		w := c.workload(pod)
+		if c.objs.resourceClaim != nil && len(pod.Spec.ResourceClaims) > 0 {
+			// IMPORTANT: GPUs a pod holds through DRA claims are its
+			// GPUs: without them a node running DRA work looks idle.
+			if claimed == nil {
+				claimed = map[string]bool{}
+			}
+			w.GPUs += c.draAllocatedGPUs(pod, claimed)
+		}
 		bn.GPUsAllocated += w.GPUs
 		if !w.System {
 			userWork++

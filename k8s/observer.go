@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -129,6 +130,11 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 				return cached[*corev1.PersistentVolume](o.volumes, name)
 			},
 		}}
+	if o.resourceClaims != nil {
+		o.cls.objs.resourceClaim = func(ns, name string) (*resourcev1.ResourceClaim, bool) {
+			return cached[*resourcev1.ResourceClaim](o.resourceClaims, ns+"/"+name)
+		}
+	}
 	o.health = &health{client: client, staleAfter: cfg.StaleAfter, now: func() time.Time { return o.now() },
 		failing: map[string]watchFailure{}}
 	for name, inf := range o.informers() {

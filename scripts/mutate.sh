@@ -220,6 +220,10 @@ steps: an op ends done only where its table allows~broker/engine/executor.go~if 
 steps: giving up from a step that holds a node gives it back~broker/engine/executor.go~\tif broker.HoldsNode(s.op.Kind, s.op.Step) {\n\t\tif _, ok~\tif false {\n\t\tif _, ok~./broker/engine/
 steps: the table marks the steps that hold a node~broker/steps.go~return ok && s.HoldsNode~return ok && s.HoldsNode && false~./broker/ ./broker/engine/
 policy: the tick applies the policy's defaults where it enters~broker/engine/observe.go~o.policy = r.cordonPolicy(ctx, policy.WithDefaults())~o.policy = r.cordonPolicy(ctx, policy)~-run TestPolicyDefaultsAppliedAtTheEdge ./broker/engine/
+dra: GPUs held through DRA claims count on their node~k8s/nodes.go~w.GPUs += c.draAllocatedGPUs(pod, claimed)~_ = claimed~-run TestObserverDRADemand ./k8s/
+dra: a claim several pods share is demand once~k8s/dra.go~\t\tcounted[key] = true\n\t\tnote(name~\t\tnote(name~-run TestObserverDRADemand ./k8s/
+dra: a selector not understood buys nothing~broker/plan.go~\t\tif d.d.Unsatisfiable != "" {~\t\tif false {~-run TestObserverDRADemand ./k8s/
+dra: an allocated claim is no demand~k8s/dra.go~if !ok || claim.Status.Allocation != nil || counted[key] {~if !ok || counted[key] {~-run TestObserverDRADemand ./k8s/
 fleet: a fleet's faulty host is cordoned, never replaced~broker/lifecycle.go~\t\tif pl.pools[w.pool].st.Pool.Fleet() {\n\t\t\tpl.repairFleet(w)\n~\t\tif false {\n\t\t\tpl.repairFleet(w)\n~-run TestFleetPools ./broker/
 fleet: a fleet's faulty host is only cordoned, its work left to end~broker/lifecycle.go~To: OwnerNone, CordonOnly: true,~To: OwnerNone,~-run TestFleetPools ./broker/
 fleet: the cordon-only mark reaches the journaled op~broker/engine/tickphases.go~Attrition: a.Attrition, CordonOnly: a.CordonOnly}~Attrition: a.Attrition}~-run TestFleetCordonOnlyIsJournaled ./broker/engine/

@@ -126,6 +126,19 @@ func TestDRAClaimBuysANode(t *testing.T) {
 	}
 	p, _ := w.pod("dra-train")
 	dra := unschedulableToCall(p, cs2[1].At, created)
+	// Its node is busy with the 2 GPUs the claim holds, not idle.
+	w.eventually(30*time.Second, "the broker to count the claim's GPUs on their node", func() bool {
+		nodes, err := w.st.ListNodes(w.ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.Name == p.Spec.NodeName {
+				return n.GPUsAllocated == 2
+			}
+		}
+		return false
+	})
 
 	// A selector the broker does not understand: a reason, no purchase.
 	if _, err := cs.CoreV1().Pods(w.ns).Create(w.ctx, claimPod(w.ns, "dra-h-only", "h-only"), metav1.CreateOptions{}); err != nil {
