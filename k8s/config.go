@@ -50,6 +50,10 @@ type Config struct {
 	// DeviceClasses are the DRA DeviceClasses whose devices are GPUs and
 	// MIG slices (default DefaultDeviceClasses: NVIDIA's).
 	DeviceClasses DeviceClasses
+	// GPUDrivers are the DRA drivers whose published devices are GPUs on
+	// their node (default gpu.nvidia.com; a device whose "type" attribute
+	// is not "gpu", a MIG slice, is not a whole GPU).
+	GPUDrivers []string
 	// DRA is "auto" (the default: on where the API server serves
 	// resource.k8s.io/v1), "on" or "off": whether pods' ResourceClaims
 	// count as GPU demand.
@@ -117,6 +121,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.DRA == "" {
 		c.DRA = "auto"
+	}
+	if len(c.GPUDrivers) == 0 {
+		c.GPUDrivers = []string{DefaultGPUDeviceClass}
 	}
 	if len(c.StartupTaints) == 0 {
 		c.StartupTaints = append([]string(nil), DefaultStartupTaints...)

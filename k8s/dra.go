@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Dynamic Resource Allocation: a pod that asks for GPUs through
@@ -440,4 +441,45 @@ func requestKinds(spec *resourcev1.ResourceClaimSpec, classes DeviceClasses) map
 		}
 	}
 	return out
+}
+
+// sliceNodeIndex indexes ResourceSlices by the node they publish for.
+const sliceNodeIndex = "node"
+
+func sliceNode(obj any) ([]string, error) {
+	if s, ok := obj.(*resourcev1.ResourceSlice); ok && s.Spec.NodeName != nil {
+		return []string{*s.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// nodeSliceGPUs counts the whole GPUs the ResourceSlices of node publish
+// from a GPU driver: devices whose "type" attribute is "gpu", or that
+// have none (MIG slices say "mig"). Of a pool's slices only the newest
+// generation counts, as the scheduler reads them.
+func nodeSliceGPUs(inf cache.SharedIndexInformer, node string, drivers []string) int64 {
+	objs, err := inf.GetIndexer().ByIndex(sliceNodeIndex, node)
+	if err != nil {
+		return 0
+	}
+	newest := map[string]int64{}
+	for _, o := range objs {
+		s := o.(*resourcev1.ResourceSlice)
+		key := s.Spec.Driver + "/" + s.Spec.Pool.Name
+		newest[key] = max(newest[key], s.Spec.Pool.Generation)
+	}
+	var n int64
+	for _, o := range objs {
+		s := o.(*resourcev1.ResourceSlice)
+		if !slices.Contains(drivers, s.Spec.Driver) || s.Spec.Pool.Generation < newest[s.Spec.Driver+"/"+s.Spec.Pool.Name] {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			if t, ok := d.Attributes["type"]; ok && (t.StringValue == nil || *t.StringValue != "gpu") {
+				continue
+			}
+			n++
+		}
+	}
+	return n
 }

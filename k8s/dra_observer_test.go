@@ -55,8 +55,26 @@ func TestObserverDRADemand(t *testing.T) {
 	onNode("n1", corev1.PodRunning)(runner)
 	sidecar := draPod("ml", "runner-2", byName("c", "running"))
 	onNode("n1", corev1.PodRunning)(sidecar)
+	// A node whose GPUs only DRA's driver publishes: 4 GPUs (its 2 MIG
+	// devices are no whole GPUs), an older generation of its pool ignored.
+	gpuType, migType := "gpu", "mig"
+	slice := func(name string, gen int64, devices ...resourcev1.Device) *resourcev1.ResourceSlice {
+		node := "n2"
+		return &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourcev1.ResourceSliceSpec{
+			Driver: DefaultGPUDeviceClass, NodeName: &node, Pool: resourcev1.ResourcePool{Name: "n2", Generation: gen, ResourceSliceCount: 1}, Devices: devices}}
+	}
+	dev := func(name string, typ *string) resourcev1.Device {
+		d := resourcev1.Device{Name: name}
+		if typ != nil {
+			d.Attributes = map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"type": {StringValue: typ}}
+		}
+		return d
+	}
 	client := fake.NewClientset(
-		gpuNode("n1", 4, "A10G"), running, runner, sidecar,
+		gpuNode("n1", 4, "A10G"), running, runner, sidecar, gpuNode("n2", 0, "A10G"),
+		slice("n2-old", 1, dev("gpu-0", &gpuType)),
+		slice("n2-gpus", 2, dev("gpu-0", &gpuType), dev("gpu-1", &gpuType), dev("gpu-2", nil), dev("gpu-3", &gpuType),
+			dev("mig-0", &migType), dev("mig-1", &migType)),
 		resourceClaim("ml", "two-a10g", claimOf(exactly("gpus", DefaultGPUDeviceClass, "", 2, a10g))),
 		resourceClaim("ml", "memory", claimOf(exactly("g", DefaultGPUDeviceClass, "", 1, `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0`))),
 		resourceClaim("ml", "nic", claimOf(exactly("n", "rdma.example.com", "", 1))),
@@ -80,8 +98,11 @@ func TestObserverDRADemand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(obs.Nodes) != 1 || obs.Nodes[0].GPUsAllocated != 2 || len(obs.Nodes[0].Work) != 2 {
+	if len(obs.Nodes) != 2 || obs.Nodes[0].GPUsAllocated != 2 || len(obs.Nodes[0].Work) != 2 {
 		t.Errorf("nodes %+v, want n1 with 2 GPUs held through DRA (the shared claim once)", obs.Nodes)
+	}
+	if n2 := obs.Nodes[len(obs.Nodes)-1]; n2.Name != "n2" || n2.GPUsTotal != 4 || n2.Phase != broker.PhaseActive {
+		t.Errorf("n2 %+v, want 4 GPUs from its ResourceSlices and active", n2)
 	}
 	got := map[string]broker.Demand{}
 	for _, d := range obs.Demand {

@@ -174,6 +174,14 @@ func (c *classifier) forgetNodes(present map[types.UID]bool) {
 
 func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node, NodeDetail) {
 	alloc := nodeGPUs(n.Status.Allocatable)
+	if c.objs.sliceGPUs != nil {
+		// A node whose GPUs DRA's driver publishes (ResourceSlices) and
+		// no device plugin advertises is gpu-ready with them: otherwise
+		// it would look forever on its way and be replaced.
+		if g := c.objs.sliceGPUs(n.Name); g > alloc.GPUs {
+			alloc.GPUs = g
+		}
+	}
 	ready, since := nodeReady(n)
 	seenReady := c.wasReady(n.UID, ready)
 	d := NodeDetail{

@@ -77,6 +77,7 @@ type Observer struct {
 	// a pod's GPU claims are GPU demand (dra.go).
 	resourceClaims cache.SharedIndexInformer
 	claimTemplates cache.SharedIndexInformer
+	resourceSlices cache.SharedIndexInformer
 	cls            *classifier
 	notify         chan struct{}
 	now            func() time.Time
@@ -117,6 +118,10 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 	} else if on {
 		o.resourceClaims = o.factory.Resource().V1().ResourceClaims().Informer()
 		o.claimTemplates = o.factory.Resource().V1().ResourceClaimTemplates().Informer()
+		o.resourceSlices = o.factory.Resource().V1().ResourceSlices().Informer()
+		if err := o.resourceSlices.AddIndexers(cache.Indexers{sliceNodeIndex: sliceNode}); err != nil {
+			return nil, fmt.Errorf("index resource slices: %w", err)
+		}
 	}
 	o.cls = &classifier{cfg: &o.cfg, classes: o.priorityOf, reqs: newRequestCache(), now: func() time.Time { return o.now() },
 		objs: objects{
@@ -134,6 +139,7 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 		o.cls.objs.resourceClaim = func(ns, name string) (*resourcev1.ResourceClaim, bool) {
 			return cached[*resourcev1.ResourceClaim](o.resourceClaims, ns+"/"+name)
 		}
+		o.cls.objs.sliceGPUs = func(node string) int64 { return nodeSliceGPUs(o.resourceSlices, node, o.cfg.GPUDrivers) }
 	}
 	o.health = &health{client: client, staleAfter: cfg.StaleAfter, now: func() time.Time { return o.now() },
 		failing: map[string]watchFailure{}}
@@ -156,7 +162,7 @@ func (o *Observer) informers() map[string]cache.SharedIndexInformer {
 	m := map[string]cache.SharedIndexInformer{"pods": o.pods, "nodes": o.nodes, "pdbs": o.pdbs, "priorityclasses": o.classes,
 		"jobs": o.jobs, "persistentvolumeclaims": o.claims, "persistentvolumes": o.volumes}
 	if o.resourceClaims != nil {
-		m["resourceclaims"], m["resourceclaimtemplates"] = o.resourceClaims, o.claimTemplates
+		m["resourceclaims"], m["resourceclaimtemplates"], m["resourceslices"] = o.resourceClaims, o.claimTemplates, o.resourceSlices
 	}
 	return m
 }

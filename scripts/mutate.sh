@@ -223,6 +223,7 @@ policy: the tick applies the policy's defaults where it enters~broker/engine/obs
 dra: GPUs held through DRA claims count on their node~k8s/nodes.go~w.GPUs += c.draAllocatedGPUs(pod, claimed)~_ = claimed~-run TestObserverDRADemand ./k8s/
 dra: a claim several pods share is demand once~k8s/dra.go~\t\tcounted[key] = true\n\t\tnote(name~\t\tnote(name~-run TestObserverDRADemand ./k8s/
 dra: a selector not understood buys nothing~broker/plan.go~\t\tif d.d.Unsatisfiable != "" {~\t\tif false {~-run TestObserverDRADemand ./k8s/
+dra: a node's GPUs from its ResourceSlices make it gpu-ready~k8s/nodes.go~if g := c.objs.sliceGPUs(n.Name); g > alloc.GPUs {~if g := c.objs.sliceGPUs(n.Name); false && g > alloc.GPUs {~-run TestObserverDRADemand ./k8s/
 dra: an allocated claim is no demand~k8s/dra.go~if !ok || claim.Status.Allocation != nil || counted[key] {~if !ok || counted[key] {~-run TestObserverDRADemand ./k8s/
 fleet: a fleet's faulty host is cordoned, never replaced~broker/lifecycle.go~\t\tif pl.pools[w.pool].st.Pool.Fleet() {\n\t\t\tpl.repairFleet(w)\n~\t\tif false {\n\t\t\tpl.repairFleet(w)\n~-run TestFleetPools ./broker/
 fleet: a fleet's faulty host is only cordoned, its work left to end~broker/lifecycle.go~To: OwnerNone, CordonOnly: true,~To: OwnerNone,~-run TestFleetPools ./broker/

@@ -142,6 +142,9 @@ type kubernetesConfig struct {
 	DRA              string   `yaml:"dra"`
 	GPUDeviceClasses []string `yaml:"gpu_device_classes"`
 	MIGDeviceClasses []string `yaml:"mig_device_classes"`
+	// GPUDrivers are the DRA drivers whose ResourceSlice devices are a
+	// node's GPUs (default gpu.nvidia.com).
+	GPUDrivers []string `yaml:"gpu_drivers"`
 }
 
 type cloudConfig struct {

@@ -60,7 +60,7 @@ func openApp(ctx context.Context, cfg app.Config) (*app.Main, error) {
 func kubeConfig(kc kubernetesConfig) k8s.Config {
 	cfg := k8s.Config{GPUModelLabel: kc.GPUModelLabel, SchedulerNames: kc.SchedulerNames,
 		GPUNodeLabels: kc.GPUNodeLabels, StaleAfter: kc.StaleAfter.D(), DRA: kc.DRA,
-		DeviceClasses: k8s.DeviceClasses{GPU: kc.GPUDeviceClasses, MIG: kc.MIGDeviceClasses}}
+		DeviceClasses: k8s.DeviceClasses{GPU: kc.GPUDeviceClasses, MIG: kc.MIGDeviceClasses}, GPUDrivers: kc.GPUDrivers}
 	if len(kc.StartupTaints) > 0 {
 		cfg.StartupTaints = append(append([]string(nil), k8s.DefaultStartupTaints...), kc.StartupTaints...)
 	}

@@ -309,6 +309,7 @@ func (c *Cluster) Check(t *testing.T, objs []*unstructured.Unstructured) {
 			{"watch", "", "persistentvolumes", "", "", true},
 			{"watch", "resource.k8s.io", "resourceclaims", "", "", true},
 			{"watch", "resource.k8s.io", "resourceclaimtemplates", "", "", true},
+			{"watch", "resource.k8s.io", "resourceslices", "", "", true},
 			{"update", "resource.k8s.io", "resourceclaims", "", "ml", false},
 			{"delete", "batch", "jobs", "", "ml", false},
 			{"create", "", "pods", "eviction", "ml", true},
