@@ -35,20 +35,8 @@ func (p *registeringPools) ObserveRegistered(names []string) {
 // leave this out).
 func TestOpenReportsRegisteredNodesToTheProvider(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{URL: pg.NewDatabase(t, store.Migrate)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	sim, err := yarnsim.New(yarnsim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.AddNode(yarnsim.NodeSpec{Host: "gpu-1", GPUs: 4}); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(srv.Close)
+	st := openStore(t)
+	_, srv := simRM(t, yarnsim.NodeSpec{Host: "gpu-1", GPUs: 4})
 	pools := &registeringPools{}
 	m, err := Open(ctx, Config{Store: st, YARN: YARNConfig{RM: []string{srv.URL}}, Cloud: CloudConfig{NodePool: pools}})
 	if err != nil {
@@ -96,27 +84,11 @@ func TestOpenFleetWithoutCloud(t *testing.T) {
 	t.Setenv("AWS_DEFAULT_REGION", "")
 	t.Setenv("AWS_CONFIG_FILE", "/nonexistent")
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.Config{URL: pg.NewDatabase(t, store.Migrate)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	sim, err := yarnsim.New(yarnsim.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range []string{"gpu-1", "gpu-2"} {
-		if err := sim.AddNode(yarnsim.NodeSpec{Host: h, GPUs: 4}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A NodeManager in partition lab: a member of the lab fleet by its
-	// partition, which only the nodes the assembly reports tell.
-	if err := sim.AddNode(yarnsim.NodeSpec{Host: "lab-1", GPUs: 4, Labels: []string{"lab"}}); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(srv.Close)
+	st := openStore(t)
+	// lab-1 is a NodeManager in partition lab: a member of the lab fleet
+	// by its partition, which only the nodes the assembly reports tell.
+	_, srv := simRM(t, yarnsim.NodeSpec{Host: "gpu-1", GPUs: 4}, yarnsim.NodeSpec{Host: "gpu-2", GPUs: 4},
+		yarnsim.NodeSpec{Host: "lab-1", GPUs: 4, Labels: []string{"lab"}})
 	fleetPool := broker.Pool{Name: "owned", Provider: broker.ProviderFleet, GPUModel: "A100", GPUsPerNode: 4, MinNodes: 3, MaxNodes: 3, Sides: broker.PoolShared}
 	labPool := fleetPool
 	labPool.Name = "lab"
@@ -164,4 +136,33 @@ func TestOpenFleetWithoutCloud(t *testing.T) {
 	if !errors.As(err, &ue) || !strings.Contains(ue.Msg, "pool lab names members by yarn_partition") {
 		t.Fatalf("a partition fleet without YARN: %v, want a usage error naming the pool", err)
 	}
+}
+
+// openStore opens a store on a fresh database, closed when the test ends.
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Config{URL: pg.NewDatabase(t, store.Migrate)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// simRM is a simulated ResourceManager with nodes, served until the test
+// ends.
+func simRM(t *testing.T, nodes ...yarnsim.NodeSpec) (*yarnsim.Sim, *httptest.Server) {
+	t.Helper()
+	sim, err := yarnsim.New(yarnsim.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if err := sim.AddNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	return sim, srv
 }

@@ -300,19 +300,7 @@ func TestPreemptionByPodRecordsWorkLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var node string
-	w.eventually(90*time.Second, "the YARN container to run on a node of the pool", func() bool {
-		obs, err := w.yclient.Observe(w.ctx)
-		if err != nil {
-			return false
-		}
-		a, ok := obs.App(app)
-		if !ok || a.RunningContainers != 1 || len(a.Containers) != 1 {
-			return false
-		}
-		node = a.Containers[0].Host
-		return true
-	})
+	node := w.runsOn(app, "the YARN container to run on a node of the pool")
 	urgent := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "urgent", Namespace: w.ns}, Spec: gpuPodSpec(4, "high-priority-training")}
 	if _, err := kubeEnv.Client.CoreV1().Pods(w.ns).Create(w.ctx, urgent, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
