@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +71,12 @@ func TestCapacityShowsFleet(t *testing.T) {
 	}
 	if got := scrape(t, e, "")[`gpubroker_pool_hosts_missing{pool="owned"}`]; got != 1 {
 		t.Fatalf("gpubroker_pool_hosts_missing = %v, want 1", got)
+	}
+	// A fleet's bounds are its hosts: a PATCH of them is refused, naming
+	// the field and where its size comes from.
+	r = e.call("PATCH", "/api/v1/pools/owned", "admin", map[string]any{"max_nodes": 5}, `If-Match: "1"`)
+	wantInvalid(t, r, "max_nodes", "fleet bounds")
+	if !strings.Contains(r.raw, "fleet pool") {
+		t.Fatalf("fleet bounds: %s", r.raw)
 	}
 }

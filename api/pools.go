@@ -85,6 +85,14 @@ func (s *server) patchPool(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, stale("pool "+name, cur.Version, want))
 		return
 	}
+	if cur.Fleet() {
+		field := "min_nodes"
+		if patch.MinNodes == nil {
+			field = "max_nodes"
+		}
+		s.fail(w, r, broker.Invalid(field, "pool %s is a fleet pool: its size is its hosts present, not bounds; change its hosts in the configuration", name))
+		return
+	}
 	before := cur
 	if patch.MinNodes != nil {
 		cur.MinNodes = *patch.MinNodes
