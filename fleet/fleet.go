@@ -94,6 +94,10 @@ type NodePool struct {
 	// once src was first listed.
 	listed     map[broker.Source][]broker.Node
 	listedOnce map[broker.Source]chan struct{}
+	// waited is set once a Pools call has waited for the first listing:
+	// later calls never wait (a side that cannot be listed must not slow
+	// every tick by the observe timeout).
+	waited bool
 }
 
 var _ engine.NodePool = (*NodePool)(nil)
@@ -202,11 +206,19 @@ func (f *NodePool) ObserveNodes(src broker.Source, nodes []broker.Node) {
 // either side lists (all of them before the first listing), and the
 // nodes its node selector or YARN partition names. Its desired capacity,
 // min and max are their count. A pool that names members by labels or
-// partition waits, on the first call, for the side that lists them (at
-// most until ctx ends; then it is stale): otherwise the first tick after
-// a start would see the fleet without them and buy in a cloud pool.
+// partition waits, on the first call only, for the side that lists them
+// (at most until ctx ends; then it is stale until the side is listed):
+// otherwise the first tick after a start would see the fleet without them
+// and buy in a cloud pool.
 func (f *NodePool) Pools(ctx context.Context) ([]broker.PoolState, error) {
+	f.mu.Lock()
+	wait := !f.waited
+	f.waited = true
+	f.mu.Unlock()
 	for _, p := range f.pools {
+		if !wait {
+			break
+		}
 		for src, need := range map[broker.Source]bool{broker.SourceK8s: len(p.NodeSelector) > 0, broker.SourceYARN: p.YARNPartition != ""} {
 			if need {
 				select {

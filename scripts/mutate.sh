@@ -234,6 +234,7 @@ fleet: a call for a fleet pool never reaches the cloud~fleet/fleet.go~\tif c.fle
 fleet: before the first listing every host is a member (no purchase at start)~fleet/fleet.go~if _, ok := reg[h]; ok || reg == nil {~if _, ok := reg[h]; ok {~-run TestFleetBurstsToCloudOnlyWhenFull|TestMembers ./fleet/ ./test/e2e/
 fleet: a host neither side lists is no capacity~fleet/fleet.go~if _, ok := reg[h]; ok || reg == nil {~if _, ok := reg[h]; ok || true {~-run TestMembers|TestOpenFleetWithoutCloud ./fleet/ ./internal/app/
 fleet: a pool named by a side's listing waits for it on the first tick~fleet/fleet.go~\t\t\t\tcase <-f.listedOnce[src]:\n\t\t\t\tcase <-ctx.Done():~\t\t\t\tdefault:\n\t\t\t\t\t_ = src\n\t\t\t\tcase <-ctx.Done():~-run TestMembersBySides ./fleet/
+fleet: only the first call waits for a listing (a side that cannot be listed never slows each tick)~fleet/fleet.go~\tf.waited = true\n~\n~-run TestMembersBySides ./fleet/
 fleet: a selector without its side configured is refused~internal/app/app.go~\tif err := m.checkFleetSides(); err != nil {~\tif err := error(nil); err != nil {~-run TestOpenFleetWithoutCloud ./internal/app/
 fleet: a host a pool lists by name is never another's~fleet/fleet.go~if !taken[n.Name] && f.host[n.Name] == "" && p.names(src, n) {~if !taken[n.Name] && p.names(src, n) {~-run TestMembersBySides ./fleet/
 EOF
