@@ -134,6 +134,13 @@ func TestFleetHandOverWithoutCloud(t *testing.T) {
 func TestFleetBurstsToCloudOnlyWhenFull(t *testing.T) {
 	w := newWorld(t, worldOptions{maxNodes: 1, unneeded: 10 * time.Minute, namespace: "fleet-burst", bootDelay: time.Second,
 		fleet: []string{"fleet-c"}})
+	// The first demand arrives once the broker has seen both sides: while
+	// a side is stale (its informers not synced yet at start), no node of
+	// it can be handed over, and demand on the other side may burst.
+	w.eventually(30*time.Second, "a tick with both sides fresh", func() bool {
+		st := w.rt.Status()
+		return st.Tick > 0 && len(st.Stale) == 0
+	})
 	first, err := w.ysim.Submit(yarnsim.AppSpec{Name: "first", Queue: "root.training", Requests: []yarnsim.RequestSpec{{Containers: 1, GPUs: 4}}})
 	if err != nil {
 		t.Fatal(err)

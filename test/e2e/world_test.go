@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,6 +310,25 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		live[h] = true
 		if err := yadmin.StartNodeManager(yarnsim.NodeSpec{Host: h, GPUs: 4}); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Up means Ready: KWOK marks a node Ready shortly after it is created,
+	// and a broker started before that would see a fleet host it cannot
+	// use yet and rightly burst to the cloud for the first demand. An
+	// operator's fleet is running before the broker starts.
+	for _, h := range o.fleet {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			n, err := kubeEnv.Client.CoreV1().Nodes().Get(ctx, h, metav1.GetOptions{})
+			if err == nil && slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+				return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+			}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fleet host %s not Ready in Kubernetes after 30s (%v)", h, err)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	minN, maxN := 0, o.maxNodes
