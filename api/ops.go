@@ -13,7 +13,7 @@ import (
 
 // opKinds and opStates are every kind and state an op can have.
 var (
-	opKinds  = []broker.ActionKind{broker.ActScaleUp, broker.ActScaleDown, broker.ActTransfer, broker.ActPreempt, broker.ActReplace}
+	opKinds  = []broker.ActionKind{broker.ActScaleUp, broker.ActScaleDown, broker.ActTransfer, broker.ActPreempt, broker.ActReplace, broker.ActMigrate}
 	opStates = []broker.OpState{broker.OpPending, broker.OpRunning, broker.OpDone, broker.OpFailed, broker.OpCancelled}
 )
 

@@ -72,7 +72,11 @@ type OpData struct {
 	// stopped and how (a container after GRACEFUL_SHUTDOWN or
 	// FORCEFUL_SHUTDOWN, an application killed because all of it was the
 	// victim), in the order they stopped.
-	Stopped   []string `json:"stopped,omitempty"`
+	Stopped []string `json:"stopped,omitempty"`
+	// Stopping are the keys of a migration's tasks told to stop (each
+	// right after a checkpoint): they are stopped to the end whatever
+	// their checkpoint's age by then.
+	Stopping  []string `json:"stopping,omitempty"`
 	Remaining []string `json:"remaining,omitempty"`
 	BlockedBy string   `json:"blocked_by,omitempty"`
 	// Attrition releases the node without evicting anything (attrition.go);

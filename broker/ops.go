@@ -83,6 +83,6 @@ const (
 // planner records, then the others.
 func DecisionKinds() []string {
 	return []string{string(ActScaleUp), string(ActScaleDown), string(ActTransfer), string(ActPreempt), string(ActReplace),
-		string(ActCancelScaleDown), string(ActRecommission),
+		string(ActMigrate), string(ActCancelScaleDown), string(ActRecommission),
 		DecisionWait, DecisionKept, DecisionRejected, DecisionConflict, DecisionLoss}
 }

@@ -85,7 +85,12 @@ type planner struct {
 	removals  []Action       // scale-down and replace, in decision order
 	kept      []NodeNote     // underused nodes reclaim keeps, and why (scaledown.go)
 	apps      map[string]int // work per Workload.App on all nodes, built lazily (preempt.go)
-	xvict     []xvictim      // per node: what taking it across sides evicts (preempt.go)
+	// appNodes lists the nodes each Workload.App has non-AM work on,
+	// built lazily (migrate.go); migrated counts the tasks this plan
+	// migrates.
+	appNodes map[string][]string
+	migrated int
+	xvict    []xvictim // per node: what taking it across sides evicts (preempt.go)
 	// undo holds how to roll back the reservations made for the demand
 	// being placed, while rec is set.
 	undo []func()

@@ -81,6 +81,25 @@ type Policy struct {
 	// costs more than MaxWorkLost and reclaim it when its batch work ends
 	// (the Kubernetes mirror of YARNDrainByAttrition). Off by default.
 	CordonAndWait bool `json:"consolidation_cordon_and_wait"`
+	// Migrate lets consolidation move checkpointed work off an underused
+	// node right after its checkpoint, so the node can leave
+	// (migrate.go): off by default.
+	Migrate MigrateMode `json:"consolidation_migrate,omitempty"`
+	// MigrateWindow is how fresh a task's checkpoint must be when a
+	// migration stops it: the work it throws away is at most this per
+	// task (zero: DefaultMigrateWindow).
+	MigrateWindow Duration `json:"consolidation_migrate_window,omitzero"`
+	// MigrateMaxWait bounds how long a migration holds its cordoned node
+	// waiting for each task's next checkpoint; a task whose newest
+	// checkpoint is older than this is not migrated at all (zero:
+	// DefaultMigrateMaxWait).
+	MigrateMaxWait Duration `json:"consolidation_migrate_max_wait,omitzero"`
+	// MaxMigrationsPerHour bounds the tasks migrations restart in any
+	// hour (zero: DefaultMaxMigrationsPerHour).
+	MaxMigrationsPerHour int `json:"consolidation_max_migrations_per_hour,omitempty"`
+	// NoMigrateTenants are tenants that opted out: none of their work is
+	// ever migrated, and a node running any of it is not emptied by one.
+	NoMigrateTenants []string `json:"consolidation_no_migrate_tenants,omitempty"`
 	// Version increases on every change (optimistic concurrency).
 	Version int64 `json:"version"`
 }
@@ -104,6 +123,18 @@ func (p Policy) WithDefaults() Policy {
 	if p.Expander == "" {
 		p.Expander = d.Expander
 	}
+	if p.Migrate == "" {
+		p.Migrate = MigrateOff
+	}
+	if p.MigrateWindow <= 0 {
+		p.MigrateWindow = Duration(DefaultMigrateWindow)
+	}
+	if p.MigrateMaxWait <= 0 {
+		p.MigrateMaxWait = Duration(DefaultMigrateMaxWait)
+	}
+	if p.MaxMigrationsPerHour <= 0 {
+		p.MaxMigrationsPerHour = DefaultMaxMigrationsPerHour
+	}
 	return p
 }
 
@@ -123,6 +154,10 @@ func DefaultPolicy() Policy {
 		UnhealthyNodeTimeout: Duration(10 * time.Minute),
 		PlacementGrace:       Duration(3 * time.Minute),
 		MaxWorkLost:          Duration(10 * time.Minute),
+		Migrate:              MigrateOff,
+		MigrateWindow:        Duration(DefaultMigrateWindow),
+		MigrateMaxWait:       Duration(DefaultMigrateMaxWait),
+		MaxMigrationsPerHour: DefaultMaxMigrationsPerHour,
 	}
 }
 
@@ -149,6 +184,14 @@ func (p Policy) Validate() error {
 		return Invalid("placement_grace", "must be positive, got %s", p.PlacementGrace)
 	case p.MaxWorkLost < 0:
 		return Invalid("consolidation_max_work_lost", "must not be negative, got %s", p.MaxWorkLost)
+	case !p.Migrate.Valid():
+		return Invalid("consolidation_migrate", "must be off or checkpointed, got %q", p.Migrate)
+	case p.MigrateWindow < 0:
+		return Invalid("consolidation_migrate_window", "must not be negative, got %s", p.MigrateWindow)
+	case p.MigrateMaxWait < 0:
+		return Invalid("consolidation_migrate_max_wait", "must not be negative, got %s", p.MigrateMaxWait)
+	case p.MaxMigrationsPerHour < 0:
+		return Invalid("consolidation_max_migrations_per_hour", "must not be negative, got %d", p.MaxMigrationsPerHour)
 	}
 	for model, max := range p.ModelMaxGPUs {
 		if max < 0 {

@@ -176,7 +176,14 @@ func (pl *planner) reclaim() {
 		atMin := size-1 < pool.MinNodes || cluster-pool.GPUsPerNode < pl.p.ClusterMinGPUs
 		nc := consolidationCost(n, pl.now)
 		if keep, attrition := pl.consolidation(w, nc); keep != "" {
+			moved, block := pl.migrate(ni, nc, poolNodes[w.pool], atMin, why) // migrate.go
+			if moved {
+				continue
+			}
 			if !attrition {
+				if block != "" {
+					keep += "; not migrated: " + block
+				}
 				pl.keep(n.Name, keep)
 				continue
 			}
@@ -297,38 +304,49 @@ func (pl *planner) keep(node, reason string) {
 // that take work are marked touched so they are not reclaimed after it.
 // CPU-only work does not keep a GPU node: it goes to CPU nodes.
 func (pl *planner) moveWork(ni int32, peers []int32) (int, bool) {
-	src := &pl.nodes[ni]
-	var sizes []int
-	for _, w := range src.n.Work {
-		if !w.System && w.GPUs > 0 {
-			sizes = append(sizes, w.GPUs)
-		}
-	}
-	slices.SortFunc(sizes, func(a, b int) int { return cmp.Compare(b, a) })
 	total := 0
-	for _, g := range sizes {
-		placed := false
-		for _, pi := range peers {
-			p := &pl.nodes[pi]
-			if pi == ni || !p.sched || p.removed || p.side != src.side || p.free < g {
-				continue
-			}
-			wasTouched := p.touched
-			p.free -= g
-			p.touched = true
-			pl.nver[pi]++
-			if pl.rec {
-				pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched; pl.reopen(pi) })
-			}
-			placed = true
-			break
-		}
-		if !placed {
+	for _, g := range pl.nodes[ni].gpuWork() {
+		if _, ok := pl.reserveOn(ni, peers, g); !ok {
 			return 0, false
 		}
 		total += g
 	}
 	return total, true
+}
+
+// gpuWork lists the GPUs of each non-system GPU workload on the node,
+// largest first.
+func (w *wnode) gpuWork() []int {
+	var sizes []int
+	for _, x := range w.n.Work {
+		if !x.System && x.GPUs > 0 {
+			sizes = append(sizes, x.GPUs)
+		}
+	}
+	slices.SortFunc(sizes, func(a, b int) int { return cmp.Compare(b, a) })
+	return sizes
+}
+
+// reserveOn reserves g GPUs of node ni's work on the first of peers (same
+// side, schedulable, not removed) with room, marking it touched, and
+// returns it.
+func (pl *planner) reserveOn(ni int32, peers []int32, g int) (int32, bool) {
+	src := &pl.nodes[ni]
+	for _, pi := range peers {
+		p := &pl.nodes[pi]
+		if pi == ni || !p.sched || p.removed || p.side != src.side || p.free < g {
+			continue
+		}
+		wasTouched := p.touched
+		p.free -= g
+		p.touched = true
+		pl.nver[pi]++
+		if pl.rec {
+			pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched; pl.reopen(pi) })
+		}
+		return pi, true
+	}
+	return 0, false
 }
 
 // unmetQueue is one class's admitted demand that got no capacity, in

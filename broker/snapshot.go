@@ -18,6 +18,10 @@ type Snapshot struct {
 	// InFlight are operations in progress from the journal, so the planner
 	// counts ordered capacity and does not repeat work.
 	InFlight []Op `json:"in_flight"`
+	// MigratedLastHour is how many tasks migrate ops started in the hour
+	// before Now restart (MigratedTasks): the planner keeps migrations
+	// within Policy.MaxMigrationsPerHour with it.
+	MigratedLastHour int `json:"migrated_last_hour,omitempty"`
 	// Stale lists sources whose observation failed or is too old; no
 	// destructive action may touch their side.
 	Stale map[Source]string `json:"stale,omitempty"`
@@ -89,6 +93,10 @@ const (
 	// there could use it. It journals no op of its own: the open op on the
 	// node is ended.
 	ActRecommission ActionKind = "recommission"
+	// ActMigrate moves the Victims off underused Node right after their
+	// checkpoints (cordon, stop them, then release and terminate the
+	// emptied node with a desired decrement): migrate.go.
+	ActMigrate ActionKind = "migrate"
 )
 
 // Destructive reports whether the action removes work or capacity; those are
@@ -111,8 +119,12 @@ type Action struct {
 	// From and To are the sides of an ownership transfer.
 	From Owner `json:"from,omitempty"`
 	To   Owner `json:"to,omitempty"`
-	// Victims are the workloads an ActPreempt evicts.
+	// Victims are the workloads an ActPreempt evicts, or an ActMigrate
+	// moves.
 	Victims []Workload `json:"victims,omitempty"`
+	// Landing names the nodes an ActMigrate expects its work to restart
+	// on (its scheduler decides; the cordon keeps it off Node).
+	Landing []string `json:"landing,omitempty"`
 	// Serves lists the demand IDs (Demand.ID) the action is for.
 	Serves []string `json:"serves,omitempty"`
 	// Reason explains the action in one sentence.

@@ -99,6 +99,12 @@ var OpSteps = map[ActionKind]KindSteps{
 		stepRelease(StepAdmit, StepDone),
 		stepAdmit, stepAwaitAdmitted, stepGiveBack,
 	}},
+	ActMigrate: {First: StepEvict, Steps: []StepSpec{
+		{Name: StepEvict, Next: []string{StepRelease}, HoldsNode: true,
+			Doc: "cordon the node (YARN: the cordon label; Kubernetes: cordon), then stop the tasks right after their checkpoints, so they restart elsewhere"},
+		stepRelease(StepTerminate),
+		stepTerminate, stepForget, stepGiveBack,
+	}},
 	ActPreempt: {First: StepEvict, Steps: []StepSpec{
 		{Name: StepEvict, Next: []string{StepRelease, StepDone}, HoldsNode: true,
 			Doc: "stop the victims (YARN: the cordon first, GRACEFUL_SHUTDOWN, FORCEFUL_SHUTDOWN after the grace)"},
@@ -163,7 +169,7 @@ func InterruptTo(kind ActionKind, by ActionKind, from string) (string, bool) {
 }
 
 // diagramKinds is the order StepDiagram lists the kinds in.
-var diagramKinds = []ActionKind{ActScaleUp, ActScaleDown, ActReplace, ActTransfer, ActPreempt}
+var diagramKinds = []ActionKind{ActScaleUp, ActScaleDown, ActReplace, ActTransfer, ActPreempt, ActMigrate}
 
 // StepDiagram renders every op kind's table as text: one line per step
 // with where it may go next, a mark on the steps that hold a node, and
@@ -201,7 +207,8 @@ func StepDiagram() string {
 // (releasing or terminating; neither cancelled nor an attrition, whose
 // node keeps counting until its work has ended, days perhaps), or a
 // replace that raised the desired capacity first (surging or
-// terminating: its terminate takes the surge back). The planner (which
+// terminating: its terminate takes the surge back), or a migration
+// (stopping its tasks, releasing or terminating the emptied node). The planner (which
 // also drops ops whose node is already terminating) and the executor's
 // scale-up both count with it.
 func PendingRemoval(o *Op) bool {
@@ -214,6 +221,8 @@ func PendingRemoval(o *Op) bool {
 		return (o.Step == StepRelease || o.Step == StepTerminate) && !d.Cancel && !d.Attrition
 	case ActReplace:
 		return d.SurgeTo > 0 && (o.Step == StepSurge || o.Step == StepTerminate)
+	case ActMigrate:
+		return o.Step == StepEvict || o.Step == StepRelease || o.Step == StepTerminate
 	}
 	return false
 }

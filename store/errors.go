@@ -39,7 +39,7 @@ var constraintFields = map[string]struct{ field, problem string }{
 	"demand_gpus_per_unit_positive":       {"gpus_per_unit", "must be positive"},
 	"demand_units_positive":               {"units", "must be positive"},
 	"demand_history_reason_valid":         {"reason", "must be scheduled, finished, deleted, preempted or vanished"},
-	"ops_kind_valid":                      {"kind", "must be scale-up, scale-down, transfer, preempt or replace"},
+	"ops_kind_valid":                      {"kind", "must be scale-up, scale-down, transfer, preempt, replace or migrate"},
 	"ops_target_nonnegative":              {"target", "must not be negative"},
 	"ops_state_valid":                     {"state", "must be pending, running, done, failed or cancelled"},
 	"capacity_samples_side_valid":         {"side", "must be yarn, k8s or none"},

@@ -47,3 +47,45 @@ func TestHandOvers(t *testing.T) {
 		t.Fatalf("hand-overs %v, want owned 2 and gpu 1", got)
 	}
 }
+
+// TestMigratedSince sums the tasks of migrate ops journaled in the window,
+// open or ended, stopped or still to stop; other kinds and older
+// migrations do not count.
+func TestMigratedSince(t *testing.T) {
+	ctx := context.Background()
+	s, url := newStore(t)
+	two, err := broker.EncodeOpData(broker.OpData{Victims: []broker.Workload{{Key: "a"}}, Stopped: []string{"b stopped"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := broker.EncodeOpData(broker.OpData{Victims: []broker.Workload{{Key: "c"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []broker.Op{
+		{Kind: broker.ActMigrate, Pool: "gpu", Node: "m1", State: broker.OpDone, Data: two},
+		{Kind: broker.ActMigrate, Pool: "gpu", Node: "m2", State: broker.OpRunning, Data: one},
+		{Kind: broker.ActMigrate, Pool: "gpu", Node: "old", State: broker.OpDone, Data: two},
+		{Kind: broker.ActPreempt, Pool: "gpu", Node: "p", State: broker.OpDone, Data: two},
+	} {
+		op.Reason, op.Step = "test", broker.StepEvict
+		if _, err := s.InsertOp(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `UPDATE ops SET created_at = now() - interval '2 hours' WHERE node = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.MigratedSince(ctx, time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 3 {
+		t.Fatalf("migrated %d tasks in the hour, want 3 (2 + 1; the older migration and the preemption do not count)", got)
+	}
+}

@@ -99,6 +99,11 @@ func (l Ledger) SaveNodes(ctx context.Context, nodes []broker.Node, now time.Tim
 // OpenOps lists unfinished journal entries.
 func (l Ledger) OpenOps(ctx context.Context) ([]broker.Op, error) { return l.s.OpenOps(ctx) }
 
+// MigratedSince sums the tasks migrate ops journaled since then restart.
+func (l Ledger) MigratedSince(ctx context.Context, since time.Time) (int, error) {
+	return l.s.MigratedSince(ctx, since)
+}
+
 // InsertOp journals an op.
 func (l Ledger) InsertOp(ctx context.Context, op broker.Op) (broker.Op, error) {
 	return l.s.InsertOp(ctx, op)

@@ -143,6 +143,25 @@ func (s *Store) OpenOps(ctx context.Context) ([]broker.Op, error) {
 	return ops, mapError("list open ops", err)
 }
 
+// MigratedSince sums the tasks restarted by migrate ops journaled at or
+// after since, whatever their state (broker.MigratedTasks): the planner's
+// hourly migration budget counts them.
+func (s *Store) MigratedSince(ctx context.Context, since time.Time) (int, error) {
+	rows, err := s.pool.Query(ctx, opSelect+` WHERE kind = $1 AND created_at >= $2 ORDER BY id`, string(broker.ActMigrate), since)
+	if err != nil {
+		return 0, mapError("list recent migrations", err)
+	}
+	ops, err := pgx.CollectRows(rows, scanOp)
+	if err != nil {
+		return 0, mapError("list recent migrations", err)
+	}
+	n := 0
+	for i := range ops {
+		n += broker.MigratedTasks(&ops[i])
+	}
+	return n, nil
+}
+
 // OpFilter selects ops for the API, newest first. State is one op state,
 // or "open" for pending and running ones; empty fields select everything.
 type OpFilter struct {

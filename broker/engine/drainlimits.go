@@ -48,7 +48,10 @@ func (r *Runtime) unplannedWork(s *stepCtx, side broker.Source, work []string) (
 // it again.
 func givesBackOnTimeout(op broker.Op, st broker.ReleaseStatus, policy broker.Policy) bool {
 	switch op.Kind {
-	case broker.ActTransfer, broker.ActPreempt:
+	case broker.ActTransfer, broker.ActPreempt, broker.ActMigrate:
+		// A migration whose emptied node will not drain gives it back:
+		// its tasks already restarted elsewhere, and the node serves
+		// its side again.
 		return true
 	case broker.ActScaleDown:
 		return !policy.ForceAfterDrainTimeout && strings.HasPrefix(st.BlockedBy, "PodDisruptionBudget")

@@ -31,6 +31,10 @@ func opTimeout(k broker.ActionKind, p broker.Policy) time.Duration {
 	case broker.ActScaleUp:
 		// Setting the capacity, then the machines booting to gpu-ready.
 		return 2 * prov
+	case broker.ActMigrate:
+		// The wait for each task's next checkpoint, then the release
+		// and terminate of the emptied node.
+		return p.MigrateMaxWait.D() + drain + prov
 	case broker.ActPreempt:
 		// The victims' grace periods, and for a preemption across sides the
 		// release and the receiving side admitting the node, as a transfer.

@@ -132,6 +132,9 @@ type Ledger interface {
 	StoredNodes(ctx context.Context) ([]broker.Node, error)
 	SaveNodes(ctx context.Context, nodes []broker.Node, now time.Time) error
 	OpenOps(ctx context.Context) ([]broker.Op, error)
+	// MigratedSince sums the tasks restarted by migrate ops journaled at
+	// or after since (broker.MigratedTasks), open or ended.
+	MigratedSince(ctx context.Context, since time.Time) (int, error)
 	// InsertOp journals an op; ErrConflict when one is already open for
 	// the node or pool.
 	InsertOp(ctx context.Context, op broker.Op) (broker.Op, error)

@@ -206,6 +206,12 @@ func (r *Runtime) assemble(ctx context.Context, o *observation, ph *TickPhases) 
 	if err != nil {
 		return nil, a, fmt.Errorf("read journal: %w", err)
 	}
+	migrated := 0
+	if o.policy.Migrate == broker.MigrateCheckpointed {
+		if migrated, err = l.MigratedSince(ctx, o.now.Add(-time.Hour)); err != nil {
+			return nil, a, fmt.Errorf("read recent migrations: %w", err)
+		}
+	}
 	a.nodes, a.conflicts = broker.MergeNodesClaims(broker.MergeInput{Now: o.now, Policy: o.policy, Sides: o.sides, Pools: a.pools,
 		Stored: stored, Reports: reports, Ops: ops, ReportMaxAge: r.cfg.ReportMaxAge, XIDs: r.cfg.XIDs})
 	if r.cfg.Checkpoints != nil {
@@ -228,7 +234,7 @@ func (r *Runtime) assemble(ctx context.Context, o *observation, ph *TickPhases) 
 	ph.Merge = time.Since(t)
 
 	snap := &broker.Snapshot{Now: o.now, Tenants: o.idx.Tenants, Pools: a.pools, Nodes: a.nodes, InFlight: ops,
-		NoActions: r.noActions()}
+		MigratedLastHour: migrated, NoActions: r.noActions()}
 	_, snap.TerminateKeepsDesired = r.cfg.Pools.(KeepDesiredTerminator)
 	if len(o.stale) > 0 {
 		snap.Stale = o.stale

@@ -44,6 +44,8 @@ type rtLedger struct {
 	reports   map[string]broker.NodeReport
 	// observed is the time of the last applied observation per source.
 	observed map[broker.Source]time.Time
+	// now stamps inserted ops' CreatedAt, as the store's clock does.
+	now func() time.Time
 }
 
 func newRTLedger(policy broker.Policy, pools []broker.PoolState, tenants ...broker.Tenant) *rtLedger {
@@ -171,6 +173,17 @@ func (l *rtLedger) OpenOps(context.Context) ([]broker.Op, error) {
 	}
 	return out, nil
 }
+func (l *rtLedger) MigratedSince(_ context.Context, since time.Time) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i := range l.ops {
+		if l.ops[i].Kind == broker.ActMigrate && !l.ops[i].CreatedAt.Before(since) {
+			n += broker.MigratedTasks(&l.ops[i])
+		}
+	}
+	return n, nil
+}
 func (l *rtLedger) InsertOp(_ context.Context, op broker.Op) (broker.Op, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -192,6 +205,9 @@ func (l *rtLedger) InsertOp(_ context.Context, op broker.Op) (broker.Op, error) 
 		}
 	}
 	op.ID = int64(len(l.ops) + 1)
+	if l.now != nil {
+		op.CreatedAt = l.now()
+	}
 	l.ops = append(l.ops, op)
 	return op, nil
 }

@@ -41,9 +41,11 @@ func newRTWorld(t *testing.T, maxNodes int) *rtWorld {
 		Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia"},
 		Taints: []broker.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: "NoSchedule"}}}}
 	training := broker.Tenant{Name: "training", MaxGPUs: 50, Weight: 1, Namespaces: []string{"default"}, YARNQueues: []string{"root.training"}}
-	return &rtWorld{t: t, clock: &rtClock{now: t0},
+	w := &rtWorld{t: t, clock: &rtClock{now: t0},
 		ledger: newRTLedger(rtPolicy(), []broker.PoolState{pool}, training),
 		cloud:  newRTCloud(pool), k8s: newRTSide(broker.SourceK8s), yarn: newRTSide(broker.SourceYARN)}
+	w.ledger.now = w.clock.Now
+	return w
 }
 
 func (w *rtWorld) runtime() *Runtime {

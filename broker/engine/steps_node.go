@@ -29,7 +29,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		if s.data.From == "" {
 			s.data.From = r.ownerOf(op.Node)
 		}
-		if op.Kind == broker.ActScaleDown || op.Kind == broker.ActReplace {
+		if op.Kind == broker.ActScaleDown || op.Kind == broker.ActReplace || op.Kind == broker.ActMigrate {
 			s.data.Sides = r.sidesOf(op.Node, s.data.From)
 		}
 		if s.data.InstanceID == "" {
@@ -87,7 +87,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		}
 		var st broker.ReleaseStatus
 		var err error
-		if side == broker.SourceYARN && yarnPreemptAcross(op, s.data) && !s.data.Attrition {
+		if side == broker.SourceYARN && yarnCordonsVictims(op, s.data) && !s.data.Attrition {
 			st, err = r.releaseYARNPreempted(ctx, act, s)
 		} else {
 			st, err = r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
@@ -140,7 +140,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			}
 			return s.fail(why + "; node left cordoned for an operator")
 		}
-		if side == broker.SourceYARN && yarnPreemptAcross(op, s.data) {
+		if side == broker.SourceYARN && yarnCordonsVictims(op, s.data) {
 			return s.waitFor(2*time.Second, st.BlockedBy)
 		}
 		return s.waitFor(2*time.Second, "")
@@ -150,7 +150,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		return s.moveTo(broker.StepAdmit)
 	case broker.ActReplace:
 		return s.moveTo(broker.StepSurge)
-	case broker.ActScaleDown:
+	case broker.ActScaleDown, broker.ActMigrate:
 		return s.moveTo(broker.StepTerminate)
 	case broker.ActPreempt:
 		if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
@@ -200,13 +200,23 @@ func (r *Runtime) awaitAdmitted(ctx context.Context, s *stepCtx, e stepEnv) (bro
 // evict stops a preemption's victims, one by one.
 func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, bool) {
 	op := s.op
-	if from, ok := s.data.From.Side(); ok && from == broker.SourceK8s && op.To == broker.OwnerYARN && !s.data.Prepared && r.actions[from] != nil {
+	if op.Kind == broker.ActMigrate && !s.data.Prepared {
+		// A migration ends in a terminate: which sides hold the node
+		// and its instance are fixed before anything is stopped, as a
+		// scale-down's release fixes them.
+		s.data.Sides = r.sidesOf(op.Node, s.data.From)
+		if s.data.InstanceID == "" {
+			s.data.InstanceID = r.instanceOf(op.Node)
+		}
+	}
+	if from, ok := s.data.From.Side(); ok && from == broker.SourceK8s && (op.To == broker.OwnerYARN || op.Kind == broker.ActMigrate) && !s.data.Prepared && r.actions[from] != nil {
 		// IMPORTANT: a preemption taking a Kubernetes node across
-		// sides cordons it before evicting the victims, as a drain
-		// does: otherwise the scheduler binds pending pods to the
-		// space a victim frees, and the release's drain evicts them,
-		// work no preemption names. (A YARN node is cordoned before
-		// its victims are signalled: see cordonYARNVictimsNode.)
+		// sides, and a migration, cordon it before evicting the
+		// victims, as a drain does: otherwise the scheduler binds
+		// pending pods (a migrated task's own replacement among them)
+		// to the space a victim frees, and the release's drain evicts
+		// them, work no op names. (A YARN node is cordoned before its
+		// victims are signalled: see cordonYARNVictimsNode.)
 		// Prepared: a giving up now gives the node back.
 		if err := r.actions[from].Cordon(ctx, op.Node); err != nil {
 			return s.retry(err)
@@ -214,7 +224,10 @@ func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, 
 		s.data.Prepared = true
 		s.op = s.save()
 	}
-	if yarnPreemptAcross(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
+	if op.Kind == broker.ActMigrate {
+		return r.migrateTasks(ctx, s, e.policy) // migrate.go
+	}
+	if yarnCordonsVictims(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
 		if next, progressed, done := r.cordonYARNVictimsNode(ctx, s); !done {
 			return next, progressed
 		}
@@ -240,16 +253,22 @@ func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, 
 		s.data.Stopped = append(s.data.Stopped, howStopped(act, w))
 		s.data.Victims = s.data.Victims[1:]
 	}
-	if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
-		return s.moveTo(broker.StepRelease) // preemption across sides: hand the node over
+	if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN || op.Kind == broker.ActMigrate {
+		// A preemption across sides hands the node over; a migration
+		// releases and terminates the node it emptied.
+		return s.moveTo(broker.StepRelease)
 	}
 	return s.done()
 }
 
-// yarnPreemptAcross reports whether op is a preemption taking a YARN node
-// for Kubernetes.
-func yarnPreemptAcross(op broker.Op, data broker.OpData) bool {
-	return op.Kind == broker.ActPreempt && data.From == broker.OwnerYARN && op.To == broker.OwnerK8s
+// yarnCordonsVictims reports whether op stops YARN containers under the
+// cordon before releasing their node: a preemption taking a YARN node for
+// Kubernetes, or a migration off a YARN node.
+func yarnCordonsVictims(op broker.Op, data broker.OpData) bool {
+	if data.From != broker.OwnerYARN {
+		return false
+	}
+	return (op.Kind == broker.ActPreempt && op.To == broker.OwnerK8s) || op.Kind == broker.ActMigrate
 }
 
 // cordonYARNVictimsNode starts a preemption taking a YARN node: it

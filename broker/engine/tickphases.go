@@ -102,7 +102,9 @@ func (r *Runtime) journal(ctx context.Context, now time.Time, policy broker.Poli
 			continue
 		}
 		data := broker.OpData{From: a.From, Victims: a.Victims, InstanceID: a.InstanceID, Attrition: a.Attrition, CordonOnly: a.CordonOnly}
-		if a.Kind == broker.ActScaleDown || a.Kind == broker.ActTransfer {
+		if a.Kind == broker.ActScaleDown || a.Kind == broker.ActTransfer || a.Kind == broker.ActMigrate {
+			// A migration's release compares too: what runs on the
+			// emptied node besides its tasks is no work it may evict.
 			data.Guarded, data.Planned = true, r.plannedWork(a)
 		}
 		if !a.Attrition {

@@ -170,8 +170,13 @@ type policyConfig struct {
 	PlacementGrace         broker.Duration `yaml:"placement_grace"`
 	YARNDrainByAttrition   *bool           `yaml:"yarn_drain_by_attrition"`
 	Consolidation          struct {
-		MaxWorkLost   *broker.Duration `yaml:"max_work_lost"`
-		CordonAndWait *bool            `yaml:"cordon_and_wait"`
+		MaxWorkLost          *broker.Duration `yaml:"max_work_lost"`
+		CordonAndWait        *bool            `yaml:"cordon_and_wait"`
+		Migrate              string           `yaml:"migrate"`
+		MigrateWindow        broker.Duration  `yaml:"migrate_window"`
+		MigrateMaxWait       broker.Duration  `yaml:"migrate_max_wait"`
+		MaxMigrationsPerHour int              `yaml:"max_migrations_per_hour"`
+		NoMigrateTenants     []string         `yaml:"no_migrate_tenants"`
 	} `yaml:"consolidation"`
 }
 
@@ -521,6 +526,21 @@ func (pc policyConfig) policy() (broker.Policy, error) {
 	}
 	if pc.Consolidation.CordonAndWait != nil {
 		p.CordonAndWait = *pc.Consolidation.CordonAndWait
+	}
+	if c := pc.Consolidation; c.Migrate != "" || c.MigrateWindow != 0 || c.MigrateMaxWait != 0 || c.MaxMigrationsPerHour != 0 || c.NoMigrateTenants != nil {
+		if c.Migrate != "" {
+			p.Migrate = broker.MigrateMode(c.Migrate)
+		}
+		if c.MigrateWindow != 0 {
+			p.MigrateWindow = c.MigrateWindow
+		}
+		if c.MigrateMaxWait != 0 {
+			p.MigrateMaxWait = c.MigrateMaxWait
+		}
+		if c.MaxMigrationsPerHour != 0 {
+			p.MaxMigrationsPerHour = c.MaxMigrationsPerHour
+		}
+		p.NoMigrateTenants = c.NoMigrateTenants
 	}
 	if err := p.Validate(); err != nil {
 		return p, broker.WithPrefix("policy", err)

@@ -1,0 +1,234 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Checkpoint-aligned migration: consolidation that empties an underused
+// node whose work it may not simply drain (YARN work, or Kubernetes work
+// that would lose more than consolidation.max_work_lost), by moving each
+// task in the window right after its checkpoint, onto fuller nodes of the
+// same pool and side, so the node can leave. The op (ActMigrate) cordons
+// the node first (YARN: the cordon label; Kubernetes: cordon), so nothing
+// new lands there and a restarted task cannot land on it again; then stops
+// each task once its newest checkpoint is at most the window old (YARN:
+// GRACEFUL_SHUTDOWN, FORCEFUL_SHUTDOWN after the grace; Kubernetes:
+// eviction), each at its own checkpoint; then releases and terminates the
+// emptied node. A task that does not checkpoint within the max wait makes
+// the op give the node back, uncordoned, with the tasks already moved
+// having lost at most the window each.
+
+// MigrateMode says whether consolidation may migrate work.
+type MigrateMode string
+
+// The migrate modes.
+const (
+	// MigrateOff never migrates (the default).
+	MigrateOff MigrateMode = "off"
+	// MigrateCheckpointed migrates work only right after a known
+	// checkpoint (Policy.MigrateWindow).
+	MigrateCheckpointed MigrateMode = "checkpointed"
+)
+
+// Valid reports whether m is a known mode ("" is off).
+func (m MigrateMode) Valid() bool {
+	return m == "" || m == MigrateOff || m == MigrateCheckpointed
+}
+
+// The migration defaults.
+const (
+	// DefaultMigrateWindow: a task moves only while its newest checkpoint
+	// is at most this old, so it redoes at most this much.
+	DefaultMigrateWindow = 5 * time.Minute
+	// DefaultMaxMigrationsPerHour bounds the tasks restarted by
+	// migrations in any hour.
+	DefaultMaxMigrationsPerHour = 20
+	// DefaultMigrateMaxWait: a migration holds its cordoned node at most
+	// this long for its tasks' next checkpoints.
+	DefaultMigrateMaxWait = time.Hour
+)
+
+// MigratedTasks is how many tasks an open or ended migrate op restarts:
+// its victims still to stop and those it stopped.
+func MigratedTasks(o *Op) int {
+	d := OpDataOf(o)
+	return len(d.Victims) + len(d.Stopped)
+}
+
+// migratable returns the work a migration would move off node w, or why
+// none may: every task must have a known checkpoint no older than the max
+// wait (it checkpoints at least that often, so the op can stop it right
+// after the next one), be neither an ApplicationMaster nor part of a gang that runs on other
+// nodes too, belong to no tenant that opted out, and nothing on the node
+// may forbid eviction (a bare pod, do-not-disrupt, local storage, a Job
+// at its backoff limit, a disruption budget).
+//
+// IMPORTANT: work without a known checkpoint is never migrated; nor is
+// work whose newest checkpoint is older than the max wait (nothing shows
+// it will checkpoint again while the node is held).
+func (pl *planner) migratable(w *wnode, nc nodeCost) ([]Workload, string) {
+	n := w.n
+	if n.GPUsAllocated > nc.knownGPUs {
+		return nil, "work the side does not list holds GPUs on it"
+	}
+	if b := budgetBlock(n); b != "" {
+		return nil, b
+	}
+	wait := pl.p.MigrateMaxWait.D()
+	var out []Workload
+	for i := range n.Work {
+		wl := &n.Work[i]
+		if wl.System {
+			continue
+		}
+		if c := wl.Cost(pl.now); c.Never != "" {
+			return nil, c.Never
+		}
+		switch {
+		case wl.AM:
+			return nil, fmt.Sprintf("%s is an ApplicationMaster: stopping it ends its whole application", wl.label())
+		case slices.Contains(pl.p.NoMigrateTenants, wl.Tenant):
+			return nil, fmt.Sprintf("%s belongs to tenant %s, which opted out of migration", wl.label(), wl.Tenant)
+		case wl.Class == WorkService:
+			// A replica loses nothing: it moves as a drain would move it.
+		case wl.CheckpointAge < 0:
+			return nil, fmt.Sprintf("%s has no known checkpoint", wl.label())
+		case wl.CheckpointAge > wait:
+			return nil, fmt.Sprintf("the newest checkpoint of %s is older than the %s a migration waits for the next (consolidation.migrate_max_wait)", wl.label(), wait)
+		case pl.gangElsewhere(wl, n.Name):
+			return nil, fmt.Sprintf("%s is part of %s, which also runs on other nodes: a gang is never moved partly", wl.label(), wl.App)
+		}
+		out = append(out, *wl)
+	}
+	if len(out) == 0 {
+		return nil, "it runs nothing to migrate"
+	}
+	return out, ""
+}
+
+// gangElsewhere reports whether wl's application has non-AM work on a
+// node other than node: such work is taken as a gang (a distributed
+// trainer's workers), which a migration never moves partly.
+func (pl *planner) gangElsewhere(wl *Workload, node string) bool {
+	if wl.App == "" {
+		return false
+	}
+	if pl.appNodes == nil {
+		pl.appNodes = make(map[string][]string)
+		for i := range pl.nodes {
+			nn := pl.nodes[i].n
+			for j := range nn.Work {
+				x := &nn.Work[j]
+				if x.System || x.AM || x.App == "" {
+					continue
+				}
+				if ns := pl.appNodes[x.App]; !slices.Contains(ns, nn.Name) {
+					pl.appNodes[x.App] = append(ns, nn.Name)
+				}
+			}
+		}
+	}
+	for _, other := range pl.appNodes[wl.App] {
+		if other != node {
+			return true
+		}
+	}
+	return false
+}
+
+// migrationsLeft is how many tasks migrations may still restart this
+// hour: the policy's budget less those restarted in the hour before the
+// snapshot and those this plan already moves.
+func (pl *planner) migrationsLeft() int {
+	return pl.p.MaxMigrationsPerHour - pl.s.MigratedLastHour - pl.migrated
+}
+
+// migrate tries to empty underused node ni (which consolidation keeps for
+// keep) by migrating its work. It returns whether it planned an
+// ActMigrate; when it did not, why is what stood in the way ("" when the
+// policy does not migrate at all).
+func (pl *planner) migrate(ni int32, nc nodeCost, peers []int32, atMin bool, why string) (bool, string) {
+	w := &pl.nodes[ni]
+	n := w.n
+	wp := &pl.pools[w.pool]
+	pool := &wp.st.Pool
+	if pl.p.Migrate != MigrateCheckpointed {
+		return false, ""
+	}
+	if pool.Fleet() {
+		return false, "a fleet pool's node cannot leave, so migrating its work would empty it for nothing"
+	}
+	if atMin {
+		return false, "the pool or the cluster is at its minimum"
+	}
+	work, block := pl.migratable(w, nc)
+	if block != "" {
+		return false, block
+	}
+	if left := pl.migrationsLeft(); len(work) > left {
+		return false, fmt.Sprintf("moving its %d tasks exceeds the migration budget (%d left of consolidation.max_migrations_per_hour %d)",
+			len(work), max(left, 0), pl.p.MaxMigrationsPerHour)
+	}
+	mark := len(pl.undo)
+	landing, ok := pl.landWork(ni, peers)
+	if !ok {
+		pl.rollback(mark)
+		return false, fmt.Sprintf("its work does not fit on other %s nodes of pool %s", w.side, pool.Name)
+	}
+	// Each task stops within the window after a checkpoint: it loses at
+	// most the window, usually far less.
+	var lost float64
+	var names []string
+	for _, wl := range work {
+		names = append(names, wl.label())
+		if wl.Class != WorkService {
+			lost += gpuHoursOf(pl.p.MigrateWindow.D(), wl.GPUs)
+		}
+	}
+	size := wp.size - wp.pendingDown - wp.downs - pl.attritionDowns()[w.pool]
+	wp.downs++
+	w.removed = true
+	pl.migrated += len(work)
+	pl.clusterGPUs -= pool.GPUsPerNode
+	pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
+	pl.removals = append(pl.removals, Action{
+		Kind:         ActMigrate,
+		Pool:         pool.Name,
+		Node:         n.Name,
+		From:         n.Owner,
+		Victims:      work,
+		Landing:      landing,
+		GPUHoursLost: lost,
+		Reason: fmt.Sprintf("migrate %d tasks off node %s of pool %s (%s): cordon the node, stop each task within %s after its next checkpoint (waiting at most %s), losing at most %.2f GPU-hours, so it restarts on %s; then terminate the emptied node: %s; pool goes from %d to %d nodes (min %d)",
+			len(work), n.Name, pool.Name, strings.Join(names, ", "), pl.p.MigrateWindow, pl.p.MigrateMaxWait, lost,
+			strings.Join(landing, ", "), why, size, size-1, pool.MinNodes),
+	})
+	return true, ""
+}
+
+// landWork reserves room for node ni's GPU work on other nodes of the
+// same pool and side, fullest first (so the emptied capacity is packed,
+// not spread), and returns the distinct nodes it expects the work to land
+// on. CPU-only work lands anywhere and is not placed.
+func (pl *planner) landWork(ni int32, peers []int32) ([]string, bool) {
+	order := slices.Clone(peers)
+	slices.SortStableFunc(order, func(a, b int32) int {
+		return pl.nodes[a].free - pl.nodes[b].free
+	})
+	var landing []string
+	src := &pl.nodes[ni]
+	sizes := src.gpuWork()
+	for _, g := range sizes {
+		pi, ok := pl.reserveOn(ni, order, g)
+		if !ok {
+			return nil, false
+		}
+		if name := pl.nodes[pi].n.Name; !slices.Contains(landing, name) {
+			landing = append(landing, name)
+		}
+	}
+	return landing, true
+}
