@@ -23,9 +23,11 @@ type metrics struct {
 	kills, drainKills, lsKills int
 	drainKillLost              float64
 	attritions, recommissions  int
-	peakNodes, peakGPUs        int
-	ticks, plans               int
-	series                     []sample
+	// migrations counts tasks moved by a migration that lost no work.
+	migrations          int
+	peakNodes, peakGPUs int
+	ticks, plans        int
+	series              []sample
 	// Idle GPU-seconds by cause: booting (not yet schedulable), empty
 	// (ready with nothing allocated), leaving (released, handed over or
 	// terminating); the rest of idle is the free GPUs of partly used
@@ -164,8 +166,9 @@ type Result struct {
 	KillsNotPreemption         int     `json:"kills_not_preemption"`
 	KillsNotPreemptionGPUHours float64 `json:"kills_not_preemption_gpu_hours"`
 	LSKills                    int     `json:"ls_guaranteed_kills"`
-	// Migrations counts zero-loss moves of checkpointed work (the
-	// migration op); no policy replayed has one yet, so it is 0.
+	// Migrations counts zero-loss moves of checkpointed work (tasks a
+	// migrate op moved right at their checkpoint; one that lost work is
+	// a kill not for a preemption).
 	Migrations int `json:"migrations"`
 	// Note says what sets the policy apart, e.g. that it kills work.
 	Note string `json:"note,omitempty"`
@@ -209,7 +212,7 @@ func (s *sim) result(name string) Result {
 	r := Result{
 		Name: name, GPUHours: m.gpuSec / 3600, AllocatedGPUHours: m.allocSec / 3600,
 		Preemptions: m.preemptions, DrainEvictions: m.drainEvictions, WorkLostGPUHours: m.workLost,
-		Attritions: m.attritions, Recommissions: m.recommissions,
+		Attritions: m.attritions, Recommissions: m.recommissions, Migrations: m.migrations,
 		Restarts: m.preemptions + m.drainEvictions, Kills: m.kills, KillsNotPreemption: m.drainKills,
 		KillsNotPreemptionGPUHours: m.drainKillLost, LSKills: m.lsKills,
 		Launches: m.launches, Terminations: m.terminations, Handovers: m.handovers,

@@ -26,6 +26,8 @@ type brokerCtl struct {
 	acted    bool // the last plan changed something
 	snap     broker.Snapshot
 	nodeByID map[string]*node
+	// migratedAt are the migrations of the last hour, oldest first.
+	migratedAt []migrated
 }
 
 func (c *brokerCtl) wake(s *sim) time.Duration {
@@ -79,6 +81,13 @@ func (c *brokerCtl) snapshot(s *sim) *broker.Snapshot {
 	now := epoch.Add(s.now)
 	sn := &c.snap
 	*sn = broker.Snapshot{Now: now, Demand: sn.Demand[:0], Pools: sn.Pools[:0], Nodes: sn.Nodes[:0], InFlight: sn.InFlight[:0]}
+	// The ledger's count of tasks migrate ops started in the last hour.
+	for len(c.migratedAt) > 0 && c.migratedAt[0].at <= s.now-time.Hour {
+		c.migratedAt = c.migratedAt[1:]
+	}
+	for _, m := range c.migratedAt {
+		sn.MigratedLastHour += m.tasks
+	}
 	if c.nodeByID == nil {
 		c.nodeByID = map[string]*node{}
 	}
@@ -188,6 +197,8 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 		}
 		s.release(n, broker.ActTransfer, a.To, slices.Clone(a.Serves))
 		return true
+	case broker.ActMigrate:
+		return c.migrate(s, a)
 	case broker.ActPreempt:
 		n := c.nodeByID[a.Node]
 		if n == nil || n.op != nil {
@@ -221,6 +232,47 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 	return false
 }
 
+// migrate carries out a migration as the executor does: the node takes no
+// new work from the start (the cordon); each task is stopped right at its
+// next checkpoint (at once when it has just checkpointed, within the
+// policy's window) and re-queued, redoing nothing; once all are gone the
+// emptied node is released and terminated.
+func (c *brokerCtl) migrate(s *sim, a broker.Action) bool {
+	n := c.nodeByID[a.Node]
+	if n == nil || n.op != nil || n.phase != broker.PhaseActive {
+		return false
+	}
+	o := s.newOp(broker.ActMigrate, n, nil)
+	o.step, o.to = broker.StepEvict, broker.OwnerNone
+	window := s.p.WithDefaults().MigrateWindow.D()
+	for _, v := range a.Victims {
+		for _, t := range n.tasks {
+			if t.key() != v.Key || t.state != taskRunning {
+				continue
+			}
+			o.victims++
+			if age := s.checkpointAge(t); age <= window || s.w.CheckpointInterval <= 0 {
+				s.evict(t, "migrate")
+			} else {
+				o.moving = append(o.moving, t)
+				s.push(event{at: s.now + s.w.CheckpointInterval - age, kind: evMigrateTask, t: t, gen: t.gen, o: o})
+			}
+			break
+		}
+	}
+	c.migratedAt = append(c.migratedAt, migrated{at: s.now, tasks: o.victims})
+	if o.victims == 0 {
+		s.victimsGone(o)
+	}
+	return true
+}
+
+// migrated is one migration's start and the tasks it moved.
+type migrated struct {
+	at    time.Duration
+	tasks int
+}
+
 // startScaleUps runs the scale-up ops' set-desired step as the executor
 // does (engine's setDesired and broker.PendingRemoval): the planned target
 // assumed the pool's pending removals had terminated, so the desired
@@ -239,7 +291,7 @@ func (s *sim) startScaleUps() {
 		}
 		pending := 0
 		for _, x := range s.ops {
-			if x.pool == o.pool && (x.kind == broker.ActScaleDown || x.kind == broker.ActReplace) && !x.attrition {
+			if x.pool == o.pool && (x.kind == broker.ActScaleDown || x.kind == broker.ActReplace || x.kind == broker.ActMigrate) && !x.attrition {
 				pending++
 			}
 		}

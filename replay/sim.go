@@ -93,7 +93,10 @@ type op struct {
 	serves   []string
 	step     string
 	deadline time.Duration
-	victims  int // preemption: victims not yet gone
+	victims  int // preemption, migration: victims not yet gone
+	// moving are a migration's tasks not yet stopped: each stops at its
+	// next checkpoint (evMigrateTask).
+	moving []*task
 	// attrition marks a scale-down that evicts nothing (YARN decommission
 	// with an infinite timeout, Kubernetes cordon-and-wait): the node takes
 	// no new work and leaves once its work has ended.
@@ -117,6 +120,7 @@ const (
 	evReleased
 	evAdmitted
 	evGone
+	evMigrateTask
 )
 
 type event struct {
@@ -279,8 +283,16 @@ func (s *sim) handle(e event) {
 		t.state = taskDone
 		s.running--
 		s.detach(t)
-		if t.node != nil && t.node.op != nil {
-			s.checkReleased(t.node)
+		if n := t.node; n != nil && n.op != nil {
+			if o := n.op; o.kind == broker.ActMigrate && slices.Contains(o.moving, t) {
+				// A task a migration waited on ended on its own.
+				o.moving = slices.DeleteFunc(o.moving, func(x *task) bool { return x == t })
+				if o.victims--; o.victims <= 0 {
+					s.victimsGone(o)
+				}
+			} else {
+				s.checkReleased(n)
+			}
 		}
 		t.node = nil
 	case evRegistered:
@@ -306,7 +318,7 @@ func (s *sim) handle(e event) {
 		t.state, t.since = taskPending, s.now
 		s.pending[sideIdx(t.side)] = append(s.pending[sideIdx(t.side)], t)
 		if n.op != nil {
-			if n.op.kind == broker.ActPreempt {
+			if n.op.kind == broker.ActPreempt || n.op.kind == broker.ActMigrate {
 				n.op.victims--
 				if n.op.victims <= 0 {
 					s.victimsGone(n.op)
@@ -353,6 +365,13 @@ func (s *sim) handle(e event) {
 		n.phase, n.since = broker.PhaseActive, s.now
 		s.m.handovers++
 		s.closeOp(o)
+	case evMigrateTask:
+		t, o := e.t, e.o
+		if o.node == nil || o.node.op != o || t.gen != e.gen || t.state != taskRunning || !slices.Contains(o.moving, t) {
+			return
+		}
+		o.moving = slices.DeleteFunc(o.moving, func(x *task) bool { return x == t })
+		s.evict(t, "migrate")
 	case evGone:
 		n := e.n
 		i := slices.Index(s.nodes, n)

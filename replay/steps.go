@@ -90,6 +90,9 @@ func (s *sim) evict(t *task, why string) {
 	} else {
 		s.m.drainEvictions++
 	}
+	if why == "migrate" && lost == 0 {
+		s.m.migrations++
+	}
 	if lost > 0 {
 		// A kill: the task must redo work. Only a preemption for
 		// higher-priority demand may do that; a kill for any other reason
@@ -100,7 +103,8 @@ func (s *sim) evict(t *task, why string) {
 			s.m.drainKillLost += gh
 		}
 	}
-	if !t.preemptible {
+	if !t.preemptible && (why != "migrate" || lost > 0) {
+		// A zero-loss migration of LS work is a restart, not a kill.
 		s.m.lsKills++
 	}
 	s.push(event{at: s.now + s.w.PreemptionGrace, kind: evVictimGone, t: t, gen: t.gen})
@@ -170,9 +174,10 @@ func (s *sim) recommission(n *node) bool {
 // victimsGone moves a preemption on once its victims have left: a
 // preemption on the node's own side is done; one across sides releases the
 // node from its side (what else runs there is drained as for a hand-over)
-// and hands it over.
+// and hands it over; a migration releases the emptied node and
+// terminates it, as a scale-down.
 func (s *sim) victimsGone(o *op) {
-	if !o.crossSide() {
+	if !o.crossSide() && o.kind != broker.ActMigrate {
 		s.closeOp(o)
 		return
 	}
