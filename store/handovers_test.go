@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -87,5 +88,34 @@ func TestMigratedSince(t *testing.T) {
 	}
 	if got != 3 {
 		t.Fatalf("migrated %d tasks in the hour, want 3 (2 + 1; the older migration and the preemption do not count)", got)
+	}
+}
+
+// TestDemandDecisionsNameMigrations: `why` for a YARN application's demand
+// shows the migration that moved one of its containers (the container
+// restarts as the application's demand); another application's does not.
+func TestDemandDecisionsNameMigrations(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t)
+	a := broker.Action{Kind: broker.ActMigrate, Pool: "gpu", Node: "y1", Reason: "migrate 1 tasks off node y1",
+		Victims: []broker.Workload{{Source: broker.SourceYARN, Key: "container_1_0001_01_000002", App: "application_1_0001", GPUs: 1}}}
+	detail, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordDecisions(ctx, []broker.Decision{{At: time.Now(), Kind: string(broker.ActMigrate), Pool: "gpu", Node: "y1",
+		Reason: a.Reason, Detail: detail}}); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Hour)
+	got, err := s.DemandDecisions(ctx, "yarn/application_1_0001/1", since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Kind != string(broker.ActMigrate) {
+		t.Fatalf("decisions of the migrated application %+v, want the migration", got)
+	}
+	if other, err := s.DemandDecisions(ctx, "yarn/application_1_0002/1", since); err != nil || len(other) != 0 {
+		t.Fatalf("decisions of another application %+v (%v), want none", other, err)
 	}
 }

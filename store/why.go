@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,12 +93,23 @@ const maxWhyDecisions = 200
 // DemandDecisions returns the decisions about one demand (by ID), oldest
 // first, at most the newest 200: those naming it as their demand, and the
 // actions (scale-up, preemption, transfer) that list it among those they
-// serve, which name only their first demand. Only actions since since are
-// searched for the second kind.
+// serve, which name only their first demand; and for a YARN application
+// the migrations that moved one of its containers (its tasks restart as
+// its demand). Only actions since since are searched for the second and
+// third kinds.
 func (s *Store) DemandDecisions(ctx context.Context, id string, since time.Time) ([]broker.Decision, error) {
 	serves, err := json.Marshal([]string{id})
 	if err != nil {
 		return nil, fmt.Errorf("encode demand id: %w", err)
+	}
+	// A migrated container's application is the demand its restart is.
+	app := "-"
+	if key, ok := strings.CutPrefix(id, string(broker.SourceYARN)+"/"); ok {
+		app, _, _ = strings.Cut(key, "/") // application_…/<priority>[#<allocation request>]
+	}
+	moved, err := json.Marshal([]map[string]string{{"source": string(broker.SourceYARN), "app": app}})
+	if err != nil {
+		return nil, fmt.Errorf("encode demand app: %w", err)
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, at, tick, kind, demand, tenant, pool, node, reason, detail FROM (
@@ -106,7 +118,10 @@ func (s *Store) DemandDecisions(ctx context.Context, id string, since time.Time)
 			(SELECT * FROM decisions WHERE at >= $2 AND demand <> $1
 				AND kind IN ('scale-up', 'preempt', 'transfer') AND detail->'serves' @> $3::jsonb
 				ORDER BY at DESC, id DESC LIMIT $4)
-		) d ORDER BY at DESC, id DESC LIMIT $4`, id, since, string(serves), maxWhyDecisions)
+			UNION
+			(SELECT * FROM decisions WHERE at >= $2 AND kind = 'migrate' AND detail->'victims' @> $5::jsonb
+				ORDER BY at DESC, id DESC LIMIT $4)
+		) d ORDER BY at DESC, id DESC LIMIT $4`, id, since, string(serves), maxWhyDecisions, string(moved))
 	if err != nil {
 		return nil, mapError("list decisions of demand", err)
 	}
