@@ -225,6 +225,16 @@ dra: a claim several pods share is demand once~k8s/dra.go~\t\tcounted[key] = tru
 dra: a selector not understood buys nothing~broker/plan.go~\t\tif d.d.Unsatisfiable != "" {~\t\tif false {~-run TestObserverDRADemand ./k8s/
 dra: a node's GPUs from its ResourceSlices make it gpu-ready~k8s/nodes.go~if g := c.objs.sliceGPUs(n.Name); g > alloc.GPUs {~if g := c.objs.sliceGPUs(n.Name); false && g > alloc.GPUs {~-run TestObserverDRADemand ./k8s/
 dra: an allocated claim is no demand~k8s/dra.go~if !ok || claim.Status.Allocation != nil || counted[key] {~if !ok || counted[key] {~-run TestObserverDRADemand ./k8s/
+migrate: work without a known checkpoint is never migrated~broker/migrate.go~		case wl.CheckpointAge < 0:\n~		case false:\n~-run TestMigrate ./broker/
+migrate: a checkpoint older than the max wait is never migrated~broker/migrate.go~		case wl.CheckpointAge > wait:~		case false:~-run TestMigrate ./broker/
+migrate: an ApplicationMaster is never migrated~broker/migrate.go~		case wl.AM:~		case false:~-run TestMigrate ./broker/
+migrate: a gang is never moved partly~broker/migrate.go~		case pl.gangElsewhere(wl, n.Name):~		case false:~-run TestMigrate ./broker/
+migrate: a tenant that opted out is never migrated~broker/migrate.go~		case slices.Contains(pl.p.NoMigrateTenants, wl.Tenant):~		case false:~-run TestMigrate ./broker/
+migrate: the hourly budget holds~broker/migrate.go~	if left := pl.migrationsLeft(); len(work) > left {~	if left := pl.migrationsLeft(); false {~-run TestMigrate ./broker/
+migrate: ended migrations count against the budget~broker/engine/observe.go~		MigratedLastHour: migrated, NoActions~		NoActions~-run TestRuntimeMigrateBudgetCountsEndedOps ./broker/engine/
+migrate: a task is stopped only right after a checkpoint~broker/engine/migrate.go~		if !stopping && (cur.CheckpointAge < 0 || cur.CheckpointAge > window) {~		if false {~-run TestRuntimeMigrate ./broker/engine/
+migrate: a YARN node is cordoned before its tasks are stopped~broker/engine/migrate.go~			if next, progressed, done := r.cordonNode(ctx, s, from, act); !done {\n\t\t\t\treturn next, progressed\n\t\t\t}~			_ = act~-run TestRuntimeMigrate ./broker/engine/
+migrate: why names the migrations of a YARN application~store/why.go~			UNION\n\t\t\t(SELECT * FROM decisions WHERE at >= $2 AND kind = 'migrate'~			UNION ALL\n\t\t\t(SELECT * FROM decisions WHERE false AND kind = 'migrate'~-run TestDemandDecisionsNameMigrations ./store/
 fleet: a fleet's faulty host is cordoned, never replaced~broker/lifecycle.go~\t\tif pl.pools[w.pool].st.Pool.Fleet() {\n\t\t\tpl.repairFleet(w)\n~\t\tif false {\n\t\t\tpl.repairFleet(w)\n~-run TestFleetPools ./broker/
 fleet: a fleet's faulty host is only cordoned, its work left to end~broker/lifecycle.go~To: OwnerNone, CordonOnly: true,~To: OwnerNone,~-run TestFleetPools ./broker/
 fleet: the cordon-only mark reaches the journaled op~broker/engine/tickphases.go~Attrition: a.Attrition, CordonOnly: a.CordonOnly}~Attrition: a.Attrition}~-run TestFleetCordonOnlyIsJournaled ./broker/engine/
