@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpubroker/gpubroker/broker"
+	"github.com/gpubroker/gpubroker/k8s"
+)
+
+// TestMigrationMovesPodAtItsCheckpoint: checkpoint-aligned migration on
+// the real control plane (broker/migrate.go). A Job's pod holds 1 of 4
+// GPUs on node x, its newest checkpoint 30 min old: a drain would lose
+// more than consolidation.max_work_lost (10 min), so idle reclaim keeps
+// the node. With consolidation.migrate: checkpointed the planner migrates
+// it instead: the op cordons x first, then waits, the pod still running
+// there, until a fresh observation shows a checkpoint at most the window
+// old; the test then writes one (as the trainer would, through the
+// annotation), the op evicts the pod, the Job's replacement lands on the
+// fuller node y, and x is terminated: the pool goes from 2 nodes to 1.
+func TestMigrationMovesPodAtItsCheckpoint(t *testing.T) {
+	old := time.Now().Add(-30 * time.Minute).UTC().Format(time.RFC3339)
+	w, x, y := consolidationWorld(t, "migrate-ckpt", 3*time.Second, 0, jobWork,
+		map[string]string{k8s.LastCheckpointAnnotation: old})
+	first, ok := w.workPod()
+	if !ok || first.Spec.NodeName != x {
+		t.Fatalf("the Job's pod does not run on %s", x)
+	}
+	pol, err := w.st.GetPolicy(w.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Migrate = broker.MigrateCheckpointed
+	pol.MigrateWindow = broker.Duration(2 * time.Minute)
+	if _, err := w.st.UpdatePolicy(w.ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+
+	// The migration is planned and cordons x; the pod, whose checkpoint
+	// is older than the window, is not stopped: it waits for the next.
+	var reason string
+	w.eventually(60*time.Second, "a migrate decision for node "+x, func() bool {
+		if ds := w.decisions(string(broker.ActMigrate), x); len(ds) > 0 {
+			reason = ds[0].Reason
+			return true
+		}
+		return false
+	})
+	t.Logf("migrate: %s", reason)
+	w.eventually(30*time.Second, "node "+x+" to be cordoned", func() bool {
+		n, err := kubeEnv.Client.CoreV1().Nodes().Get(w.ctx, x, metav1.GetOptions{})
+		return err == nil && n.Spec.Unschedulable
+	})
+	// Several ticks later the pod still runs on x, unstopped: a stale
+	// checkpoint never lets it move.
+	time.Sleep(5 * time.Second)
+	p, ok := w.workPod()
+	if !ok || p.UID != first.UID || p.Spec.NodeName != x {
+		t.Fatalf("the Job's pod was stopped before it checkpointed: %+v", p)
+	}
+	if ds := w.decisions(string(broker.ActScaleDown), x); len(ds) > 0 {
+		t.Fatalf("node %s was drained by idle reclaim: %s", x, ds[0].Reason)
+	}
+	if g, _ := w.aws.Group(poolName); g.Desired != 2 {
+		t.Fatalf("pool desired %d while the migration waits, want 2", g.Desired)
+	}
+
+	// The trainer checkpoints: the op stops the pod right after.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		k8s.LastCheckpointAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubeEnv.Client.CoreV1().Pods(w.ns).Patch(w.ctx, first.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.eventually(90*time.Second, "the Job's pod to run again on "+y, func() bool {
+		p, ok := w.workPod()
+		return ok && p.Spec.NodeName == y && p.UID != first.UID
+	})
+	assertJobPod(t, w)
+	w.eventually(90*time.Second, "node "+x+" to be terminated", func() bool {
+		g, _ := w.aws.Group(poolName)
+		return g.Desired == 1 && len(g.Instances) == 1
+	})
+	n, err := kubeEnv.Client.CoreV1().Nodes().Get(w.ctx, y, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Spec.Unschedulable {
+		t.Fatalf("the landing node %s was cordoned", y)
+	}
+	// Nothing else on y was stopped: its 3-GPU pod still runs.
+	pods, err := kubeEnv.Client.CoreV1().Pods(w.ns).List(w.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := false
+	for _, p := range pods.Items {
+		if (p.Name == "hold-a" || p.Name == "hold-b") && p.Spec.NodeName == y && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			held = true
+		}
+	}
+	if !held {
+		t.Fatalf("the 3-GPU pod on %s did not keep running", y)
+	}
+}
