@@ -223,7 +223,11 @@ func TestEvictSparesRecreatedPodOnRealAPIServer(t *testing.T) {
 	t.Cleanup(func() {
 		env.Client.CoreV1().Nodes().Delete(context.Background(), "evict-uid-node", metav1.DeleteOptions{})
 	})
-	victim, err := env.Client.CoreV1().Pods("evict-uid").Create(ctx, readyPod("evict-uid", "train", "evict-uid-node", nil), metav1.CreateOptions{})
+	// The victim is bound to a node no one runs: KWOK, seeing its
+	// deletion late, would delete "train" by name, the successor too,
+	// which is KWOK's shortcut, not what a kubelet does (it acts on the
+	// pods it runs, by UID).
+	victim, err := env.Client.CoreV1().Pods("evict-uid").Create(ctx, readyPod("evict-uid", "train", "evict-uid-gone", nil), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
