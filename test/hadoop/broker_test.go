@@ -63,6 +63,8 @@ type brokerTarget struct {
 	runIn func(ctx context.Context, queue, host string, gpus, seconds int) (string, string, error)
 	// finish ends an app.
 	finish func(ctx context.Context, app string) error
+	// checkpoints, when set, reads checkpoint ages for the rig's runtime.
+	checkpoints engine.Checkpoints
 }
 
 func simBrokerTarget(t *testing.T) brokerTarget {
@@ -572,6 +574,7 @@ func newBrokerRigPools(t *testing.T, ctx context.Context, tg brokerTarget, rmURL
 		Observers: []engine.SideObserver{yarn.NewSide(client, yarn.MapOptions{}).WithCordon(cordon)},
 		Actions:   []engine.SideActions{dec},
 		Pools:     nodePool, Ledger: st.Ledger(), Logger: log, ObserveTimeout: 5 * time.Second,
+		Checkpoints: tg.checkpoints,
 	}
 	if k8s != nil {
 		cfg.Observers = append(cfg.Observers, k8s)

@@ -75,3 +75,22 @@ func (c *Cluster) ManagedAM(ctx context.Context, queue string, seconds int) (app
 	}
 	return f[0], f[1], f[2], nil
 }
+
+// Restartable starts an application tagged tag (e.g.
+// "gpubroker.io/checkpoint-dir=hdfs://nn/ckpt/job") with one real
+// container of spec.GPUs GPUs on spec.Host running `sleep seconds`; its
+// AM asks again, with relaxed locality, whenever the container ends before
+// its time and runs the new one wherever the RM places it, as a
+// checkpointing trainer's AM does. It returns the application and its
+// first container.
+func (c *Cluster) Restartable(ctx context.Context, queue string, seconds int, spec ContainerSpec, tag string) (app, container string, err error) {
+	out, err := c.command(ctx, fmt.Sprintf("restartable %s %d %s:%d %s", queue, seconds, spec.Host, spec.GPUs, tag))
+	if err != nil {
+		return "", "", err
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return "", "", fmt.Errorf("launcher: restartable: unexpected answer %q", out)
+	}
+	return f[0], f[1], nil
+}

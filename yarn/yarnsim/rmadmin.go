@@ -142,7 +142,7 @@ func (a *AdminServer) SetStandby(standby bool) {
 // host, which finishes after d; the app ends with its container, also
 // when a decommission cuts it off.
 func (a *AdminServer) RunOn(queue, host string, gpus int, d time.Duration) (string, error) {
-	id, _, err := a.place(queue, d, true, Placement{Host: host, GPUs: gpus})
+	id, _, err := a.place(placeApp{queue: queue, d: d, oneShot: true}, Placement{Host: host, GPUs: gpus})
 	return id, err
 }
 
@@ -161,15 +161,39 @@ type Placement struct {
 // d; a container that ends is not asked for again, and the app runs on
 // with the others. It returns the app and its container ids in order.
 func (a *AdminServer) Spread(queue string, d time.Duration, ps ...Placement) (string, []string, error) {
-	return a.place(queue, d, false, ps...)
+	return a.place(placeApp{queue: queue, d: d}, ps...)
 }
 
-func (a *AdminServer) place(queue string, d time.Duration, oneShot bool, ps ...Placement) (string, []string, error) {
+// Restartable starts an app in queue tagged tag with one container on
+// p.Host, as the test launcher's restartable does: the app finishes after
+// d, and a container that ends early is asked for again, anywhere in the
+// default partition (its AM resumes from its checkpoint). It returns the
+// app and its first container.
+func (a *AdminServer) Restartable(queue string, d time.Duration, tag string, p Placement) (string, string, error) {
+	id, ids, err := a.place(placeApp{queue: queue, d: d, tags: []string{tag}, reask: true}, p)
+	if err != nil {
+		return "", "", err
+	}
+	return id, ids[0], nil
+}
+
+// placeApp is what place starts: an app in queue that finishes after d;
+// oneShot ends it with its container, reask asks again for a container
+// that ended (else it is not asked for again).
+type placeApp struct {
+	queue          string
+	d              time.Duration
+	tags           []string
+	oneShot, reask bool
+}
+
+func (a *AdminServer) place(pa placeApp, ps ...Placement) (string, []string, error) {
+	queue, d, oneShot := pa.queue, pa.d, pa.oneShot
 	reqs := make([]RequestSpec, len(ps))
 	for i, p := range ps {
 		reqs[i] = RequestSpec{Priority: int32(1 + i), Containers: 0, GPUs: p.GPUs}
 	}
-	id, err := a.sim.Submit(AppSpec{Queue: queue, Requests: reqs})
+	id, err := a.sim.Submit(AppSpec{Queue: queue, Tags: pa.tags, Requests: reqs})
 	if err != nil {
 		return "", nil, err
 	}
@@ -210,9 +234,10 @@ func (a *AdminServer) place(queue string, d time.Duration, oneShot bool, ps ...P
 			s.rules.ignoreTERM[id] = true
 		}
 	}
-	if oneShot {
+	switch {
+	case oneShot:
 		s.rules.oneShot[id] = true // the app ends with its container
-	} else {
+	case !pa.reask:
 		s.rules.noReask[id] = true
 	}
 	s.live = nil

@@ -76,6 +76,11 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  *       (a trap one ignores SIGTERM, so GRACEFUL_SHUTDOWN does not stop
  *       it); it finishes once all have completed; answers
  *       "OK APP_ID CONTAINER_ID..."</li>
+ *   <li>restartable QUEUE SECONDS HOST:GPUS TAG — an application tagged
+ *       TAG (e.g. gpubroker.io/checkpoint-dir=hdfs://...) with one real
+ *       container on HOST running "sleep SECONDS", whose AM asks again,
+ *       anywhere, when the container ends early and runs it there, as a
+ *       checkpointing trainer's does; answers "OK APP_ID CONTAINER_ID"</li>
  *   <li>am QUEUE SECONDS — an application with a real managed AM (a JVM
  *       the RM places and a NodeManager launches, 0 GPUs) that registers,
  *       heartbeats and unregisters after SECONDS; answers
@@ -458,6 +463,12 @@ public final class Launcher {
             }
             reply = "OK " + spread(f[1], Integer.parseInt(f[2]), java.util.Arrays.copyOfRange(f, 3, f.length));
             break;
+          case "restartable":
+            if (f.length != 5) {
+              throw new IllegalArgumentException("usage: restartable QUEUE SECONDS HOST:GPUS TAG");
+            }
+            reply = "OK " + restartable(f[1], Integer.parseInt(f[2]), f[3], f[4]);
+            break;
           case "am":
             if (f.length != 3) {
               throw new IllegalArgumentException("usage: am QUEUE SECONDS");
@@ -499,11 +510,17 @@ public final class Launcher {
 
   private String submit(String queue, int appPriority, int containers, int gpus, String host,
       boolean strict, String labelExpression) throws Exception {
+    return submit(queue, appPriority, containers, gpus, host, strict, labelExpression, Collections.emptySet());
+  }
+
+  private String submit(String queue, int appPriority, int containers, int gpus, String host,
+      boolean strict, String labelExpression, java.util.Set<String> tags) throws Exception {
     YarnClientApplication app = yarn.createApplication();
     ApplicationSubmissionContext ctx = app.getApplicationSubmissionContext();
     ApplicationId id = ctx.getApplicationId();
     ctx.setApplicationName("gpubroker-test-" + id.getId());
     ctx.setApplicationType("GPUBROKER-TEST");
+    ctx.setApplicationTags(tags);
     ctx.setQueue(queue);
     ctx.setPriority(Priority.newInstance(appPriority));
     ctx.setUnmanagedAM(true);
@@ -631,6 +648,24 @@ public final class Launcher {
    * once every container runs.
    */
   private String spread(String queue, int seconds, String[] specs) throws Exception {
+    return spread(queue, seconds, specs, Collections.emptySet(), false);
+  }
+
+  /**
+   * restartable submits an application tagged tag with one real container
+   * "HOST:GPUS" placed on HOST and running "sleep seconds", whose AM, as a
+   * checkpointing trainer's does, asks again for a container of the same
+   * size (anywhere: relaxed locality) whenever its container ends before
+   * its time (a signal: a non-zero exit) and runs "sleep seconds" in the
+   * new one; the application finishes once a container completes with
+   * exit 0. It answers "APP_ID CONTAINER_ID" once the first runs.
+   */
+  private String restartable(String queue, int seconds, String spec, String tag) throws Exception {
+    return spread(queue, seconds, new String[] {spec}, Collections.singleton(tag), true);
+  }
+
+  private String spread(String queue, int seconds, String[] specs, java.util.Set<String> tags,
+      final boolean restart) throws Exception {
     final int n = specs.length;
     final String[] hostOf = new String[n];
     final int[] gpusOf = new int[n];
@@ -644,12 +679,13 @@ public final class Launcher {
       gpusOf[i] = Integer.parseInt(p[1]);
       trap[i] = p.length == 3;
     }
-    String appId = submit(queue, 0, 0, 0, null, true, null);
+    String appId = submit(queue, 0, 0, 0, null, true, null, tags);
     final AppHandle h;
     synchronized (apps) {
       h = apps.get(apps.size() - 1);
     }
     final org.apache.hadoop.yarn.api.records.Container[] got = new org.apache.hadoop.yarn.api.records.Container[n];
+    final org.apache.hadoop.yarn.client.api.NMClient nm = org.apache.hadoop.yarn.client.api.NMClient.createNMClient();
     h.ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
       for (int i = 0; i < n; i++) {
         Resource cap = Resource.newInstance(1024, 1);
@@ -681,7 +717,6 @@ public final class Launcher {
       for (ContainerRequest req : h.asks) {
         h.amrm.removeContainerRequest(req);
       }
-      org.apache.hadoop.yarn.client.api.NMClient nm = org.apache.hadoop.yarn.client.api.NMClient.createNMClient();
       nm.init(conf);
       nm.start();
       for (int i = 0; i < n; i++) {
@@ -711,12 +746,35 @@ public final class Launcher {
           for (org.apache.hadoop.yarn.api.records.Container c : got) {
             left.add(c.getId());
           }
-          while (!left.isEmpty()) {
-            for (org.apache.hadoop.yarn.api.records.ContainerStatus st
-                : h.amrm.allocate(0.5f).getCompletedContainersStatuses()) {
-              left.remove(st.getContainerId());
+          ContainerRequest again = null;
+          while (!left.isEmpty() || again != null) {
+            org.apache.hadoop.yarn.api.protocolrecords.AllocateResponse resp = h.amrm.allocate(0.5f);
+            for (org.apache.hadoop.yarn.api.records.ContainerStatus st : resp.getCompletedContainersStatuses()) {
+              if (left.remove(st.getContainerId()) && restart && st.getExitStatus() != 0) {
+                // Stopped before its time: ask again, anywhere, as a
+                // trainer's AM does to resume from its checkpoint.
+                Resource cap = Resource.newInstance(1024, 1);
+                cap.setResourceValue(GPU, gpusOf[0]);
+                again = new ContainerRequest(cap, null, null, Priority.newInstance(1), true, null);
+                h.amrm.addContainerRequest(again);
+                System.err.println(appId + ": container " + st.getContainerId() + " ended with exit "
+                    + st.getExitStatus() + "; asking again");
+              }
             }
-            if (!left.isEmpty()) {
+            for (org.apache.hadoop.yarn.api.records.Container c : resp.getAllocatedContainers()) {
+              if (again == null) {
+                h.amrm.releaseAssignedContainer(c.getId());
+                continue;
+              }
+              h.amrm.removeContainerRequest(again);
+              again = null;
+              left.add(c.getId());
+              nm.startContainer(c, ContainerLaunchContext.newInstance(
+                  Collections.emptyMap(), Collections.emptyMap(), Collections.singletonList("sleep " + seconds),
+                  Collections.emptyMap(), null, Collections.emptyMap()));
+              System.err.println(appId + ": restarted in " + c.getId() + " on " + c.getNodeId().getHost());
+            }
+            if (!left.isEmpty() || again != null) {
               Thread.sleep(250);
             }
           }
