@@ -163,6 +163,16 @@ func (a *Actuator) PodEvent(ctx context.Context, namespace, name, eventType, rea
 	return a.event(ctx, ref, eventType, reason, message)
 }
 
+// bestEffortPodEvent writes an Event about pod, as read before an action
+// on it (the pod may be gone since), logging a failure.
+func (a *Actuator) bestEffortPodEvent(ctx context.Context, pod *corev1.Pod, eventType, reason, message string) {
+	ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion}
+	if err := a.event(ctx, ref, eventType, reason, message); err != nil && ctx.Err() == nil {
+		a.log.Warn("write pod event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
+	}
+}
+
 // NodeEvent writes a Kubernetes Event about a node (in namespace default,
 // where kubectl describe node finds node events).
 func (a *Actuator) NodeEvent(ctx context.Context, node, eventType, reason, message string) error {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -234,9 +235,31 @@ func (s *Side) Cordon(ctx context.Context, node string) error {
 // Admit removes the cordon and the owner taint.
 func (s *Side) Admit(ctx context.Context, node string) error { return s.act.Uncordon(ctx, node) }
 
+// The reasons of the Events written on a pod gpubroker evicts.
+const (
+	// EventPreempted: evicted for higher-priority GPU demand.
+	EventPreempted = "Preempted"
+	// EventMigrated: evicted right after its checkpoint by a migration
+	// emptying its node; its controller recreates it on a fuller node.
+	EventMigrated = "Migrated"
+)
+
 // Evict preempts one pod through the Eviction API. A pod already gone is
 // success, so the executor may repeat the call.
 func (s *Side) Evict(ctx context.Context, node string, w broker.Workload) error {
+	return s.evict(ctx, node, w, corev1.EventTypeWarning, EventPreempted,
+		fmt.Sprintf("preempted by gpubroker on %s for higher-priority GPU demand", node))
+}
+
+// EvictForMigration evicts one pod as Evict does, for a migration
+// (engine.MigrationEvicter): the pod's Event says it was moved right
+// after its checkpoint, not preempted.
+func (s *Side) EvictForMigration(ctx context.Context, node string, w broker.Workload) error {
+	return s.evict(ctx, node, w, corev1.EventTypeNormal, EventMigrated,
+		fmt.Sprintf("moved by gpubroker right after its checkpoint: node %s is being emptied so that it can leave; the pod's controller recreates it on a fuller node", node))
+}
+
+func (s *Side) evict(ctx context.Context, node string, w broker.Workload, eventType, reason, message string) error {
 	ns, name, ok := strings.Cut(w.Name, "/")
 	if !ok {
 		return fmt.Errorf("evict workload %q on %s: name is not namespace/name", w.Name, node)
@@ -277,6 +300,8 @@ func (s *Side) Evict(ctx context.Context, node string, w broker.Workload) error 
 	if err != nil {
 		return fmt.Errorf("evict pod %s on %s: %w", w.Name, node, err)
 	}
-	s.act.PodEvent(ctx, ns, name, "Warning", "Preempted", fmt.Sprintf("preempted by gpubroker on %s for higher-priority GPU demand", node))
+	// The pod as read: once evicted it may be gone before an Event could
+	// look it up again.
+	s.act.bestEffortPodEvent(ctx, pod, eventType, reason, message)
 	return nil
 }

@@ -268,6 +268,21 @@ func TestEvictSparesRecreatedPodOnRealAPIServer(t *testing.T) {
 		p, err := env.Client.CoreV1().Pods("evict-uid").Get(ctx, "train", metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil, nil
 	})
+	// The evicted pod, and only it, gets the Preempted event, even when
+	// it is gone before the event is written.
+	evs, err := env.Client.CoreV1().Events("evict-uid").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var preempted []string
+	for _, e := range evs.Items {
+		if e.Reason == EventPreempted {
+			preempted = append(preempted, string(e.InvolvedObject.UID))
+		}
+	}
+	if len(preempted) != 1 || preempted[0] != string(successor.UID) {
+		t.Fatalf("Preempted events on pods %v, want one on the evicted %s", preempted, successor.UID)
+	}
 }
 
 // TestStoppedKubeletNodeIsDownNotInFlight: a Ready GPU node with a pod on

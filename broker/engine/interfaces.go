@@ -110,6 +110,14 @@ type SideActions interface {
 	Evict(ctx context.Context, node string, w broker.Workload) error
 }
 
+// MigrationEvicter is a side that stops work for a migration
+// differently from a preemption, e.g. with an Event that says the pod was
+// moved right after its checkpoint (k8s.Side). A side without it is
+// asked to Evict.
+type MigrationEvicter interface {
+	EvictForMigration(ctx context.Context, node string, w broker.Workload) error
+}
+
 // Ledger is the durable state the tick loop reads and writes (the store).
 type Ledger interface {
 	TenantIndex(ctx context.Context) (broker.TenantIndex, error)

@@ -75,7 +75,12 @@ func (r *Runtime) migrateTasks(ctx context.Context, s *stepCtx, policy broker.Po
 			s.op = s.save()
 			r.log.Info("migrating task right after its checkpoint", "op", op.ID, "node", op.Node, "task", w.Name, "checkpoint_age", cur.CheckpointAge)
 		}
-		err := act.Evict(ctx, op.Node, w)
+		var err error
+		if m, ok := act.(MigrationEvicter); ok {
+			err = m.EvictForMigration(ctx, op.Node, w)
+		} else {
+			err = act.Evict(ctx, op.Node, w)
+		}
 		switch {
 		case err == nil:
 			s.data.Stopped = append(s.data.Stopped, howStopped(act, w))

@@ -84,6 +84,30 @@ func TestMigrationMovesPodAtItsCheckpoint(t *testing.T) {
 		return ok && p.Spec.NodeName == y && p.UID != first.UID
 	})
 	assertJobPod(t, w)
+	// The moved pod's Event says it migrated, not that it was preempted.
+	w.eventually(30*time.Second, "a Migrated event on pod "+first.Name, func() bool {
+		evs, err := kubeEnv.Client.CoreV1().Events(w.ns).List(w.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		migrated := false
+		for _, e := range evs.Items {
+			if e.InvolvedObject.UID != first.UID {
+				continue
+			}
+			switch e.Reason {
+			case k8s.EventPreempted:
+				t.Fatalf("pod %s got event %s %s: %s; a migration is no preemption", first.Name, e.Type, e.Reason, e.Message)
+			case k8s.EventMigrated:
+				if e.Type != corev1.EventTypeNormal {
+					t.Fatalf("event %s on pod %s is of type %s, want %s", e.Reason, first.Name, e.Type, corev1.EventTypeNormal)
+				}
+				t.Logf("event on %s: %s %s", first.Name, e.Reason, e.Message)
+				migrated = true
+			}
+		}
+		return migrated
+	})
 	w.eventually(90*time.Second, "node "+x+" to be terminated", func() bool {
 		g, _ := w.aws.Group(poolName)
 		return g.Desired == 1 && len(g.Instances) == 1
