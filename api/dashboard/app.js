@@ -532,11 +532,16 @@ async function saveTenant(name, changes) {
 
 const POLICY_ROWS = [["cluster_max_gpus", "cluster max GPUs"], ["scale_down_unneeded", "scale-down unneeded time"],
   ["scale_down_utilisation", "scale-down utilisation"], ["expander", "expander"], ["preemption", "preemption"],
-  ["ownership_transfer", "ownership transfer"], ["max_provision_time", "max provision time"], ["drain_timeout", "drain timeout"]];
+  ["ownership_transfer", "ownership transfer"], ["max_provision_time", "max provision time"], ["drain_timeout", "drain timeout"],
+  ["consolidation_migrate", "migration"], ["consolidation_max_migrations_per_hour", "max migrations per hour"]];
 
 function renderPolicy(p) {
   policy = p;
-  const rows = POLICY_ROWS.map(([k, label]) => el("tr", {}, el("td", { class: "muted" }, label), el("td", { "data-field": k }, String(p[k]))));
+  // Fields the API leaves out when unset: migration is off, the budget
+  // the server's default.
+  const unset = { consolidation_migrate: "off", consolidation_max_migrations_per_hour: "default" };
+  const rows = POLICY_ROWS.map(([k, label]) => el("tr", {}, el("td", { class: "muted" }, label),
+    el("td", { "data-field": k }, p[k] === undefined || p[k] === "" ? (unset[k] || "") : String(p[k]))));
   replaceRows($("#policy tbody"), rows, "no policy", 2);
   $("#policy-version").textContent = "version " + p.version;
   $("#policy-edit").hidden = !isAdmin() || !$("#policy-form").hidden;
@@ -619,6 +624,22 @@ function renderPreemptions(page) {
   replaceRows($("#preemptions tbody"), rows, "no preemptions", 6);
 }
 
+function renderMigrations(page) {
+  const rows = page.items.map(d => {
+    const a = d.detail || {};
+    const tasks = (a.victims || []).map(v => (scope() && v.tenant !== scope() ? "work of another tenant" : (v.name || v.source + "/" + v.key)) +
+      " (" + v.gpus + " GPUs)").join(", ");
+    return el("tr", {},
+      el("td", {}, fmtTime(d.at)),
+      el("td", {}, d.node || a.node || ""),
+      el("td", {}, tasks || "—"),
+      el("td", {}, (a.landing || []).join(", ") || "—"),
+      el("td", { class: "num" }, fmtHours(a.gpu_hours_lost || 0)),
+      el("td", { class: "reason" }, redact(d.reason)));
+  });
+  replaceRows($("#migrations tbody"), rows, "no migrations", 6);
+}
+
 async function previewPlan() {
   $("#plan-summary").textContent = "planning…";
   try {
@@ -647,11 +668,11 @@ let lastPending = null;
 async function refresh() {
   try {
     const sc = scope(), q = sc ? "&tenant=" + encodeURIComponent(sc) : "";
-    const [cap, series, nodes, demand, decisions, openOps, failedOps, tenantList, pol, preempts] = await Promise.all([
+    const [cap, series, nodes, demand, decisions, openOps, failedOps, tenantList, pol, preempts, migrations] = await Promise.all([
       api("/capacity"), api("/capacity/series?window=" + SERIES_WINDOW), apiAll("/nodes?limit=" + NODE_PAGE),
       api("/demand?limit=1000" + q), api("/decisions?limit=20" + q),
       api("/ops?state=open&limit=20"), api("/ops?state=failed&limit=10"),
-      api("/tenants"), api("/policy"), api("/decisions?kind=preempt&limit=10" + q)]);
+      api("/tenants"), api("/policy"), api("/decisions?kind=preempt&limit=10" + q), api("/decisions?kind=migrate&limit=10" + q)]);
     const pending = pendingOf(demand, cap);
     lastPending = pending;
     renderTenants(tenantList, pending); // first: it learns which tenant names to hide
@@ -665,6 +686,7 @@ async function refresh() {
     refreshAudit();
     renderPolicy(pol);
     renderPreemptions(preempts);
+    renderMigrations(migrations);
     lastSeries = series;
     drawCharts();
     renderStatus(cap.runtime);

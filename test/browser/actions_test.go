@@ -155,6 +155,14 @@ func newActionsWorld(t *testing.T) *actionsWorld {
 		Demand: "k8s/elastic-gpu-training-0", Tenant: "ml", Node: "ip-10-0-1-13", Reason: "ml outranks speech", Detail: detail}}); err != nil {
 		t.Fatal(err)
 	}
+	migrated, _ := json.Marshal(broker.Action{Kind: broker.ActMigrate, Node: "ip-10-0-1-21", Pool: "gpu-training-group",
+		Victims:      []broker.Workload{{Source: broker.SourceK8s, Key: "uid-trainer-3", Name: "ml/trainer-3", Tenant: "ml", Priority: 0, GPUs: 1}},
+		Landing:      []string{"ip-10-0-1-22"},
+		GPUHoursLost: 0.08, Reason: "1 of 8 GPUs allocated"})
+	if err := st.RecordDecisions(ctx, []broker.Decision{{At: now.Add(-time.Minute), Tick: 13, Kind: string(broker.ActMigrate),
+		Tenant: "ml", Node: "ip-10-0-1-21", Reason: "migrate 1 tasks off node ip-10-0-1-21: 1 of 8 GPUs allocated", Detail: migrated}}); err != nil {
+		t.Fatal(err)
+	}
 	w := &actionsWorld{st: st, rt: &recordingRuntime{plan: broker.Plan{
 		Actions: []broker.Action{{Kind: broker.ActScaleUp, Pool: "gpu-training-group", Target: 3, Serves: []string{"k8s/elastic-gpu-training-1"},
 			Reason: "1 pod of ml needs 2 H100 GPUs; ordering 1 node"}},
@@ -205,6 +213,8 @@ func TestDashboardActions(t *testing.T) {
 	// shows its victims and the work lost.
 	d.waitText(10*time.Second, "#ops", "failed", "InsufficientInstanceCapacity: no L4 capacity")
 	d.waitText(10*time.Second, "#preemptions", "speech/asr-batch (2 GPUs, priority 50)", "3.5", "ml outranks speech")
+	d.waitText(10*time.Second, "#migrations", "ml/trainer-3 (1 GPUs)", "ip-10-0-1-22", "0.08", "migrate 1 tasks off node ip-10-0-1-21")
+	d.waitText(10*time.Second, "#policy", "migration", "off", "max migrations per hour")
 
 	// Edit ml's quota and weight.
 	d.click(`#tenants [data-edit="ml"]`)
