@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -78,13 +79,18 @@ var (
 	descNodeClaimConflict = prometheus.NewDesc("gpubroker_node_claim_conflict",
 		"1 while both YARN and Kubernetes list the node as schedulable (the last tick's observation; the broker cordons one side), else 0; leader only.",
 		[]string{"node"}, nil)
+	descMigratedLastHour = prometheus.NewDesc("gpubroker_migrated_tasks_last_hour",
+		"Tasks restarted by migrate ops journaled in the last hour (what consolidation.max_migrations_per_hour bounds).", nil, nil)
+	descMigrationBudget = prometheus.NewDesc("gpubroker_migration_budget_per_hour",
+		"consolidation.max_migrations_per_hour while consolidation.migrate is on; 0 while it is off.", nil, nil)
 	descNodes = prometheus.NewDesc("gpubroker_nodes",
 		"Nodes that are not gone, by pool, owner side and lifecycle phase.", []string{"pool", "owner", "phase"}, nil)
 )
 
 var stateDescs = []*prometheus.Desc{descLeader, descLastTick, descSourceStale, descPoolStale, descPoolHostsMissing, descClaimConflicts,
 	descSideGPUs, descSideNodes, descPoolGPUs, descPoolNodes, descPoolMaxNodes, descPoolMinNodes, descPoolBackoff,
-	descPoolRepairsPaused, descDemandGPUs, descDemandUnits, descDemandWait, descNodeUnhealthy, descNodeClaimConflict, descNodes}
+	descPoolRepairsPaused, descDemandGPUs, descDemandUnits, descDemandWait, descNodeUnhealthy, descNodeClaimConflict, descNodes,
+	descMigratedLastHour, descMigrationBudget}
 
 // Describe implements prometheus.Collector.
 func (m *stateMetrics) Describe(ch chan<- *prometheus.Desc) {
@@ -134,8 +140,21 @@ func (m *stateMetrics) refresh(ctx context.Context, s *server) error {
 		return err
 	}
 	now := s.cfg.Now()
+	pol, err := s.st.GetPolicy(ctx)
+	if err != nil {
+		return err
+	}
+	migrated, err := s.st.MigratedSince(ctx, now.Add(-time.Hour))
+	if err != nil {
+		return err
+	}
 	sum := summarise(now, nodes, pools, groups)
 	var out []prometheus.Metric
+	budget := 0
+	if pol.Migrate == broker.MigrateCheckpointed {
+		budget = pol.WithDefaults().MaxMigrationsPerHour
+	}
+	out = append(out, gauge(descMigratedLastHour, float64(migrated)), gauge(descMigrationBudget, float64(budget)))
 
 	if s.rt != nil {
 		st := s.rt.Status()

@@ -171,3 +171,38 @@ func TestStateMetricsValues(t *testing.T) {
 		t.Errorf("a server without a tick loop still exports capacity; got %v", m)
 	}
 }
+
+// TestMigrationMetrics: /metrics exports the tasks migrations restarted in
+// the last hour and the hourly budget, 0 while consolidation.migrate is off.
+func TestMigrationMetrics(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	m := scrape(t, e, "")
+	if m[`gpubroker_migration_budget_per_hour`] != 0 || m[`gpubroker_migrated_tasks_last_hour`] != 0 {
+		t.Fatalf("migration off: budget %v, migrated %v, want 0 and 0",
+			m[`gpubroker_migration_budget_per_hour`], m[`gpubroker_migrated_tasks_last_hour`])
+	}
+	pol, err := e.st.GetPolicy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol.Migrate, pol.MaxMigrationsPerHour = broker.MigrateCheckpointed, 7
+	if _, err := e.st.UpdatePolicy(ctx, pol); err != nil {
+		t.Fatal(err)
+	}
+	data, err := broker.EncodeOpData(broker.OpData{Victims: []broker.Workload{{Key: "a"}}, Stopped: []string{"b stopped"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.InsertOp(ctx, broker.Op{Kind: broker.ActMigrate, Pool: "gpu", Node: "m1", State: broker.OpRunning,
+		Step: broker.StepEvict, Reason: "test", Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	m = scrape(t, e, "")
+	if got := m[`gpubroker_migration_budget_per_hour`]; got != 7 {
+		t.Errorf("gpubroker_migration_budget_per_hour = %v, want 7", got)
+	}
+	if got := m[`gpubroker_migrated_tasks_last_hour`]; got != 2 {
+		t.Errorf("gpubroker_migrated_tasks_last_hour = %v, want 2", got)
+	}
+}

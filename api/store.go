@@ -50,6 +50,9 @@ type Store interface {
 	ListDecisions(ctx context.Context, f store.DecisionFilter) ([]broker.Decision, error)
 	ListOps(ctx context.Context, f store.OpFilter) ([]broker.Op, error)
 	CountOps(ctx context.Context) ([]store.OpCount, error)
+	// MigratedSince sums the tasks restarted by migrate ops journaled at
+	// or after since.
+	MigratedSince(ctx context.Context, since time.Time) (int, error)
 	Samples(ctx context.Context, from, to time.Time) ([]broker.CapacitySample, error)
 	// FindDemand and DemandDecisions answer /demand/{id}/why.
 	FindDemand(ctx context.Context, l store.DemandLookup) ([]store.FoundDemand, error)
