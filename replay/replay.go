@@ -95,6 +95,10 @@ type Config struct {
 	// split between the sides by their work shares, compared under
 	// FleetPolicies.
 	Fleet int
+	// Shape, when positive, also offers every pool of nodes with more
+	// than Shape GPUs as Shape-GPU nodes of the same model (withShape):
+	// the what-if of smaller nodes (RunShapes).
+	Shape int
 	// RuleOff also replays gpubroker with the consolidation rule off
 	// (consolidation.max_work_lost unbounded: idle reclaim drains a
 	// Kubernetes node whatever its pods would lose), to report the work
@@ -121,6 +125,12 @@ func (c *Config) Validate() error {
 			}
 			return broker.Invalid("policies", "unknown policy %q; known: %s", p, strings.Join(Policies, ", "))
 		}
+	}
+	if c.Shape < 0 {
+		return broker.Invalid("what-if-shapes", "a node shape is a number of GPUs of at least 1, got %d", c.Shape)
+	}
+	if c.Shape > 0 && c.Fleet > 0 {
+		return broker.Invalid("what-if-shapes", "a fleet's nodes are the ones it owns: replay shapes without --fleet")
 	}
 	if c.Fleet < 0 {
 		return broker.Invalid("fleet", "must be 0 (pools that grow and shrink) or a number of nodes, got %d", c.Fleet)
@@ -163,6 +173,9 @@ type Report struct {
 	Summary []Summary `json:"summary,omitempty"`
 	// Fleet is the fleet's nodes in a fleet replay (Config.Fleet), else 0.
 	Fleet int `json:"fleet,omitempty"`
+	// Shapes is gpubroker with what-if node shapes (RunShapes), when
+	// asked for.
+	Shapes []ShapeSummary `json:"what_if_shapes,omitempty"`
 }
 
 // TraceInfo is what the report says about the trace and how it was read.
@@ -357,7 +370,7 @@ func demandOf(tasks []Task, load float64) demand {
 // poolsFor builds the shared pools at a load.
 func poolsFor(c Config, peak int) []broker.Pool {
 	if len(c.Pools) > 0 {
-		return slices.Clone(c.Pools)
+		return withShape(slices.Clone(c.Pools), c.Shape)
 	}
 	total := 0
 	for _, n := range c.NodeTypes {
@@ -375,7 +388,7 @@ func poolsFor(c Config, peak int) []broker.Pool {
 			MinNodes: 0, MaxNodes: max(1, int(math.Round(float64(n.Count)*f))), Sides: broker.PoolShared,
 		})
 	}
-	return out
+	return withShape(out, c.Shape)
 }
 
 func sanitize(s string) string {

@@ -57,6 +57,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Trace.Seeds > 1 {
 		r.writeSummaryText(&b)
 	}
+	r.writeShapesText(&b)
 	fmt.Fprintf(&b, "\n%s at the headline load %gx\n", map[bool]string{false: "GOAL", true: "FLEET: gpubroker vs the static split"}[r.Fleet > 0], r.Headline)
 	for _, g := range r.Goals() {
 		fmt.Fprintf(&b, "  - %s\n", g)
@@ -280,6 +281,7 @@ func (r *Report) WriteMarkdown(w io.Writer, plots []string) error {
 	}
 	fmt.Fprintf(&b, "\n## Curve over loads\n\n")
 	b.WriteString(mdTable(r.curveHeader("|"), len(r.Loads), func(i int) string { return r.curveRow(r.Loads[i], "|") }))
+	r.writeShapesMarkdown(&b)
 	fmt.Fprintf(&b, "\n## %s at the headline load %gx\n\n", map[bool]string{false: "Goal", true: "Fleet: gpubroker vs the static split"}[r.Fleet > 0], r.Headline)
 	for _, g := range r.Goals() {
 		fmt.Fprintf(&b, "- %s\n", g)

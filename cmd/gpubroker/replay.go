@@ -33,6 +33,7 @@ func runReplay(_ context.Context, e env, args []string) error {
 	seeds := fs.Int("seeds", 1, "replay `N` seeds from --seed on (each splits the tasks between the sides anew) and report mean and range")
 	fleet := fs.Int("fleet", 0, "replay a fleet of `N` owned nodes (the node list's mix scaled to N, nothing bought) and compare gpubroker's hand-overs with a static split of the same nodes (policies: "+strings.Join(replay.FleetPolicies, ", ")+")")
 	tablesPath := fs.String("tables", "", "write the Markdown tables over the seeds, and a reduced check run a test repeats, to this `file` (make replay: docs/replay-tables.md)")
+	shapes := fs.String("what-if-shapes", "", "comma-separated node `sizes` in GPUs (e.g. 1,2,4): also replay gpubroker with every pool of larger nodes offered as nodes of each size too, and report what it saves and costs in waits")
 	readmePath := fs.String("readme", "", "splice the --tables file's tables into this `file` between "+replayTablesBegin+" and "+replayTablesEnd+" (with --fleet: "+replayFleetBegin+" and "+replayFleetEnd+")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -99,9 +100,28 @@ func runReplay(_ context.Context, e env, args []string) error {
 			return inputError(err)
 		}
 	}
+	var shapeSizes []int
+	for _, v := range strings.Split(*shapes, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return usagef("--what-if-shapes: %q is not a node size in GPUs (a whole number of at least 1, e.g. --what-if-shapes 1,2,4)", v)
+		}
+		shapeSizes = append(shapeSizes, n)
+	}
+	if len(shapeSizes) > 0 && *fleet > 0 {
+		return usagef("--what-if-shapes: a fleet's nodes are the ones it owns; replay shapes without --fleet")
+	}
 	rep, err := replay.RunSeeds(cfg, *seeds)
 	if err != nil {
 		return inputError(err)
+	}
+	if len(shapeSizes) > 0 {
+		if rep.Shapes, err = replay.RunShapes(cfg, *seeds, shapeSizes); err != nil {
+			return inputError(err)
+		}
 	}
 	if *tablesPath != "" {
 		if err := writeReplayTables(*tablesPath, *readmePath, rep, cfg); err != nil {

@@ -158,3 +158,37 @@ func TestReplayDefaultPolicyIsServes(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayWhatIfShapes: --what-if-shapes adds gpubroker's rows with
+// smaller nodes to the report (JSON and text); a size that is not a whole
+// number of GPUs, or shapes with --fleet, exit 2 naming the flag.
+func TestReplayWhatIfShapes(t *testing.T) {
+	trace, nodes := replayFiles(t, "a,1000,1024,1,1000,,LS,Running,0,3600,0\nb,1000,1024,2,1000,,BE,Running,60,900,60\n")
+	code, stdout, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--load", "1", "--what-if-shapes", "1", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Shapes []struct {
+			Shape  int    `json:"shape_gpus"`
+			Policy string `json:"policy"`
+			Load   float64
+		} `json:"what_if_shapes"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Shapes) != 1 || rep.Shapes[0].Shape != 1 || rep.Shapes[0].Policy != replay.PolicyBroker {
+		t.Fatalf("what_if_shapes %+v: want gpubroker with 1-GPU nodes", rep.Shapes)
+	}
+	code, stdout, errOut = runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--load", "1", "--what-if-shapes", "1")
+	if code != 0 || !strings.Contains(stdout, "WHAT-IF NODE SHAPES") || !strings.Contains(stdout, "also 1-GPU") {
+		t.Fatalf("exit %d, %s; stdout lacks the shapes table:\n%s", code, errOut, stdout)
+	}
+	for _, bad := range [][]string{{"--what-if-shapes", "half"}, {"--what-if-shapes", "0"}, {"--what-if-shapes", "1", "--fleet", "2"}} {
+		args := append([]string{"replay", "--trace", trace, "--nodes", nodes, "--load", "1"}, bad...)
+		if code, _, errOut := runCLI(t, nil, args...); code != 2 || !strings.Contains(errOut, "--what-if-shapes") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming --what-if-shapes", bad, code, errOut)
+		}
+	}
+}
