@@ -23,11 +23,13 @@ type metrics struct {
 	kills, drainKills, lsKills int
 	drainKillLost              float64
 	attritions, recommissions  int
-	// migrations counts tasks moved by a migration that lost no work.
-	migrations          int
-	peakNodes, peakGPUs int
-	ticks, plans        int
-	series              []sample
+	// migrations counts tasks moved by a migration that lost no work;
+	// migrationKills those a migration stopped inside its window, after
+	// a checkpoint but not right at it (they lost at most the window).
+	migrations, migrationKills int
+	peakNodes, peakGPUs        int
+	ticks, plans               int
+	series                     []sample
 	// Idle GPU-seconds by cause: booting (not yet schedulable), empty
 	// (ready with nothing allocated), leaving (released, handed over or
 	// terminating); the rest of idle is the free GPUs of partly used
@@ -170,6 +172,11 @@ type Result struct {
 	// migrate op moved right at their checkpoint; one that lost work is
 	// a kill not for a preemption).
 	Migrations int `json:"migrations"`
+	// MigrationKills are the kills not for a preemption that a migration
+	// made: a task stopped inside consolidation.migrate_window after its
+	// checkpoint, losing at most the window (the rest are drains and
+	// decommission timeouts).
+	MigrationKills int `json:"migration_kills"`
 	// Note says what sets the policy apart, e.g. that it kills work.
 	Note string `json:"note,omitempty"`
 	// Preemptions counts running tasks evicted for higher-priority work;
@@ -214,7 +221,7 @@ func (s *sim) result(name string) Result {
 		Preemptions: m.preemptions, DrainEvictions: m.drainEvictions, WorkLostGPUHours: m.workLost,
 		Attritions: m.attritions, Recommissions: m.recommissions, Migrations: m.migrations,
 		Restarts: m.preemptions + m.drainEvictions, Kills: m.kills, KillsNotPreemption: m.drainKills,
-		KillsNotPreemptionGPUHours: m.drainKillLost, LSKills: m.lsKills,
+		KillsNotPreemptionGPUHours: m.drainKillLost, LSKills: m.lsKills, MigrationKills: m.migrationKills,
 		Launches: m.launches, Terminations: m.terminations, Handovers: m.handovers,
 		PeakNodes: m.peakNodes, PeakGPUs: m.peakGPUs, EndS: m.lastAt.Seconds(),
 		Ticks: m.ticks, Plans: m.plans, series: m.series, poolGS: m.poolGPUSec,

@@ -792,4 +792,16 @@ func TestMigrationMovesAtTheCheckpoint(t *testing.T) {
 	if on.GPUHours >= off.GPUHours-5 {
 		t.Fatalf("with migration %.1f GPU-hours, without %.1f: want the emptied node's hours saved", on.GPUHours, off.GPUHours)
 	}
+	if on.MigrationKills != 0 {
+		t.Fatalf("with migration: %d migration kills, want none", on.MigrationKills)
+	}
+	// A window as long as the checkpoint interval lets the op stop the
+	// task at once, some way past its checkpoint: it loses that work, a
+	// kill not for a preemption, counted as a migration's.
+	p.MigrateWindow = broker.Duration(30 * time.Minute)
+	wide := run(p)
+	if wide.MigrationKills != 1 || wide.KillsNotPreemption != 1 || wide.Migrations != 0 || wide.WorkLostGPUHours <= 0 {
+		t.Fatalf("window 30m: %d migration kills, %d kills not preemption, %d zero-loss migrations, %.3f GPU-hours lost; want 1, 1, 0 and some work lost",
+			wide.MigrationKills, wide.KillsNotPreemption, wide.Migrations, wide.WorkLostGPUHours)
+	}
 }

@@ -53,6 +53,7 @@ type Summary struct {
 	LSKills                Spread `json:"ls_guaranteed_kills"`
 	Lost                   Spread `json:"work_lost_gpu_hours"`
 	Migrations             Spread `json:"migrations"`
+	MigrationKills         Spread `json:"migration_kills"`
 	// GPUUse is the GPU-hours allocated to tasks per GPU-hour
 	// provisioned (a fleet's utilisation); Handovers counts nodes moved
 	// between the sides; YARNP95 and K8sP95 are p95 waits by side.
@@ -114,6 +115,7 @@ func summarise(load float64, name, note string, rs []Result) Summary {
 		LSKills:                get(func(r Result) float64 { return float64(r.LSKills) }),
 		Lost:                   get(func(r Result) float64 { return r.WorkLostGPUHours }),
 		Migrations:             get(func(r Result) float64 { return float64(r.Migrations) }),
+		MigrationKills:         get(func(r Result) float64 { return float64(r.MigrationKills) }),
 		GPUUse:                 get(func(r Result) float64 { return r.AllocationRatio }),
 		Handovers:              get(func(r Result) float64 { return float64(r.Handovers) }),
 		YARNP95:                get(func(r Result) float64 { return r.WaitP95["yarn"] }),

@@ -95,7 +95,7 @@ func (r *Report) shapeRows() []ShapeSummary {
 
 func shapeHeader(sep string) string {
 	return strings.Join([]string{"load", "nodes", "GPU-h provisioned", "GPU-h per work GPU-h", "LS p95 wait s", "BE p95 wait s",
-		"work not done GPU-h", "zero-loss migrations", "work-losing kills", "of them not preemptions"}, sep)
+		"work not done GPU-h", "zero-loss migrations", "work-losing kills", "of them not preemptions", "of those migrations inside the window"}, sep)
 }
 
 func shapeRow(s ShapeSummary, sep string) string {
@@ -104,7 +104,7 @@ func shapeRow(s ShapeSummary, sep string) string {
 		nodes = fmt.Sprintf("also %d-GPU", s.Shape)
 	}
 	return strings.Join([]string{fmt.Sprintf("%gx", s.Load), nodes, sp(s.GPUHours, "%.0f"), sp(s.PerWork, "%.3f"), sp(s.LSP95, "%.0f"),
-		sp(s.BEP95, "%.0f"), sp(s.NotDone, "%.0f"), sp(s.Migrations, "%.0f"), sp(s.Kills, "%.0f"), sp(s.KillsNotPreemption, "%.0f")}, sep)
+		sp(s.BEP95, "%.0f"), sp(s.NotDone, "%.0f"), sp(s.Migrations, "%.0f"), sp(s.Kills, "%.0f"), sp(s.KillsNotPreemption, "%.0f"), sp(s.MigrationKills, "%.0f")}, sep)
 }
 
 // shapesNote says what the shape rows are.

@@ -102,6 +102,9 @@ func (s *sim) evict(t *task, why string) {
 			s.m.drainKills++
 			s.m.drainKillLost += gh
 		}
+		if why == "migrate" {
+			s.m.migrationKills++
+		}
 	}
 	if !t.preemptible && (why != "migrate" || lost > 0) {
 		// A zero-loss migration of LS work is a restart, not a kill.
