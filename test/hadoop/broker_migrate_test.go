@@ -2,7 +2,6 @@ package hadoop_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,16 +43,7 @@ type migrateTarget struct {
 func TestBrokerMigratesAtTheCheckpoint(t *testing.T) {
 	hctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	h, err := hadoop.StartHDFS(hctx, t.TempDir())
-	if err != nil {
-		t.Fatalf("start hdfs: %v", err)
-	}
-	defer h.Close()
-	fs, err := hdfs.NewClient(hdfs.ClientOptions{Addresses: []string{h.NameNode}, User: "gpubroker"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
+	h, fs := startTestHDFS(t, hctx)
 
 	t.Run("yarnsim", func(t *testing.T) {
 		tg, sim, admin := simBrokerWorld(t)
@@ -87,24 +77,7 @@ func writeCheckpoint(t *testing.T, fs *hdfs.Client, dir, name string, at time.Ti
 		t.Fatal(err)
 	}
 	path := dir + "/" + name + "/model.pt"
-	w, err := fs.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write([]byte("weights")); err != nil {
-		t.Fatal(err)
-	}
-	// Close answers ErrReplicating until the block is replicated.
-	for i := 0; ; i++ {
-		err := w.Close()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, hdfs.ErrReplicating) || i > 100 {
-			t.Fatalf("close %s: %v", path, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	writeHDFSFile(t, fs, path)
 	for _, p := range []string{path, dir + "/" + name, dir} {
 		if err := fs.Chtimes(p, at, at); err != nil {
 			t.Fatal(err)

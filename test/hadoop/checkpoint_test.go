@@ -17,16 +17,7 @@ import (
 func TestCheckpointAgeOnHDFS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	h, err := hadoop.StartHDFS(ctx, t.TempDir())
-	if err != nil {
-		t.Fatalf("start hdfs: %v", err)
-	}
-	defer h.Close()
-	c, err := hdfs.NewClient(hdfs.ClientOptions{Addresses: []string{h.NameNode}, User: "gpubroker"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	h, c := startTestHDFS(t, ctx)
 
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	old, newest := now.Add(-2*time.Hour), now.Add(-7*time.Minute)
@@ -42,25 +33,7 @@ func TestCheckpointAgeOnHDFS(t *testing.T) {
 		{"/ckpt/job1/step-100/model.pt", old},
 		{"/ckpt/job1/step-200/model.pt", newest},
 	} {
-		w, err := c.Create(f.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write([]byte("weights")); err != nil {
-			t.Fatal(err)
-		}
-		// Close answers ErrReplicating until the NameNode has the block
-		// replicated; the client's documentation says to retry.
-		for i := 0; ; i++ {
-			err := w.Close()
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, hdfs.ErrReplicating) || i > 100 {
-				t.Fatalf("close %s: %v", f.path, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		writeHDFSFile(t, c, f.path)
 		if err := c.Chtimes(f.path, f.at, f.at); err != nil {
 			t.Fatal(err)
 		}
@@ -100,5 +73,46 @@ func TestCheckpointAgeOnHDFS(t *testing.T) {
 	}
 	if took := time.Since(start); took > 15*time.Second {
 		t.Fatalf("lookup against a stopped NameNode took %s", took)
+	}
+}
+
+// startTestHDFS starts a MiniDFSCluster for the test and a client of it,
+// both closed when the test ends.
+func startTestHDFS(t *testing.T, ctx context.Context) (*hadoop.HDFS, *hdfs.Client) {
+	t.Helper()
+	h, err := hadoop.StartHDFS(ctx, t.TempDir())
+	if err != nil {
+		t.Fatalf("start hdfs: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	c, err := hdfs.NewClient(hdfs.ClientOptions{Addresses: []string{h.NameNode}, User: "gpubroker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return h, c
+}
+
+// writeHDFSFile writes a small file at path.
+func writeHDFSFile(t *testing.T, c *hdfs.Client, path string) {
+	t.Helper()
+	w, err := c.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte("weights")); err != nil {
+		t.Fatal(err)
+	}
+	// Close answers ErrReplicating until the NameNode has the block
+	// replicated; the client's documentation says to retry.
+	for i := 0; ; i++ {
+		err := w.Close()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, hdfs.ErrReplicating) || i > 100 {
+			t.Fatalf("close %s: %v", path, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
