@@ -14,12 +14,14 @@ import (
 // same pool and side, so the node can leave. The op (ActMigrate) cordons
 // the node first (YARN: the cordon label; Kubernetes: cordon), so nothing
 // new lands there and a restarted task cannot land on it again; then stops
-// each task once its newest checkpoint is at most the window old (YARN:
-// GRACEFUL_SHUTDOWN, FORCEFUL_SHUTDOWN after the grace; Kubernetes:
-// eviction), each at its own checkpoint; then releases and terminates the
-// emptied node. A task that does not checkpoint within the max wait makes
-// the op give the node back, uncordoned, with the tasks already moved
-// having lost at most the window each.
+// each task at its next checkpoint: once an observation shows one written
+// after the cordon and at most the window old (YARN: GRACEFUL_SHUTDOWN,
+// FORCEFUL_SHUTDOWN after the grace; Kubernetes: eviction), never at a
+// checkpoint older than the cordon, whose work since would be lost; then
+// releases and terminates the emptied node. A task that does not
+// checkpoint within the max wait makes the op give the node back,
+// uncordoned, with the tasks already moved having lost at most the window
+// each (in practice the time the broker took to see their checkpoints).
 
 // MigrateMode says whether consolidation may migrate work.
 type MigrateMode string
@@ -40,8 +42,9 @@ func (m MigrateMode) Valid() bool {
 
 // The migration defaults.
 const (
-	// DefaultMigrateWindow: a task moves only while its newest checkpoint
-	// is at most this old, so it redoes at most this much.
+	// DefaultMigrateWindow: a task moves only at a checkpoint written
+	// after the cordon and seen at most this long after, so it redoes at
+	// most this much.
 	DefaultMigrateWindow = 5 * time.Minute
 	// DefaultMaxMigrationsPerHour bounds the tasks restarted by
 	// migrations in any hour.

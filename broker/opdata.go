@@ -76,9 +76,12 @@ type OpData struct {
 	// Stopping are the keys of a migration's tasks told to stop (each
 	// right after a checkpoint): they are stopped to the end whatever
 	// their checkpoint's age by then.
-	Stopping  []string `json:"stopping,omitempty"`
-	Remaining []string `json:"remaining,omitempty"`
-	BlockedBy string   `json:"blocked_by,omitempty"`
+	Stopping []string `json:"stopping,omitempty"`
+	// MigrateFrom is when a migration's node was cordoned: each task is
+	// stopped only at a checkpoint written since.
+	MigrateFrom time.Time `json:"migrate_from,omitzero"`
+	Remaining   []string  `json:"remaining,omitempty"`
+	BlockedBy   string    `json:"blocked_by,omitempty"`
 	// Attrition releases the node without evicting anything (attrition.go);
 	// CancelReason is why a pending attrition was cancelled.
 	Attrition    bool   `json:"attrition,omitempty"`

@@ -85,9 +85,11 @@ type Policy struct {
 	// node right after its checkpoint, so the node can leave
 	// (migrate.go): off by default.
 	Migrate MigrateMode `json:"consolidation_migrate,omitempty"`
-	// MigrateWindow is how fresh a task's checkpoint must be when a
-	// migration stops it: the work it throws away is at most this per
-	// task (zero: DefaultMigrateWindow).
+	// MigrateWindow bounds how late a migration may see a task's next
+	// checkpoint (written after the node was cordoned) and still stop
+	// it: the work it throws away is at most this per task, in practice
+	// the time the broker took to see the checkpoint (zero:
+	// DefaultMigrateWindow).
 	MigrateWindow Duration `json:"consolidation_migrate_window,omitzero"`
 	// MigrateMaxWait bounds how long a migration holds its cordoned node
 	// waiting for each task's next checkpoint; a task whose newest

@@ -244,14 +244,18 @@ func (c *brokerCtl) migrate(s *sim, a broker.Action) bool {
 	}
 	o := s.newOp(broker.ActMigrate, n, nil)
 	o.step, o.to = broker.StepEvict, broker.OwnerNone
-	window := s.p.WithDefaults().MigrateWindow.D()
+	// As the executor does (broker/engine/migrate.go), each task stops
+	// at its next checkpoint after the cordon, never at an older one: the
+	// replay sees a checkpoint the moment it is written, so it loses
+	// nothing (the product loses the time it takes to see it, at most
+	// consolidation.migrate_window).
 	for _, v := range a.Victims {
 		for _, t := range n.tasks {
 			if t.key() != v.Key || t.state != taskRunning {
 				continue
 			}
 			o.victims++
-			if age := s.checkpointAge(t); age <= window || s.w.CheckpointInterval <= 0 {
+			if age := s.checkpointAge(t); age == 0 || s.w.CheckpointInterval <= 0 {
 				s.evict(t, "migrate")
 			} else {
 				o.moving = append(o.moving, t)

@@ -13,12 +13,15 @@ import (
 // migrateTasks is a migration's evict step (broker/migrate.go): the node
 // is cordoned first (YARN: the cordon label, journaled; Kubernetes:
 // cordon), so no new work and no restarted task lands on it; then each
-// task is stopped once the latest observation shows its newest
-// checkpoint at most the policy's window old, each at its own checkpoint;
-// once all are stopped the op releases the node.
+// task is stopped at its next checkpoint: once the latest observation
+// shows a checkpoint written after the cordon (data.MigrateFrom) and at
+// most the policy's window old, so it loses only the time the broker took
+// to see that checkpoint; once all are stopped the op releases the node.
 //
 // IMPORTANT: a task is never stopped on a stale or missing observation,
-// nor with an unknown or older checkpoint: it waits for its next one. A
+// nor with an unknown checkpoint, one older than the window, or one
+// written before the cordon (stopping it then would throw away the work
+// since): it waits for its next one. A
 // task told to stop is stopped to the end (YARN: FORCEFUL_SHUTDOWN after
 // the grace). The op's deadline (the max wait) gives the node back,
 // uncordoned, with whatever has not checkpointed still running there.
@@ -47,6 +50,12 @@ func (r *Runtime) migrateTasks(ctx context.Context, s *stepCtx, policy broker.Po
 		s.data.Prepared = true
 		s.op = s.save()
 	}
+	if s.data.MigrateFrom.IsZero() {
+		// Cordoned (by the evict step for Kubernetes, above for YARN):
+		// from now on each task stops at its next checkpoint.
+		s.data.MigrateFrom = s.now
+		s.op = s.save()
+	}
 	window := policy.WithDefaults().MigrateWindow.D()
 	var waiting []string
 	left := s.data.Victims[:0:0]
@@ -63,7 +72,7 @@ func (r *Runtime) migrateTasks(ctx context.Context, s *stepCtx, policy broker.Po
 			continue
 		}
 		stopping := slices.Contains(s.data.Stopping, w.Key)
-		if !stopping && (cur.CheckpointAge < 0 || cur.CheckpointAge > window) {
+		if !stopping && !checkpointedSince(cur, s.now, s.data.MigrateFrom, window) {
 			left = append(left, w)
 			waiting = append(waiting, fmt.Sprintf("%s (next checkpoint)", w.Name))
 			continue
@@ -97,6 +106,22 @@ func (r *Runtime) migrateTasks(ctx context.Context, s *stepCtx, policy broker.Po
 		return s.waitFor(2*time.Second, fmt.Sprintf("migration off node %s waits for %v", op.Node, waiting))
 	}
 	return s.moveTo(broker.StepRelease)
+}
+
+// checkpointSlack absorbs the clock's grain in checkpointedSince: a
+// checkpoint annotation holds whole seconds, and a step runs a moment
+// after the observation that read the ages.
+const checkpointSlack = 2 * time.Second
+
+// checkpointedSince reports whether w, as observed at about now, has a
+// checkpoint written at or after from (less checkpointSlack) and at most
+// window old: the moment a migration may stop it, losing only the time
+// since that checkpoint.
+func checkpointedSince(w broker.Workload, now, from time.Time, window time.Duration) bool {
+	if w.CheckpointAge < 0 || w.CheckpointAge > window {
+		return false
+	}
+	return !now.Add(-w.CheckpointAge).Before(from.Add(-checkpointSlack))
 }
 
 // observedWork finds workload w on node in the latest merged nodes (whose

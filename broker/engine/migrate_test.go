@@ -126,6 +126,54 @@ func TestRuntimeMigrateWaitsForTheNextCheckpoint(t *testing.T) {
 	}
 }
 
+// TestRuntimeMigrateWaitsPastACheckpointBeforeTheCordon: a task whose
+// newest checkpoint, written before the node was cordoned, is still
+// inside the window is not stopped (that would throw away the work since
+// that checkpoint): the op waits for the next checkpoint, and stops the
+// task right after it.
+func TestRuntimeMigrateWaitsPastACheckpointBeforeTheCordon(t *testing.T) {
+	w, rm, r := migrateWorld(t)
+	y1 := w.yarn.nodes["y1"]
+	ckpt := w.clock.Now().Add(-time.Minute)
+	age := func() {
+		w.yarn.mu.Lock()
+		if len(y1.Work) > 0 { // until it stopped
+			y1.Work[0].CheckpointAge = w.clock.Now().Sub(ckpt)
+		}
+		w.yarn.mu.Unlock()
+	}
+	age()
+	w.tick(r)
+	w.clock.Add(6 * time.Minute) // underused past the unneeded time
+	// When the node is planned and cordoned, its task's newest checkpoint
+	// is a minute old, inside the 5-minute window.
+	ckpt = w.clock.Now().Add(-time.Minute)
+	for range 25 {
+		age()
+		w.tick(r)
+		w.clock.Add(2 * time.Second)
+	}
+	ops := w.ledger.opsOf(broker.ActMigrate)
+	if len(ops) != 1 || ops[0].State.Terminal() || ops[0].Step != broker.StepEvict {
+		t.Fatalf("migrations %+v, want one waiting in evict", ops)
+	}
+	if logIndex(rm.log, "cordon y1") < 0 || logIndex(rm.log, "evict ") >= 0 {
+		t.Fatalf("RM saw %q: want y1 cordoned and its task not signalled at a checkpoint older than the cordon", rm.log)
+	}
+	ckpt = w.clock.Now() // it checkpoints
+	for range 100 {
+		age()
+		w.tick(r)
+		if ops := w.ledger.opsOf(broker.ActMigrate); ops[0].State.Terminal() {
+			break
+		}
+		w.clock.Add(2 * time.Second)
+	}
+	if ops := w.ledger.opsOf(broker.ActMigrate); ops[0].State != broker.OpDone || len(rm.killed) != 0 {
+		t.Fatalf("migration %+v, killed %v (RM saw %q): want done after the new checkpoint, nothing killed", ops[0], rm.killed, rm.log)
+	}
+}
+
 // TestRuntimeMigrateGivesTheNodeBackWhenNoCheckpointComes: a task that
 // never checkpoints again within the max wait is never stopped: the op
 // gives the node back, uncordoned, and its work runs on.
