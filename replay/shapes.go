@@ -48,45 +48,58 @@ type ShapeSummary struct {
 	Summary
 }
 
-// RunShapes replays gpubroker alone over c's loads and seeds once per
-// shape (Config.Shape) and returns its summaries, shape by shape.
+// shapePolicies are the policies a what-if shape is replayed under: those
+// that buy nodes (the static splits are sized from demand, whatever the
+// shapes).
+var shapePolicies = []string{PolicyBroker, PolicyPerSide, PolicySafeSide}
+
+// RunShapes replays, once per shape (Config.Shape), gpubroker and those of
+// the autoscalers c.Policies names over c's loads and seeds, and returns
+// their summaries, shape by shape, so each is compared with the same
+// shapes.
 func RunShapes(c Config, seeds int, shapes []int) ([]ShapeSummary, error) {
+	policies := []string{PolicyBroker}
+	for _, p := range shapePolicies[1:] {
+		if slices.Contains(c.Policies, p) {
+			policies = append(policies, p)
+		}
+	}
 	var out []ShapeSummary
 	for _, n := range shapes {
 		if n < 1 {
 			return nil, broker.Invalid("what-if-shapes", "a node shape is a number of GPUs of at least 1, got %d", n)
 		}
 		cs := c
-		cs.Shape, cs.Policies, cs.RuleOff = n, []string{PolicyBroker}, false
+		cs.Shape, cs.Policies, cs.RuleOff = n, policies, false
 		rep, err := RunSeeds(cs, seeds)
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range rep.Summary {
-			if s.Policy == PolicyBroker {
-				out = append(out, ShapeSummary{Shape: n, Summary: s})
-			}
+			out = append(out, ShapeSummary{Shape: n, Summary: s})
 		}
 	}
 	return out, nil
 }
 
-// shapeRows are the report's shape rows with gpubroker as listed first at
-// each load.
+// shapeRows are the report's shape rows, load by load and policy by
+// policy: the listed shapes first, then each what-if shape.
 func (r *Report) shapeRows() []ShapeSummary {
 	if len(r.Shapes) == 0 {
 		return nil
 	}
 	var out []ShapeSummary
 	for _, lr := range r.Loads {
-		for _, s := range r.summaries() {
-			if s.Load == lr.Load && s.Policy == PolicyBroker {
-				out = append(out, ShapeSummary{Summary: s})
+		for _, p := range shapePolicies {
+			for _, s := range r.summaries() {
+				if s.Load == lr.Load && s.Policy == p {
+					out = append(out, ShapeSummary{Summary: s})
+				}
 			}
-		}
-		for _, s := range r.Shapes {
-			if s.Load == lr.Load {
-				out = append(out, s)
+			for _, s := range r.Shapes {
+				if s.Load == lr.Load && s.Policy == p {
+					out = append(out, s)
+				}
 			}
 		}
 	}
@@ -94,7 +107,7 @@ func (r *Report) shapeRows() []ShapeSummary {
 }
 
 func shapeHeader(sep string) string {
-	return strings.Join([]string{"load", "nodes", "GPU-h provisioned", "GPU-h per work GPU-h", "LS p95 wait s", "BE p95 wait s",
+	return strings.Join([]string{"load", "policy", "nodes", "GPU-h provisioned", "GPU-h per work GPU-h", "LS p95 wait s", "BE p95 wait s",
 		"work not done GPU-h", "zero-loss migrations", "work-losing kills", "of them not preemptions", "of those migrations inside the window"}, sep)
 }
 
@@ -103,12 +116,12 @@ func shapeRow(s ShapeSummary, sep string) string {
 	if s.Shape > 0 {
 		nodes = fmt.Sprintf("also %d-GPU", s.Shape)
 	}
-	return strings.Join([]string{fmt.Sprintf("%gx", s.Load), nodes, sp(s.GPUHours, "%.0f"), sp(s.PerWork, "%.3f"), sp(s.LSP95, "%.0f"),
+	return strings.Join([]string{fmt.Sprintf("%gx", s.Load), s.Policy, nodes, sp(s.GPUHours, "%.0f"), sp(s.PerWork, "%.3f"), sp(s.LSP95, "%.0f"),
 		sp(s.BEP95, "%.0f"), sp(s.NotDone, "%.0f"), sp(s.Migrations, "%.0f"), sp(s.Kills, "%.0f"), sp(s.KillsNotPreemption, "%.0f"), sp(s.MigrationKills, "%.0f")}, sep)
 }
 
 // shapesNote says what the shape rows are.
-const shapesNote = "gpubroker with every pool of larger nodes also offered as nodes of the shape (same GPU model, as many GPUs at most): work that fits may take the smaller nodes, larger work the listed ones"
+const shapesNote = "every pool of larger nodes also offered as nodes of the shape (same GPU model, as many GPUs at most), to gpubroker and to the autoscalers replayed: work that fits may take the smaller nodes, larger work the listed ones"
 
 func (r *Report) writeShapesText(w io.Writer) {
 	rows := r.shapeRows()

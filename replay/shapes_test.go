@@ -2,6 +2,8 @@ package replay
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,11 +85,21 @@ func TestRunShapesReport(t *testing.T) {
 	if rep.Shapes, err = RunShapes(c, 1, []int{1, 2}); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Shapes) != 2 || rep.Shapes[0].Shape != 1 || rep.Shapes[0].Policy != PolicyBroker || rep.Shapes[1].Shape != 2 {
-		t.Fatalf("shapes %+v: want gpubroker with shape 1, then 2", rep.Shapes)
+	// gpubroker and the two autoscalers (the static splits are not
+	// replayed per shape), shape 1, then 2.
+	var got []string
+	for _, s := range rep.Shapes {
+		got = append(got, fmt.Sprintf("%d %s", s.Shape, s.Policy))
 	}
-	if got, want := rep.Shapes[0].GPUHours.Mean, 4180.0/3600; got != want {
-		t.Errorf("shape 1: %v GPU-hours, want %v", got, want)
+	want := []string{"1 " + PolicyBroker, "1 " + PolicyPerSide, "1 " + PolicySafeSide, "2 " + PolicyBroker, "2 " + PolicyPerSide, "2 " + PolicySafeSide}
+	if !slices.Equal(got, want) {
+		t.Fatalf("shapes %q, want %q", got, want)
+	}
+	// Both gpubroker and the autoscaler buy the 1-GPU node for the 1-GPU task.
+	for _, i := range []int{0, 1} {
+		if got, want := rep.Shapes[i].GPUHours.Mean, 4180.0/3600; got != want {
+			t.Errorf("shape 1, %s: %v GPU-hours, want %v", rep.Shapes[i].Policy, got, want)
+		}
 	}
 	var b bytes.Buffer
 	if err := rep.WriteText(&b); err != nil {
