@@ -267,7 +267,11 @@ func Run(c Config) (*Report, error) {
 
 func choices(c Config, info TraceInfo) []string {
 	st := c.Stats
-	return []string{
+	var derived []string
+	if st.Derived != "" {
+		derived = []string{st.Derived}
+	}
+	return append(derived,
 		fmt.Sprintf("%d rows read; %d CPU-only tasks skipped; %d GPU tasks never scheduled in the trace skipped (no run time to replay)", st.Rows, st.CPUOnly, st.NeverRan),
 		fmt.Sprintf("%d GPU tasks replayed, %.0f GPU-hours of work; run time = deletion_time - scheduled_time, kept at every load", st.Tasks, st.GPUHours),
 		fmt.Sprintf("%d tasks were still running at the trace's end (deletion_time is its last): their run time is a lower bound", st.Censored),
@@ -279,7 +283,7 @@ func choices(c Config, info TraceInfo) []string {
 		fmt.Sprintf("pools: %s", poolSource(c)),
 		"a task's wait is all its time pending: from its arrival to its first placement, and after every eviction from its re-queue to its next placement; work pending at the end counts its wait until then",
 		"GPU-h per work GPU-h: GPU-hours provisioned / GPU-hours of the tasks that finished (their trace run time); work left undone at the end is reported apart",
-	}
+	)
 }
 
 func qosCounts(st TraceStats) string {

@@ -83,6 +83,9 @@ type TraceStats struct {
 	SpanS float64 `json:"arrival_span_s"`
 	// GPUHours is the work of all replayed tasks (GPUs x run time).
 	GPUHours float64 `json:"work_gpu_hours"`
+	// Derived says how the trace was derived from others (DeriveSizes),
+	// when it was.
+	Derived string `json:"derived,omitempty"`
 }
 
 // ReadTrace parses an openb pod list (see doc.go for the columns). Tasks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 func runReplay(_ context.Context, e env, args []string) error {
 	fs := newFlags("replay", e)
 	tracePath := fs.String("trace", "", "openb pod list `file` (default $GPUBROKER_OPENB)")
+	sizesPath := fs.String("sizes", "", "derive the trace from --trace and this sizes-only pod list `file` (e.g. openb_pod_list_multigpu50.csv): same-index rows take its GPU requests, its extra rows are added with the timeline of a --trace GPU task chosen by a hash of their name")
 	nodesPath := fs.String("nodes", "", "openb node list `file` (default: openb_node_list_gpu_node.csv beside the trace)")
 	cfgPath := fs.String("config", "", "YAML configuration `file`: its policy, and its pools if it has any")
 	policies := fs.String("policies", strings.Join(replay.Policies, ","), "comma-separated `policies` to compare")
@@ -82,10 +84,23 @@ func runReplay(_ context.Context, e env, args []string) error {
 		return usagef("--trace: %s", err)
 	}
 	defer f.Close()
-	cfg.Tasks, cfg.Stats, err = replay.ReadTrace(*tracePath, f)
+	var trace io.Reader = f
+	derived := ""
+	if *sizesPath != "" {
+		sf, err := os.Open(*sizesPath)
+		if err != nil {
+			return usagef("--sizes: %s", err)
+		}
+		defer sf.Close()
+		if trace, derived, err = replay.DeriveSizes(*tracePath, f, *sizesPath, sf); err != nil {
+			return inputError(err)
+		}
+	}
+	cfg.Tasks, cfg.Stats, err = replay.ReadTrace(*tracePath, trace)
 	if err != nil {
 		return inputError(err)
 	}
+	cfg.Stats.Derived = derived
 	if len(cfg.Pools) == 0 {
 		if *nodesPath == "" {
 			*nodesPath = filepath.Join(filepath.Dir(*tracePath), "openb_node_list_gpu_node.csv")

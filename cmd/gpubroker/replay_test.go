@@ -193,3 +193,32 @@ func TestReplayWhatIfShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaySizesDerivesTheTrace: --sizes adds the sizes list's extra
+// rows as tasks and says so in the report; a missing file exits 2.
+func TestReplaySizesDerivesTheTrace(t *testing.T) {
+	trace, nodes := replayFiles(t, "a,1000,1024,1,1000,,LS,Running,0,3600,0\n")
+	sizes := filepath.Join(t.TempDir(), "sizes.csv")
+	if err := os.WriteFile(sizes, []byte("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1000,1024,1,1000\nb,1000,1024,2,1000\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--load", "1", "--policies", "gpubroker", "--sizes", sizes, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rep struct {
+		Trace struct {
+			Tasks   int    `json:"gpu_tasks"`
+			Derived string `json:"derived"`
+		} `json:"trace"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Trace.Tasks != 2 || !strings.Contains(rep.Trace.Derived, "sizes.csv") {
+		t.Fatalf("trace %+v: want 2 GPU tasks and the derivation named", rep.Trace)
+	}
+	if code, _, errOut := runCLI(t, nil, "replay", "--trace", trace, "--nodes", nodes, "--sizes", sizes+".missing"); code != 2 || !strings.Contains(errOut, "--sizes") {
+		t.Errorf("missing --sizes file: exit %d, stderr %q; want 2 naming --sizes", code, errOut)
+	}
+}
