@@ -156,19 +156,19 @@ func (a *Actuator) PodEvent(ctx context.Context, namespace, name, eventType, rea
 	if err != nil {
 		return fmt.Errorf("event on pod %s/%s: %w", namespace, name, apiError(err))
 	}
-	ref := corev1.ObjectReference{
-		Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name,
-		UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-	}
-	return a.event(ctx, ref, eventType, reason, message)
+	return a.event(ctx, podRef(pod), eventType, reason, message)
+}
+
+// podRef is an Event's reference to pod.
+func podRef(pod *corev1.Pod) corev1.ObjectReference {
+	return corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
+		UID: pod.UID, ResourceVersion: pod.ResourceVersion}
 }
 
 // bestEffortPodEvent writes an Event about pod, as read before an action
 // on it (the pod may be gone since), logging a failure.
 func (a *Actuator) bestEffortPodEvent(ctx context.Context, pod *corev1.Pod, eventType, reason, message string) {
-	ref := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name,
-		UID: pod.UID, ResourceVersion: pod.ResourceVersion}
-	if err := a.event(ctx, ref, eventType, reason, message); err != nil && ctx.Err() == nil {
+	if err := a.event(ctx, podRef(pod), eventType, reason, message); err != nil && ctx.Err() == nil {
 		a.log.Warn("write pod event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
 	}
 }

@@ -100,7 +100,22 @@ func TestRuntimeMigrateWaitsForTheNextCheckpoint(t *testing.T) {
 	y1.Work[0].CheckpointAge = 20 * time.Minute
 	w.tick(r)
 	w.clock.Add(6 * time.Minute)
-	for range 30 {
+	assertMigrationWaits(t, w, rm, r, 30, nil)
+	w.yarn.mu.Lock()
+	y1.Work[0].CheckpointAge = 10 * time.Second // it checkpointed
+	w.yarn.mu.Unlock()
+	assertMigrationDone(t, w, rm, r, nil)
+}
+
+// assertMigrationWaits ticks n times, 2 s apart (each after before, when
+// set), and fails unless one migration waits in its evict step with y1
+// cordoned and nothing signalled.
+func assertMigrationWaits(t *testing.T, w *rtWorld, rm *rmSide, r *Runtime, n int, before func()) {
+	t.Helper()
+	for range n {
+		if before != nil {
+			before()
+		}
 		w.tick(r)
 		w.clock.Add(2 * time.Second)
 	}
@@ -111,10 +126,17 @@ func TestRuntimeMigrateWaitsForTheNextCheckpoint(t *testing.T) {
 	if logIndex(rm.log, "cordon y1") < 0 || logIndex(rm.log, "evict ") >= 0 {
 		t.Fatalf("RM saw %q: want y1 cordoned and its task not signalled before its next checkpoint", rm.log)
 	}
-	w.yarn.mu.Lock()
-	y1.Work[0].CheckpointAge = 10 * time.Second // it checkpointed
-	w.yarn.mu.Unlock()
+}
+
+// assertMigrationDone ticks, 2 s apart (each after before, when set),
+// until the migration ends, and fails unless it is done with nothing
+// killed.
+func assertMigrationDone(t *testing.T, w *rtWorld, rm *rmSide, r *Runtime, before func()) {
+	t.Helper()
 	for range 100 {
+		if before != nil {
+			before()
+		}
 		w.tick(r)
 		if ops := w.ledger.opsOf(broker.ActMigrate); ops[0].State.Terminal() {
 			break
@@ -148,30 +170,9 @@ func TestRuntimeMigrateWaitsPastACheckpointBeforeTheCordon(t *testing.T) {
 	// When the node is planned and cordoned, its task's newest checkpoint
 	// is a minute old, inside the 5-minute window.
 	ckpt = w.clock.Now().Add(-time.Minute)
-	for range 25 {
-		age()
-		w.tick(r)
-		w.clock.Add(2 * time.Second)
-	}
-	ops := w.ledger.opsOf(broker.ActMigrate)
-	if len(ops) != 1 || ops[0].State.Terminal() || ops[0].Step != broker.StepEvict {
-		t.Fatalf("migrations %+v, want one waiting in evict", ops)
-	}
-	if logIndex(rm.log, "cordon y1") < 0 || logIndex(rm.log, "evict ") >= 0 {
-		t.Fatalf("RM saw %q: want y1 cordoned and its task not signalled at a checkpoint older than the cordon", rm.log)
-	}
+	assertMigrationWaits(t, w, rm, r, 25, age)
 	ckpt = w.clock.Now() // it checkpoints
-	for range 100 {
-		age()
-		w.tick(r)
-		if ops := w.ledger.opsOf(broker.ActMigrate); ops[0].State.Terminal() {
-			break
-		}
-		w.clock.Add(2 * time.Second)
-	}
-	if ops := w.ledger.opsOf(broker.ActMigrate); ops[0].State != broker.OpDone || len(rm.killed) != 0 {
-		t.Fatalf("migration %+v, killed %v (RM saw %q): want done after the new checkpoint, nothing killed", ops[0], rm.killed, rm.log)
-	}
+	assertMigrationDone(t, w, rm, r, age)
 }
 
 // TestRuntimeMigrateGivesTheNodeBackWhenNoCheckpointComes: a task that
