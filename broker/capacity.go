@@ -69,7 +69,7 @@ var CapacitySides = [3]Owner{OwnerYARN, OwnerK8s, OwnerNone}
 func CapacityBySide(nodes []Node, pools []Pool, pending []Demand) [3]SideCapacity {
 	perNode := make(map[string]int, len(pools))
 	for _, p := range pools {
-		perNode[p.Name] = p.GPUsPerNode
+		perNode[p.Name] = p.Units()
 	}
 	var out [3]SideCapacity
 	at := map[Owner]*SideCapacity{}

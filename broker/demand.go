@@ -70,7 +70,8 @@ type Demand struct {
 	LastSeen time.Time `json:"last_seen"`
 }
 
-// GPUs returns the total GPUs the demand asks for.
+// GPUs returns the total GPUs the demand asks for (MIG slices for MIG
+// demand, in the units its nodes offer).
 func (d Demand) GPUs() int { return d.GPUsPerUnit * d.Units }
 
 // Wait returns how long the demand has been pending at now.
@@ -148,6 +149,16 @@ type Constraints struct {
 	Tolerations []Toleration `json:"tolerations,omitempty"`
 	// NodeLabel is the YARN node-label expression, if any.
 	NodeLabel string `json:"node_label,omitempty"`
+	// MIGProfile, when set, says the demand asks for MIG devices of this
+	// profile ("1g.10gb"): GPUsPerUnit counts slices, and only nodes and
+	// pools that offer the profile match. Whole-GPU demand (empty) never
+	// matches a node that offers MIG slices, nor MIG demand a whole-GPU
+	// node.
+	MIGProfile string `json:"mig_profile,omitempty"`
+	// MinGPUMemoryMiB, when positive, is the least memory each GPU must
+	// have (a DRA selector on the device's memory); nodes and pools of
+	// unknown memory do not match.
+	MinGPUMemoryMiB int `json:"min_gpu_memory_mib,omitempty"`
 }
 
 // AffinityTerm is a conjunction of label requirements.

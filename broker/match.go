@@ -27,12 +27,29 @@ type target struct {
 	// partition is the YARN partition (node label) the node is in or
 	// would join; empty for the default partition.
 	partition string
+	// mig is the MIG profile the node offers slices of; empty for whole
+	// GPUs. memMiB is each GPU's memory, 0 when unknown.
+	mig    string
+	memMiB int
 }
 
 // poolTarget is what a node a pool adds would offer: its NodeManager joins
 // the pool's partition.
 func poolTarget(p *Pool) target {
-	return target{labels: p.Labels, taints: p.Taints, model: p.GPUModel, partition: p.Partition}
+	return target{labels: p.Labels, taints: p.Taints, model: p.GPUModel, partition: p.Partition,
+		mig: p.MIGProfile, memMiB: p.GPUMemoryMiB}
+}
+
+// nodeTargetOf is what node n offers to constraints, model being its GPU
+// model as the planner resolved it; a GPU memory the node does not report
+// is its pool's.
+func nodeTargetOf(n *Node, model string, pool *Pool) target {
+	t := target{labels: n.Labels, taints: n.Taints, model: model, partition: nodePartition(n, pool),
+		mig: n.MIGProfile, memMiB: n.GPUMemoryMiB}
+	if t.memMiB == 0 && pool != nil {
+		t.memMiB = pool.GPUMemoryMiB
+	}
+	return t
 }
 
 // nodePartition is the YARN partition a node is in or would join: what the
@@ -62,6 +79,14 @@ func (c *Constraints) MatchesIn(src Source, labels map[string]string, taints []T
 
 func (c *Constraints) matches(src Source, t target) bool {
 	if len(c.GPUModels) > 0 && !slices.Contains(c.GPUModels, t.model) {
+		return false
+	}
+	// Whole GPUs and MIG slices are different capacity: a node offers one
+	// kind, in the units its demand counts.
+	if c.MIGProfile != t.mig {
+		return false
+	}
+	if c.MinGPUMemoryMiB > 0 && t.memMiB < c.MinGPUMemoryMiB {
 		return false
 	}
 	for k, v := range c.NodeSelector {
@@ -163,7 +188,7 @@ func (r LabelRequirement) Matches(labels map[string]string) bool {
 func appendClassKey(buf []byte, src Source, c *Constraints) []byte {
 	buf = appendField(buf, string(src))
 	if len(c.GPUModels) == 0 && len(c.NodeSelector) == 0 && len(c.Affinity) == 0 &&
-		len(c.Tolerations) == 0 && c.NodeLabel == "" {
+		len(c.Tolerations) == 0 && c.NodeLabel == "" && c.MIGProfile == "" && c.MinGPUMemoryMiB == 0 {
 		return buf
 	}
 	buf = append(buf, 'm')
@@ -213,7 +238,12 @@ func appendClassKey(buf []byte, src Source, c *Constraints) []byte {
 		buf = appendSorted(buf, tols)
 	}
 	buf = append(buf, 'l')
-	return appendField(buf, c.NodeLabel)
+	buf = appendField(buf, c.NodeLabel)
+	if c.MIGProfile != "" || c.MinGPUMemoryMiB != 0 {
+		buf = append(buf, 'g')
+		buf = appendField(appendField(buf, c.MIGProfile), strconv.Itoa(c.MinGPUMemoryMiB))
+	}
+	return buf
 }
 
 // classKey is appendClassKey as a string.

@@ -216,7 +216,7 @@ func MergeNodesClaims(in MergeInput) ([]Node, []ClaimConflict) {
 				}
 				n.PhaseSince = inst.LaunchedAt
 				n.GPUModel = ps.Pool.GPUModel
-				n.GPUsTotal = ps.Pool.GPUsPerNode
+				n.GPUsTotal, n.MIGProfile = ps.Pool.Units(), ps.Pool.MIGProfile
 				n.Labels, n.Taints = ps.Pool.Labels, ps.Pool.Taints
 			}
 			if inst.Phase == PhaseTerminating || inst.Phase == PhaseGone {

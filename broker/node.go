@@ -88,6 +88,13 @@ type Node struct {
 	// GPUsTotal is what the node offers; GPUsAllocated is what running work holds.
 	GPUsTotal     int `json:"gpus_total"`
 	GPUsAllocated int `json:"gpus_allocated"`
+	// MIGProfile, when set, says the node offers MIG devices of this
+	// profile and GPUsTotal and GPUsAllocated count them (slices), not
+	// whole GPUs.
+	MIGProfile string `json:"mig_profile,omitempty"`
+	// GPUMemoryMiB is each GPU's memory, from the node's published devices
+	// or its pool; 0 when unknown.
+	GPUMemoryMiB int `json:"gpu_memory_mib,omitempty"`
 	// Labels and Taints are the node's current ones.
 	Labels map[string]string `json:"labels,omitempty"`
 	Taints []Taint           `json:"taints,omitempty"`
@@ -139,8 +146,11 @@ type Workload struct {
 	Tenant string `json:"tenant"`
 	// Priority is on the unified scale.
 	Priority int64 `json:"priority"`
-	// GPUs held on this node.
+	// GPUs held on this node: whole GPUs, or MIG slices when MIGProfile
+	// is set.
 	GPUs int `json:"gpus"`
+	// MIGProfile is the profile of the MIG devices the work holds, if any.
+	MIGProfile string `json:"mig_profile,omitempty"`
 	// Preemptible is false for work that must never be preempted.
 	Preemptible bool `json:"preemptible"`
 	// StartedAt is when the work started running.

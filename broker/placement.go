@@ -67,8 +67,8 @@ func (pl *planner) newClass(src Source, c *Constraints) *dclass {
 		}
 		cl.matched = true
 		cl.pools = append(cl.pools, i)
-		if pool.MaxNodes > 0 && pool.GPUsPerNode > cl.maxUnit {
-			cl.maxUnit = pool.GPUsPerNode
+		if pool.MaxNodes > 0 && pool.Units() > cl.maxUnit {
+			cl.maxUnit = pool.Units()
 		}
 	}
 	for i := range pl.nodes {
@@ -147,6 +147,9 @@ func (c *dclass) unsatisfiable(gpus int) string {
 	if c.maxUnit == 0 {
 		return fmt.Sprintf("the pools that match its constraints (%s) may not grow (max 0 nodes) and no matching node exists", describeConstraints(c.c))
 	}
+	if c.c.MIGProfile != "" {
+		return fmt.Sprintf("it needs %d MIG %s devices per unit; the largest matching pool or node offers %d", gpus, c.c.MIGProfile, c.maxUnit)
+	}
 	return fmt.Sprintf("it needs %d GPUs per unit; the largest matching pool or node offers %d", gpus, c.maxUnit)
 }
 
@@ -163,6 +166,12 @@ func describeConstraints(c *Constraints) string {
 	}
 	if c.NodeLabel != "" {
 		parts = append(parts, "YARN node label "+c.NodeLabel)
+	}
+	if c.MIGProfile != "" {
+		parts = append(parts, "MIG devices of profile "+c.MIGProfile+" (a pool with mig.profile "+c.MIGProfile+")")
+	}
+	if c.MinGPUMemoryMiB > 0 {
+		parts = append(parts, fmt.Sprintf("GPUs of at least %d MiB (a pool whose gpu_memory says so)", c.MinGPUMemoryMiB))
 	}
 	if len(parts) == 0 {
 		return "none"
@@ -525,7 +534,7 @@ func (pl *planner) nodeTarget(ni int32) target {
 	if w.pool >= 0 {
 		pool = &pl.pools[w.pool].st.Pool
 	}
-	return target{labels: w.n.Labels, taints: w.n.Taints, model: w.model, partition: nodePartition(w.n, pool)}
+	return nodeTargetOf(w.n, w.model, pool)
 }
 
 // takeNew reserves g GPUs on a node this plan already adds to a matching pool.
@@ -574,7 +583,7 @@ func (pl *planner) heldByOrder(d *wdemand, g int) (string, bool) {
 	}
 	for _, pi := range d.cls.pools {
 		wp := &pl.pools[pi]
-		if pl.mayBuyIn(d, pi) || wp.st.Pool.GPUsPerNode < g || wp.backoff != "" || pl.headroom(pi) == 0 {
+		if pl.mayBuyIn(d, pi) || wp.st.Pool.Units() < g || wp.backoff != "" || pl.headroom(pi) == 0 {
 			continue
 		}
 		for _, op := range d.ops {
@@ -633,7 +642,7 @@ func (pl *planner) buy(d *wdemand, g, need int) int {
 			break
 		}
 		wp := &pl.pools[best.pool]
-		gpn := wp.st.Pool.GPUsPerNode
+		gpn, phys := wp.st.Pool.Units(), wp.st.Pool.GPUsPerNode
 		per := gpn / g
 		left := best.units
 		for k := 0; k < best.nodes; k++ {
@@ -643,16 +652,16 @@ func (pl *planner) buy(d *wdemand, g, need int) int {
 		}
 		wp.add += best.nodes
 		pl.capVer++
-		pl.clusterGPUs += best.nodes * gpn
-		pl.modelGPUs[wp.st.Pool.GPUModel] += best.nodes * gpn
+		pl.clusterGPUs += best.nodes * phys
+		pl.modelGPUs[wp.st.Pool.GPUModel] += best.nodes * phys
 		nodes := best.nodes
 		if pl.rec {
 			pl.undo = append(pl.undo, func() {
 				wp.newFree = wp.newFree[:len(wp.newFree)-nodes]
 				wp.add -= nodes
 				pl.capVer++
-				pl.clusterGPUs -= nodes * gpn
-				pl.modelGPUs[wp.st.Pool.GPUModel] -= nodes * gpn
+				pl.clusterGPUs -= nodes * phys
+				pl.modelGPUs[wp.st.Pool.GPUModel] -= nodes * phys
 			})
 		}
 		pl.servePool(best.pool, d, best.units*g)
@@ -671,7 +680,7 @@ func (pl *planner) expand(d *wdemand, g, need int) (option, bool) {
 	found := false
 	for _, pi := range d.cls.pools {
 		wp := &pl.pools[pi]
-		gpn := wp.st.Pool.GPUsPerNode
+		gpn := wp.st.Pool.Units()
 		if gpn < g || wp.backoff != "" || !pl.mayBuyIn(d, pi) {
 			continue
 		}
@@ -706,13 +715,13 @@ func (pl *planner) better(a, b option, need int) bool {
 			return pa.ExpanderPriority > pb.ExpanderPriority
 		}
 	case ExpanderPrice:
-		ca, cb := pa.PricePerHour/float64(pa.GPUsPerNode), pb.PricePerHour/float64(pb.GPUsPerNode)
+		ca, cb := pa.PricePerHour/float64(pa.Units()), pb.PricePerHour/float64(pb.Units())
 		if ca != cb {
 			return ca < cb
 		}
 	default: // least-waste: the smallest fraction of added GPUs left idle
-		fa := float64(a.waste) / float64(a.nodes*pa.GPUsPerNode)
-		fb := float64(b.waste) / float64(b.nodes*pb.GPUsPerNode)
+		fa := float64(a.waste) / float64(a.nodes*pa.Units())
+		fb := float64(b.waste) / float64(b.nodes*pb.Units())
 		if fa != fb {
 			return fa < fb
 		}
@@ -755,7 +764,7 @@ func (pl *planner) diagnoseNow(d *wdemand, g int) (WaitReason, string) {
 	for _, pi := range d.cls.pools {
 		wp := &pl.pools[pi]
 		pool := &wp.st.Pool
-		if pool.GPUsPerNode < g || pool.MaxNodes == 0 {
+		if pool.Units() < g || pool.MaxNodes == 0 {
 			continue
 		}
 		switch {

@@ -419,7 +419,7 @@ func (pl *planner) poolTotals(ready []int) {
 				wp.unlaunched = wp.size - upto
 			}
 			for k := ready[i]; k < upto; k++ {
-				sl := slot{free: pool.GPUsPerNode}
+				sl := slot{free: pool.Units()}
 				if j := k - ready[i]; j < len(wp.inflightSides) {
 					sl.side = wp.inflightSides[j]
 				}
@@ -617,8 +617,8 @@ func (pl *planner) result() Plan {
 			Pool:   pool.Name,
 			Target: target,
 			Serves: slices.Clone(wp.serves),
-			Reason: fmt.Sprintf("scale pool %s from %d to %d nodes (+%d GPUs of %s, max %d nodes) %s",
-				pool.Name, from, target, wp.add*pool.GPUsPerNode, orAny(pool.GPUModel), pool.MaxNodes, strings.Join(why, " and ")),
+			Reason: fmt.Sprintf("scale pool %s from %d to %d nodes (+%d GPUs of %s%s, max %d nodes) %s",
+				pool.Name, from, target, wp.add*pool.GPUsPerNode, orAny(pool.GPUModel), migOf(pool), pool.MaxNodes, strings.Join(why, " and ")),
 		})
 		for _, id := range wp.serves {
 			served[id] = true

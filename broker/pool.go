@@ -41,6 +41,15 @@ type Pool struct {
 	GPUModel string `json:"gpu_model"`
 	// GPUsPerNode is how many GPUs each node offers (0 for CPU pools).
 	GPUsPerNode int `json:"gpus_per_node"`
+	// MIGProfile, when set, says every GPU of a node is partitioned into
+	// MIGPerGPU MIG devices of this profile ("1g.10gb"): the pool's nodes
+	// offer MIG slices of the profile, not whole GPUs (Units).
+	MIGProfile string `json:"mig_profile,omitempty"`
+	MIGPerGPU  int    `json:"mig_per_gpu,omitempty"`
+	// GPUMemoryMiB is the memory of each GPU; 0 when not declared. Demand
+	// that selects GPUs by memory matches only pools and nodes whose
+	// memory is known.
+	GPUMemoryMiB int `json:"gpu_memory_mib,omitempty"`
 	// MinNodes and MaxNodes bound the pool size.
 	MinNodes int `json:"min_nodes"`
 	MaxNodes int `json:"max_nodes"`
@@ -79,8 +88,34 @@ func (p Pool) Validate() error {
 		return Invalid("sides", "must be %q, %q or %q, got %q", PoolYARN, PoolK8s, PoolShared, p.Sides)
 	case p.PricePerHour < 0:
 		return Invalid("price_per_hour", "must not be negative, got %g", p.PricePerHour)
+	case p.GPUMemoryMiB < 0:
+		return Invalid("gpu_memory_mib", "must not be negative, got %d", p.GPUMemoryMiB)
+	case p.MIGProfile == "" && p.MIGPerGPU != 0:
+		return Invalid("mig_per_gpu", "is set (%d) without mig_profile: name the profile every GPU is partitioned into, e.g. 1g.10gb", p.MIGPerGPU)
+	case p.MIGProfile != "":
+		c, ok := MIGComputeSlices(p.MIGProfile)
+		switch {
+		case !ok:
+			return Invalid("mig_profile", "must be a MIG profile such as 1g.10gb or 3g.40gb, got %q", p.MIGProfile)
+		case p.MIGPerGPU <= 0 || p.MIGPerGPU*c > MIGSlicesPerGPU:
+			return Invalid("mig_per_gpu", "must be 1 to %d for profile %s (each uses %d of a GPU's %d compute slices), got %d",
+				MIGSlicesPerGPU/c, p.MIGProfile, c, MIGSlicesPerGPU, p.MIGPerGPU)
+		case p.Sides != PoolK8s:
+			return Invalid("sides", "must be %q for a MIG pool (mig_profile %s): YARN schedules whole GPUs only", PoolK8s, p.MIGProfile)
+		}
 	}
 	return nil
+}
+
+// Units returns what each node of the pool offers the planner: its GPUs,
+// or for a MIG pool its MIG slices (GPUsPerNode × MIGPerGPU). Demand and
+// running work on the pool's nodes count in the same units; cluster and
+// per-model GPU limits count GPUsPerNode.
+func (p Pool) Units() int {
+	if p.MIGProfile != "" {
+		return p.GPUsPerNode * p.MIGPerGPU
+	}
+	return p.GPUsPerNode
 }
 
 // PoolState is what the provider reports about a pool right now.

@@ -31,7 +31,7 @@ func newQuotas(s *Snapshot, nodes []wnode, demand, inflight []*wdemand) {
 		if !ok {
 			t = &tenantQuota{name: d.d.Tenant, max: math.MaxInt, weight: 1}
 			if cfg, ok := s.Tenants[t.name]; ok {
-				t.guaranteed, t.max = cfg.GuaranteedGPUs, cfg.MaxGPUs
+				t.guaranteed, t.max = toSlices(cfg.GuaranteedGPUs), toSlices(cfg.MaxGPUs)
 				if cfg.Weight > 0 {
 					t.weight = cfg.Weight
 				}
@@ -48,14 +48,14 @@ func newQuotas(s *Snapshot, nodes []wnode, demand, inflight []*wdemand) {
 		for _, w := range n.Work {
 			if !w.System && w.GPUs > 0 {
 				if t := q[w.Tenant]; t != nil {
-					t.usage += w.GPUs
+					t.usage += computeSlices(w.MIGProfile, w.GPUs)
 				}
 			}
 		}
 	}
 	for _, d := range inflight {
 		if t := q[d.d.Tenant]; t != nil {
-			t.usage += d.d.GPUs()
+			t.usage += d.slices(d.d.Units)
 		}
 	}
 }
@@ -72,7 +72,7 @@ func admit(demand []*wdemand) []*wdemand {
 	var rest []*wdemand
 	for _, d := range demand {
 		t := d.tq
-		if g := d.d.GPUs(); t.guaranteed > 0 && t.usage+g <= t.guaranteed {
+		if g := d.slices(d.d.Units); t.guaranteed > 0 && t.usage+g <= t.guaranteed {
 			t.usage += g
 			d.admitted = d.d.Units
 			d.guaranteed = true
@@ -109,10 +109,10 @@ func fairShare(level []*wdemand, order []*wdemand) []*wdemand {
 		t := h.items[0]
 		d := t.queue[0]
 		t.queue = t.queue[1:]
-		per := d.d.GPUsPerUnit
+		per := d.slices(1)
 		room := t.max - t.usage
 		switch {
-		case room >= d.d.GPUs():
+		case room >= d.slices(d.d.Units):
 			d.admitted = d.d.Units
 		case !d.d.Gang && room >= per:
 			d.admitted = room / per
@@ -137,7 +137,32 @@ func fairShare(level []*wdemand, order []*wdemand) []*wdemand {
 // quotaDetail explains why units of d were not admitted.
 func (d *wdemand) quotaDetail() string {
 	return fmt.Sprintf("tenant %s uses %d of its %d GPUs (running work and admitted demand); %d more GPUs would exceed it",
-		d.tq.name, d.quotaUsage, d.tq.max, (d.d.Units-d.admitted)*d.d.GPUsPerUnit)
+		d.tq.name, fromSlices(d.quotaUsage), fromSlices(d.tq.max), fromSlices(d.slices(d.d.Units-d.admitted)))
+}
+
+// Quotas and fair share count compute slices, so seven 1g MIG devices
+// weigh one GPU, not seven: usage, guarantees and maxima are in GPUs ×
+// MIGSlicesPerGPU.
+
+// slices is what units of d weigh in compute slices.
+func (d *wdemand) slices(units int) int {
+	return computeSlices(d.d.Constraints.MIGProfile, d.d.GPUsPerUnit) * units
+}
+
+// toSlices is a tenant's GPU bound in compute slices (no bound stays none).
+func toSlices(gpus int) int {
+	if gpus >= math.MaxInt/MIGSlicesPerGPU {
+		return math.MaxInt
+	}
+	return gpus * MIGSlicesPerGPU
+}
+
+// fromSlices is compute slices as the GPUs they fill, rounded up.
+func fromSlices(s int) int {
+	if s == math.MaxInt {
+		return s
+	}
+	return (s + MIGSlicesPerGPU - 1) / MIGSlicesPerGPU
 }
 
 // tenantHeap orders tenants by usage per weight, then by the age and ID of

@@ -100,7 +100,7 @@ func (pl *planner) restoreMin() {
 		wp.add += k
 		wp.minAdd += k
 		for range k {
-			wp.newFree = append(wp.newFree, pool.GPUsPerNode)
+			wp.newFree = append(wp.newFree, pool.Units())
 		}
 		pl.clusterGPUs += k * pool.GPUsPerNode
 		pl.modelGPUs[pool.GPUModel] += k * pool.GPUsPerNode

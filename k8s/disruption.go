@@ -83,10 +83,11 @@ type objects struct {
 	job    func(namespace, name string) (*batchv1.Job, bool)
 	claim  func(namespace, name string) (*corev1.PersistentVolumeClaim, bool)
 	volume func(name string) (*corev1.PersistentVolume, bool)
-	// resourceClaim looks up DRA claims, and sliceGPUs counts the GPUs
-	// the ResourceSlices publish on a node; nil while DRA is off.
+	// resourceClaim looks up DRA claims, and sliceDevices counts the GPU
+	// devices the ResourceSlices publish on a node and their least memory
+	// in MiB; nil while DRA is off.
 	resourceClaim func(namespace, name string) (*resourcev1.ResourceClaim, bool)
-	sliceGPUs     func(node string) int64
+	sliceDevices  func(node string) (GPURequest, int)
 }
 
 // fatal fills in w.Fatal (and FatalSince) when evicting running pod fails

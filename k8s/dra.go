@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -53,6 +54,9 @@ type ClaimRequest struct {
 	// Models are the GPU products the claim's selectors allow (their
 	// productName without the "NVIDIA " prefix); empty: any.
 	Models []string
+	// MinMemoryMiB is the least memory a GPU must have (a selector on the
+	// device's memory capacity); 0: any.
+	MinMemoryMiB int
 	// NotUnderstood, when set, says which selector the broker cannot
 	// evaluate: the claim is unsatisfiable for the planner, never bought
 	// for on a guess.
@@ -112,6 +116,11 @@ func ClaimGPURequest(spec *resourcev1.ResourceClaimSpec, classes DeviceClasses) 
 			continue
 		}
 		out.Models = models
+		if sel.minMemMiB > 0 && isMIG {
+			out.NotUnderstood = fmt.Sprintf("request %q selects MIG devices by memory: a MIG device's memory is its profile's; select the profile instead", req.Name)
+			continue
+		}
+		out.MinMemoryMiB = max(out.MinMemoryMiB, sel.minMemMiB)
 		switch {
 		case isMIG:
 			if sel.profile == "" {
@@ -137,15 +146,19 @@ func ClaimGPURequest(spec *resourcev1.ResourceClaimSpec, classes DeviceClasses) 
 
 // selectorFacts are what the understood selector forms say.
 type selectorFacts struct {
-	models  []string // nil: any
-	profile string
+	models    []string // nil: any
+	profile   string
+	minMemMiB int
 }
 
 // The CEL forms the broker evaluates, after spaces are removed:
 // device.driver == "…"; the productName attribute equal to one string or
 // in a list of strings; the MIG profile attribute equal to a string; and
-// conjunctions (&&) of them.
+// the memory capacity compared with a quantity (compareTo(...) >= 0 or
+// > 0, isGreaterThan); and conjunctions (&&) of them.
 var (
+	celMemCompare  = regexp.MustCompile(`^device\.capacity\["[^"]+"\]\.memory\.compareTo\(quantity\("([^"]+)"\)\)(>=|>)0$`)
+	celMemGreater  = regexp.MustCompile(`^device\.capacity\["[^"]+"\]\.memory\.isGreaterThan\(quantity\("([^"]+)"\)\)$`)
 	celDriver      = regexp.MustCompile(`^device\.driver=="[^"]*"$`)
 	celProduct     = regexp.MustCompile(`^device\.attributes\["[^"]+"\]\.productName=="([^"]+)"$`)
 	celProductIn   = regexp.MustCompile(`^device\.attributes\["[^"]+"\]\.productName\s*in\s*\[((?:"[^"]+",?)+)\]$`)
@@ -173,6 +186,21 @@ func parseSelectors(sels []resourcev1.DeviceSelector) (selectorFacts, error) {
 					ms = append(ms, productModel(m[1]))
 				}
 				f.models = mergeModels(f.models, ms)
+			case celMemCompare.MatchString(term), celMemGreater.MatchString(term):
+				m := celMemCompare.FindStringSubmatch(term)
+				strict := m == nil || m[2] == ">"
+				if m == nil {
+					m = celMemGreater.FindStringSubmatch(term)
+				}
+				q, err := resource.ParseQuantity(m[1])
+				if err != nil || q.Sign() < 0 {
+					return f, fmt.Errorf("selector not understood: memory quantity %q in %s", m[1], strconv.Quote(expr))
+				}
+				b := q.Value()
+				if strict {
+					b++
+				}
+				f.minMemMiB = max(f.minMemMiB, int((b+(1<<20)-1)>>20))
 			case celMIGProfile.MatchString(term):
 				p := celMIGProfile.FindStringSubmatch(term)[1]
 				if f.profile != "" && f.profile != p {
@@ -277,9 +305,10 @@ func (o *Observer) draRequest(pod *corev1.Pod, counted map[string]bool) draPodRe
 			out.req.NotUnderstood, out.claim = r.NotUnderstood, claim
 		}
 		if r.AllGPUs && out.req.NotUnderstood == "" {
-			out.req.NotUnderstood, out.claim = "allocation mode All (every GPU of a node) needs the pool to describe its devices, which the broker does not read yet", claim
+			out.req.NotUnderstood, out.claim = "allocation mode All (every GPU of the node it lands on): the broker plans GPUs by count; ask for the node's GPU count with ExactCount", claim
 		}
 		out.req.GPUs += r.GPUs
+		out.req.MinMemoryMiB = max(out.req.MinMemoryMiB, r.MinMemoryMiB)
 		for k, v := range r.MIG {
 			if out.req.MIG == nil {
 				out.req.MIG = map[string]int64{}
@@ -342,6 +371,11 @@ func (d *draPodRequest) add(req GPURequest, facts *pendingFacts) (GPURequest, *p
 		}
 		req.MIG = mig
 	}
+	if d.req.MinMemoryMiB > facts.constraints.MinGPUMemoryMiB {
+		f := *facts
+		f.constraints.MinGPUMemoryMiB = d.req.MinMemoryMiB
+		facts = &f
+	}
 	if len(d.req.Models) > 0 {
 		models := mergeModels(nilIfEmpty(facts.constraints.GPUModels), d.req.Models)
 		if len(models) == 0 {
@@ -365,11 +399,10 @@ func nilIfEmpty(s []string) []string {
 	return s
 }
 
-// draAllocatedGPUs counts the GPUs (whole GPUs, and MIG devices as the
-// GPUs their slices fill) allocated to pod's claims, each claim once per
-// node (claimed): the devices of results whose request is of a GPU or MIG
-// DeviceClass.
-func (c *classifier) draAllocatedGPUs(pod *corev1.Pod, claimed map[string]bool) int {
+// draAllocated counts the GPU devices (whole GPUs, and MIG devices by
+// profile) allocated to pod's claims, each claim once per node (claimed):
+// the devices of results whose request is of a GPU or MIG DeviceClass.
+func (c *classifier) draAllocated(pod *corev1.Pod, claimed map[string]bool) GPURequest {
 	var req GPURequest
 	for _, pc := range pod.Spec.ResourceClaims {
 		name := ""
@@ -409,7 +442,7 @@ func (c *classifier) draAllocatedGPUs(pod *corev1.Pod, claimed map[string]bool) 
 			}
 		}
 	}
-	return req.WholeGPUs()
+	return req
 }
 
 // requestKind is what a claim's request (or subrequest, "req/sub") asks.
@@ -453,14 +486,18 @@ func sliceNode(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// nodeSliceGPUs counts the whole GPUs the ResourceSlices of node publish
-// from a GPU driver: devices whose "type" attribute is "gpu", or that
-// have none (MIG slices say "mig"). Of a pool's slices only the newest
-// generation counts, as the scheduler reads them.
-func nodeSliceGPUs(inf cache.SharedIndexInformer, node string, drivers []string) int64 {
+// nodeSliceDevices counts the GPU devices the ResourceSlices of node
+// publish from a GPU driver: whole GPUs (devices whose "type" attribute is
+// "gpu", or that have none) and MIG devices ("type" "mig") by their
+// "profile" attribute, as nvidia.com/mig-<profile> names them; and the
+// least memory of its whole GPUs in MiB (their "memory" capacity; 0 when
+// none says). Of a pool's slices only the newest generation counts, as the
+// scheduler reads them.
+func nodeSliceDevices(inf cache.SharedIndexInformer, node string, drivers []string) (GPURequest, int) {
+	var out GPURequest
 	objs, err := inf.GetIndexer().ByIndex(sliceNodeIndex, node)
 	if err != nil {
-		return 0
+		return out, 0
 	}
 	newest := map[string]int64{}
 	for _, o := range objs {
@@ -468,18 +505,40 @@ func nodeSliceGPUs(inf cache.SharedIndexInformer, node string, drivers []string)
 		key := s.Spec.Driver + "/" + s.Spec.Pool.Name
 		newest[key] = max(newest[key], s.Spec.Pool.Generation)
 	}
-	var n int64
+	memMiB := 0
 	for _, o := range objs {
 		s := o.(*resourcev1.ResourceSlice)
 		if !slices.Contains(drivers, s.Spec.Driver) || s.Spec.Pool.Generation < newest[s.Spec.Driver+"/"+s.Spec.Pool.Name] {
 			continue
 		}
-		for _, d := range s.Spec.Devices {
-			if t, ok := d.Attributes["type"]; ok && (t.StringValue == nil || *t.StringValue != "gpu") {
-				continue
+		for i := range s.Spec.Devices {
+			d := &s.Spec.Devices[i]
+			typ := "gpu"
+			if t, ok := d.Attributes["type"]; ok {
+				typ = ""
+				if t.StringValue != nil {
+					typ = *t.StringValue
+				}
 			}
-			n++
+			switch typ {
+			case "gpu":
+				out.GPUs++
+				if c, ok := d.Capacity["memory"]; ok {
+					if m := int(c.Value.Value() >> 20); m > 0 && (memMiB == 0 || m < memMiB) {
+						memMiB = m
+					}
+				}
+			case "mig":
+				p, ok := d.Attributes["profile"]
+				if !ok || p.StringValue == nil {
+					continue
+				}
+				if out.MIG == nil {
+					out.MIG = map[string]int64{}
+				}
+				out.MIG[MIGPrefix+*p.StringValue]++
+			}
 		}
 	}
-	return n
+	return out, memMiB
 }

@@ -117,20 +117,30 @@ func TestObserverDRADemand(t *testing.T) {
 	if d := got["ml/templated"]; d.GPUsPerUnit != 1 || d.Unsatisfiable != "" {
 		t.Errorf("templated: %+v, want 1 GPU from its template", d)
 	}
-	if d := got["ml/memory"]; d.Unsatisfiable == "" || d.GPUsPerUnit != 1 {
-		t.Errorf("memory: %+v, want unsatisfiable with the reason", d)
-	} else {
-		t.Logf("memory: %s", d.Unsatisfiable)
+	if d := got["ml/memory"]; d.Unsatisfiable != "" || d.GPUsPerUnit != 1 || d.Constraints.MinGPUMemoryMiB != 40<<10 {
+		t.Errorf("memory: %+v, want 1 GPU of at least 40Gi", d)
 	}
-	// The planner waits it unsatisfiable with that reason, buying nothing.
-	plan := broker.MakePlan(&broker.Snapshot{Now: obs.At, Demand: []broker.Demand{func() broker.Demand {
-		d := got["ml/memory"]
-		d.Tenant, d.FirstSeen = "research", obs.At
-		return d
-	}()}, Tenants: map[string]broker.Tenant{"research": {Name: "research", MaxGPUs: 8, Weight: 1}},
-		Pools: []broker.PoolState{{Pool: broker.Pool{Name: "p", Provider: "aws", GPUModel: "A100", GPUsPerNode: 8, MaxNodes: 4, Sides: broker.PoolShared}}}},
-		broker.DefaultPolicy())
-	if len(plan.Actions) != 0 || len(plan.Waits) != 1 || plan.Waits[0].Reason != broker.WaitUnsatisfiable || plan.Waits[0].Detail != got["ml/memory"].Unsatisfiable {
-		t.Errorf("plan %+v, want the memory pod waiting unsatisfiable with its reason and nothing bought", plan)
+	// The planner buys for it only in a pool that says its GPUs have
+	// the memory: a pool of unknown memory, or of 24Gi, never.
+	planFor := func(pools ...broker.Pool) broker.Plan {
+		var ps []broker.PoolState
+		for _, p := range pools {
+			ps = append(ps, broker.PoolState{Pool: p})
+		}
+		return broker.MakePlan(&broker.Snapshot{Now: obs.At, Demand: []broker.Demand{func() broker.Demand {
+			d := got["ml/memory"]
+			d.Tenant, d.FirstSeen = "research", obs.At
+			return d
+		}()}, Tenants: map[string]broker.Tenant{"research": {Name: "research", MaxGPUs: 8, Weight: 1}}, Pools: ps},
+			broker.DefaultPolicy())
+	}
+	unknown := broker.Pool{Name: "unknown", Provider: "aws", GPUModel: "A100", GPUsPerNode: 8, MaxNodes: 4, Sides: broker.PoolShared}
+	small := broker.Pool{Name: "small", Provider: "aws", GPUModel: "A10G", GPUsPerNode: 4, MaxNodes: 4, Sides: broker.PoolShared, GPUMemoryMiB: 24 << 10}
+	big := broker.Pool{Name: "big", Provider: "aws", GPUModel: "A100", GPUsPerNode: 8, MaxNodes: 4, Sides: broker.PoolShared, GPUMemoryMiB: 80 << 10}
+	if plan := planFor(unknown, small); len(plan.Actions) != 0 || len(plan.Waits) != 1 || plan.Waits[0].Reason != broker.WaitUnsatisfiable {
+		t.Errorf("plan %+v, want the memory pod waiting unsatisfiable, nothing bought in pools of unknown or too little memory", plan)
+	}
+	if plan := planFor(unknown, small, big); len(plan.Actions) != 1 || plan.Actions[0].Pool != "big" || plan.Actions[0].Target != 1 {
+		t.Errorf("plan %+v, want one node of pool big (80Gi GPUs)", plan)
 	}
 }

@@ -172,16 +172,40 @@ func (c *classifier) forgetNodes(present map[types.UID]bool) {
 	})
 }
 
+// addDRA adds the devices a pod's claims hold to its workload: as its
+// units when the pod holds nothing else, otherwise as the whole GPUs they
+// fill.
+func addDRA(w *broker.Workload, dr GPURequest) {
+	if dr.IsZero() {
+		return
+	}
+	if u, p, why := dr.PlanUnits(); w.GPUs == 0 && why == "" {
+		w.GPUs, w.MIGProfile = u, p
+		return
+	}
+	w.GPUs += dr.WholeGPUs()
+}
+
 func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node, NodeDetail) {
 	alloc := nodeGPUs(n.Status.Allocatable)
-	if c.objs.sliceGPUs != nil {
+	memMiB := 0
+	if c.objs.sliceDevices != nil {
 		// A node whose GPUs DRA's driver publishes (ResourceSlices) and
 		// no device plugin advertises is gpu-ready with them: otherwise
 		// it would look forever on its way and be replaced.
-		if g := c.objs.sliceGPUs(n.Name); g > alloc.GPUs {
-			alloc.GPUs = g
+		var sl GPURequest
+		sl, memMiB = c.objs.sliceDevices(n.Name)
+		alloc.GPUs = max(alloc.GPUs, sl.GPUs)
+		for k, v := range sl.MIG {
+			if v > alloc.MIG[k] {
+				if alloc.MIG == nil {
+					alloc.MIG = map[string]int64{}
+				}
+				alloc.MIG[k] = v
+			}
 		}
 	}
+	units, profile := alloc.NodeUnits()
 	ready, since := nodeReady(n)
 	seenReady := c.wasReady(n.UID, ready)
 	d := NodeDetail{
@@ -191,15 +215,17 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 		Allocatable:    alloc,
 	}
 	bn := broker.Node{
-		Name:        n.Name,
-		InstanceID:  instanceID(n.Spec.ProviderID),
-		Pool:        n.Labels[c.cfg.PoolLabel],
-		Owner:       ownerOf(n),
-		PhaseSince:  since,
-		GPUModel:    n.Labels[c.cfg.GPUModelLabel],
-		GPUsTotal:   alloc.WholeGPUs(),
-		Utilisation: -1,
-		Healthy:     true,
+		Name:         n.Name,
+		InstanceID:   instanceID(n.Spec.ProviderID),
+		Pool:         n.Labels[c.cfg.PoolLabel],
+		Owner:        ownerOf(n),
+		PhaseSince:   since,
+		GPUModel:     n.Labels[c.cfg.GPUModelLabel],
+		GPUsTotal:    units,
+		MIGProfile:   profile,
+		GPUMemoryMiB: memMiB,
+		Utilisation:  -1,
+		Healthy:      true,
 	}
 	if len(n.Labels) > 0 {
 		bn.Labels = make(map[string]string, len(n.Labels))
@@ -233,9 +259,14 @@ func (c *classifier) buildNode(n *corev1.Node, pods []*corev1.Pod) (broker.Node,
 			if claimed == nil {
 				claimed = map[string]bool{}
 			}
-			w.GPUs += c.draAllocatedGPUs(pod, claimed)
+			addDRA(&w, c.draAllocated(pod, claimed))
 		}
-		bn.GPUsAllocated += w.GPUs
+		if w.MIGProfile == bn.MIGProfile {
+			// Work on devices of another kind than the node offers the
+			// planner (a whole-GPU pod on a node planned by its MIG
+			// slices) keeps the node busy but is not of its units.
+			bn.GPUsAllocated += w.GPUs
+		}
 		if !w.System {
 			userWork++
 			userRunning = userRunning || pod.Status.Phase == corev1.PodRunning

@@ -139,7 +139,9 @@ func NewObserver(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Ob
 		o.cls.objs.resourceClaim = func(ns, name string) (*resourcev1.ResourceClaim, bool) {
 			return cached[*resourcev1.ResourceClaim](o.resourceClaims, ns+"/"+name)
 		}
-		o.cls.objs.sliceGPUs = func(node string) int64 { return nodeSliceGPUs(o.resourceSlices, node, o.cfg.GPUDrivers) }
+		o.cls.objs.sliceDevices = func(node string) (GPURequest, int) {
+			return nodeSliceDevices(o.resourceSlices, node, o.cfg.GPUDrivers)
+		}
 	}
 	o.health = &health{client: client, staleAfter: cfg.StaleAfter, now: func() time.Time { return o.now() },
 		failing: map[string]watchFailure{}}

@@ -274,11 +274,13 @@ func newWorkFacts(pod *corev1.Pod, req GPURequest) *workFacts {
 		Source:        broker.SourceK8s,
 		Key:           string(pod.UID),
 		Name:          pod.Namespace + "/" + pod.Name,
-		GPUs:          req.WholeGPUs(),
 		CheckpointAge: -1,
 		CheckpointDir: pod.Annotations[CheckpointDirAnnotation],
 		System:        isSystemPod(pod),
 	}}
+	// A pod asking for both kinds counts as the whole GPUs its request
+	// fills (the safe side for idleness and quotas).
+	f.w.GPUs, f.w.MIGProfile, _ = req.PlanUnits()
 	if pod.Status.StartTime != nil {
 		f.w.StartedAt = pod.Status.StartTime.Time
 	}
@@ -332,11 +334,14 @@ func (c *classifier) classifyFacts(pod *corev1.Pod, req GPURequest, facts *pendi
 		UID:           string(pod.UID),
 		Priority:      podPriority(pod, c.classes),
 		PriorityClass: pod.Spec.PriorityClassName,
-		GPUs:          req.WholeGPUs(),
 		Request:       req,
 		Constraints:   facts.constraints,
 		Created:       pod.CreationTimestamp.Time,
 	}
+	// MIG slices are planned as slices of their profile, on nodes that
+	// offer it (PlanUnits).
+	units, profile, _ := req.PlanUnits()
+	r.GPUs, r.Constraints.MIGProfile = units, profile
 	cond, unschedulable := unschedulableCondition(pod)
 	if unschedulable {
 		r.UnschedulableSince = cond.LastTransitionTime.Time
@@ -399,7 +404,15 @@ func (c *classifier) demandNamed(pod *corev1.Pod, r PodReport, name string, now 
 		// 3 Insufficient nvidia.com/gpu.") is the scheduler's reason.
 		SchedulerReason: r.Detail,
 		LastSeen:        now,
+		Unsatisfiable:   mixedReason(r.Request),
 	}
+}
+
+// mixedReason says why a request the planner cannot place as one kind of
+// device waits unsatisfiable; empty when it can.
+func mixedReason(req GPURequest) string {
+	_, _, why := req.PlanUnits()
+	return why
 }
 
 // preemptible applies the annotation, then the priority rule.

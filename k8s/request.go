@@ -48,6 +48,42 @@ func (r GPURequest) WholeGPUs() int {
 	return int(r.GPUs) + int((slices+migSlicesPerGPU-1)/migSlicesPerGPU)
 }
 
+// PlanUnits returns the request as the planner places it: whole GPUs
+// (profile empty), or slices of its one MIG profile ("1g.10gb"). A pod
+// that asks for whole GPUs and MIG slices, or slices of two profiles, is
+// not planned (why says so): a node offers one kind, and buying the wrong
+// one on a guess is worse than waiting.
+func (r GPURequest) PlanUnits() (units int, profile, why string) {
+	if len(r.MIG) == 0 {
+		return int(r.GPUs), "", ""
+	}
+	if r.GPUs > 0 || len(r.MIG) > 1 {
+		return r.WholeGPUs(), "", "it asks for " + r.String() +
+			": whole GPUs and MIG slices, or slices of several MIG profiles, in one pod; the broker plans one kind of GPU device per pod"
+	}
+	for name, n := range r.MIG {
+		units, profile = int(n), strings.TrimPrefix(name, MIGPrefix)
+	}
+	return units, profile, ""
+}
+
+// NodeUnits returns what a node offers the planner: its whole GPUs, or
+// where it advertises none (every GPU partitioned, the device plugin's
+// mixed strategy) the MIG devices of its most numerous profile (ties: the
+// first by name). Slices of the node's other profiles are not planned.
+func (r GPURequest) NodeUnits() (units int, profile string) {
+	if r.GPUs > 0 || len(r.MIG) == 0 {
+		return int(r.GPUs), ""
+	}
+	for name, n := range r.MIG {
+		p := strings.TrimPrefix(name, MIGPrefix)
+		if int(n) > units || int(n) == units && p < profile {
+			units, profile = int(n), p
+		}
+	}
+	return units, profile
+}
+
 // String formats the request as "2" or "1+mig-1g.10gb=2".
 func (r GPURequest) String() string {
 	var b strings.Builder

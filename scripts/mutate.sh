@@ -220,10 +220,10 @@ steps: an op ends done only where its table allows~broker/engine/executor.go~if 
 steps: giving up from a step that holds a node gives it back~broker/engine/executor.go~\tif broker.HoldsNode(s.op.Kind, s.op.Step) {\n\t\tif _, ok~\tif false {\n\t\tif _, ok~./broker/engine/
 steps: the table marks the steps that hold a node~broker/steps.go~return ok && s.HoldsNode~return ok && s.HoldsNode && false~./broker/ ./broker/engine/
 policy: the tick applies the policy's defaults where it enters~broker/engine/observe.go~o.policy = r.cordonPolicy(ctx, policy.WithDefaults())~o.policy = r.cordonPolicy(ctx, policy)~-run TestPolicyDefaultsAppliedAtTheEdge ./broker/engine/
-dra: GPUs held through DRA claims count on their node~k8s/nodes.go~w.GPUs += c.draAllocatedGPUs(pod, claimed)~_ = claimed~-run TestObserverDRADemand ./k8s/
+dra: GPUs held through DRA claims count on their node~k8s/nodes.go~addDRA(&w, c.draAllocated(pod, claimed))~addDRA(&w, GPURequest{})~-run TestObserverDRADemand|TestObserverMIG|TestDRARunningPodKeepsNodeFromIdleReclaim ./k8s/ ./test/e2e/
 dra: a claim several pods share is demand once~k8s/dra.go~\t\tcounted[key] = true\n\t\tnote(name~\t\tnote(name~-run TestObserverDRADemand ./k8s/
 dra: a selector not understood buys nothing~broker/plan.go~\t\tif d.d.Unsatisfiable != "" {~\t\tif false {~-run TestObserverDRADemand ./k8s/
-dra: a node's GPUs from its ResourceSlices make it gpu-ready~k8s/nodes.go~if g := c.objs.sliceGPUs(n.Name); g > alloc.GPUs {~if g := c.objs.sliceGPUs(n.Name); false && g > alloc.GPUs {~-run TestObserverDRADemand ./k8s/
+dra: a node's GPUs from its ResourceSlices make it gpu-ready~k8s/nodes.go~alloc.GPUs = max(alloc.GPUs, sl.GPUs)~_ = sl~-run TestObserverDRADemand ./k8s/
 dra: an allocated claim is no demand~k8s/dra.go~if !ok || claim.Status.Allocation != nil || counted[key] {~if !ok || counted[key] {~-run TestObserverDRADemand ./k8s/
 migrate: work without a known checkpoint is never migrated~broker/migrate.go~		case wl.CheckpointAge < 0:\n~		case false:\n~-run TestMigrate ./broker/
 migrate: a checkpoint older than the max wait is never migrated~broker/migrate.go~		case wl.CheckpointAge > wait:~		case false:~-run TestMigrate ./broker/
@@ -248,6 +248,12 @@ fleet: a pool named by a side's listing waits for it on the first tick~fleet/fle
 fleet: only the first call waits for a listing (a side that cannot be listed never slows each tick)~fleet/fleet.go~\tf.waited = true\n~\n~-run TestMembersBySides ./fleet/
 fleet: a selector without its side configured is refused~internal/app/app.go~\tif err := m.checkFleetSides(); err != nil {~\tif err := error(nil); err != nil {~-run TestOpenFleetWithoutCloud ./internal/app/
 fleet: a host a pool lists by name is never another's~fleet/fleet.go~if !taken[n.Name] && f.host[n.Name] == "" && p.names(src, n) {~if !taken[n.Name] && p.names(src, n) {~-run TestMembersBySides ./fleet/
+mig: whole GPUs and MIG slices never serve each other's demand~broker/match.go~if c.MIGProfile != t.mig {~if false && c.MIGProfile != t.mig {
+mig: unknown GPU memory never serves a memory selector~broker/match.go~if c.MinGPUMemoryMiB > 0 && t.memMiB < c.MinGPUMemoryMiB {~if false {
+mig: cluster and model caps count a MIG node's GPUs, not its slices~broker/placement.go~gpn, phys := wp.st.Pool.Units(), wp.st.Pool.GPUsPerNode~gpn, phys := wp.st.Pool.Units(), wp.st.Pool.Units()
+mig: quotas count MIG slices by their compute slices~broker/quota.go~t.usage += computeSlices(w.MIGProfile, w.GPUs)~t.usage += computeSlices("", w.GPUs)
+mig: a node's MIG work counts as its slices (observer)~k8s/nodes.go~if w.MIGProfile == bn.MIGProfile {~if w.MIGProfile == "" {~-run TestObserverMIG ./k8s/
+mig: a pod asking whole GPUs and MIG slices waits unsatisfiable~k8s/pods.go~Unsatisfiable:   mixedReason(r.Request),~Unsatisfiable:   "",~-run TestObserverMIG ./k8s/
 EOF
 )
 

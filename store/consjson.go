@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 
 	"github.com/gpubroker/gpubroker/broker"
 )
@@ -141,6 +142,14 @@ func appendConstraintsJSON(b []byte, c *broker.Constraints) []byte {
 		field("node_label")
 		str(c.NodeLabel)
 	}
+	if c.MIGProfile != "" {
+		field("mig_profile")
+		str(c.MIGProfile)
+	}
+	if c.MinGPUMemoryMiB != 0 {
+		field("min_gpu_memory_mib")
+		b = strconv.AppendInt(b, int64(c.MinGPUMemoryMiB), 10)
+	}
 	b = append(b, '}')
 	return b
 }
@@ -176,7 +185,7 @@ func plainConstraints(c *broker.Constraints) bool {
 			return false
 		}
 	}
-	return plainJSON(c.NodeLabel)
+	return plainJSON(c.NodeLabel) && plainJSON(c.MIGProfile)
 }
 
 func plainJSON(s string) bool {

@@ -14,7 +14,7 @@ import (
 // the strings that must take the encoding/json path.
 func TestConstraintsJSONMatchesMarshal(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeOf(broker.Constraints{}):      5,
+		reflect.TypeOf(broker.Constraints{}):      7,
 		reflect.TypeOf(broker.AffinityTerm{}):     1,
 		reflect.TypeOf(broker.LabelRequirement{}): 3,
 		reflect.TypeOf(broker.Toleration{}):       4,
@@ -33,6 +33,7 @@ func TestConstraintsJSONMatchesMarshal(t *testing.T) {
 		},
 		Tolerations: []broker.Toleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule"}, {Value: "v"}, {}},
 		NodeLabel:   "gpu",
+		MIGProfile:  "1g.10gb", MinGPUMemoryMiB: 40960,
 	}
 	cases := map[string]broker.Constraints{
 		"empty":          {},

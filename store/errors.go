@@ -28,6 +28,8 @@ var constraintFields = map[string]struct{ field, problem string }{
 	"pools_max_ge_min":                    {"max_nodes", "must be at least min_nodes"},
 	"pools_sides_valid":                   {"sides", "must be yarn, k8s or shared"},
 	"pools_price_nonnegative":             {"price_per_hour", "must not be negative"},
+	"pools_mig_per_gpu_range":             {"mig_per_gpu", "must be 0 to 7"},
+	"pools_gpu_memory_nonnegative":        {"gpu_memory_mib", "must not be negative"},
 	"nodes_name_not_empty":                {"name", "must not be empty"},
 	"nodes_owner_valid":                   {"owner", "must be yarn, k8s or none"},
 	"nodes_phase_valid":                   {"phase", "must be a lifecycle phase (requested … gone)"},

@@ -52,8 +52,8 @@ func (s *Store) UpsertNodes(ctx context.Context, nodes []broker.Node, now time.T
 		b.Queue(`
 			INSERT INTO nodes (name, instance_id, pool, owner, phase, phase_since, gpu_model, gpus_total,
 				gpus_allocated, labels, taints, utilisation, healthy, health_reason, protected,
-				underused_since, work, updated_at, down, down_since)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $6, $18, $19)
+				underused_since, work, updated_at, down, down_since, mig_profile, gpu_memory_mib)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $6, $18, $19, $20, $21)
 			ON CONFLICT (name) DO UPDATE SET instance_id = excluded.instance_id, pool = excluded.pool,
 				owner = excluded.owner,
 				phase_since = CASE WHEN nodes.phase = excluded.phase THEN nodes.phase_since ELSE excluded.phase_since END,
@@ -62,10 +62,11 @@ func (s *Store) UpsertNodes(ctx context.Context, nodes []broker.Node, now time.T
 				utilisation = excluded.utilisation, healthy = excluded.healthy,
 				health_reason = excluded.health_reason, underused_since = excluded.underused_since,
 				work = excluded.work, updated_at = excluded.updated_at,
-				down = excluded.down, down_since = excluded.down_since`,
+				down = excluded.down, down_since = excluded.down_since,
+				mig_profile = excluded.mig_profile, gpu_memory_mib = excluded.gpu_memory_mib`,
 			n.Name, inst, pool, string(n.Owner), string(n.Phase), now, n.GPUModel, n.GPUsTotal,
 			n.GPUsAllocated, labels, taints, n.Utilisation, n.Healthy, n.HealthReason, n.Protected,
-			under, string(work), n.Down, downSince)
+			under, string(work), n.Down, downSince, n.MIGProfile, n.GPUMemoryMiB)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()
@@ -90,7 +91,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]broker.Node, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT name, coalesce(instance_id, ''), coalesce(pool, ''), owner, phase, phase_since, gpu_model,
 			gpus_total, gpus_allocated, labels, taints, utilisation, healthy, health_reason, protected,
-			underused_since, work, down, down_since
+			underused_since, work, down, down_since, mig_profile, gpu_memory_mib
 		FROM nodes WHERE phase <> 'gone' ORDER BY name`)
 	if err != nil {
 		return nil, mapError("list nodes", err)
@@ -102,7 +103,7 @@ func (s *Store) ListNodes(ctx context.Context) ([]broker.Node, error) {
 		var under, downSince *time.Time
 		if err := r.Scan(&n.Name, &n.InstanceID, &n.Pool, &owner, &phase, &n.PhaseSince, &n.GPUModel,
 			&n.GPUsTotal, &n.GPUsAllocated, &labels, &taints, &n.Utilisation, &n.Healthy, &n.HealthReason,
-			&n.Protected, &under, &work, &n.Down, &downSince); err != nil {
+			&n.Protected, &under, &work, &n.Down, &downSince, &n.MIGProfile, &n.GPUMemoryMiB); err != nil {
 			return n, err
 		}
 		if downSince != nil {

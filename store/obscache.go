@@ -143,5 +143,7 @@ func encodeRow(d *broker.Demand) string {
 		str(t.Effect)
 	}
 	str(c.NodeLabel)
+	str(c.MIGProfile)
+	num(c.MinGPUMemoryMiB)
 	return string(b)
 }

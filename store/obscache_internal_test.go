@@ -12,7 +12,7 @@ import (
 // this test when the types grow, and each mutation must change the encoding.
 func TestEncodeRowKnowsEveryField(t *testing.T) {
 	for typ, n := range map[reflect.Type]int{
-		reflect.TypeOf(broker.Constraints{}):      5,
+		reflect.TypeOf(broker.Constraints{}):      7,
 		reflect.TypeOf(broker.AffinityTerm{}):     1,
 		reflect.TypeOf(broker.LabelRequirement{}): 3,
 		reflect.TypeOf(broker.Toleration{}):       4,
@@ -47,6 +47,8 @@ func TestEncodeRowKnowsEveryField(t *testing.T) {
 		"toleration":  func(d *broker.Demand) { d.Constraints.Tolerations[0].Value = "x" },
 		"effect":      func(d *broker.Demand) { d.Constraints.Tolerations[0].Effect = "NoExecute" },
 		"node label":  func(d *broker.Demand) { d.Constraints.NodeLabel = "cpu" },
+		"mig profile": func(d *broker.Demand) { d.Constraints.MIGProfile = "1g.10gb" },
+		"gpu memory":  func(d *broker.Demand) { d.Constraints.MinGPUMemoryMiB = 40960 },
 		// Moving a byte between adjacent strings must not collide.
 		"boundary": func(d *broker.Demand) { d.Name, d.Tenant = "nt", "" },
 	}

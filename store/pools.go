@@ -24,16 +24,20 @@ func (s *Store) UpsertPool(ctx context.Context, p broker.Pool) (broker.Pool, err
 	}
 	_, err = s.pool.Exec(ctx, `
 		INSERT INTO pools (name, provider, grp, gpu_model, gpus_per_node, min_nodes, max_nodes,
-			labels, taints, sides, price_per_hour, expander_priority, partition)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+			labels, taints, sides, price_per_hour, expander_priority, partition,
+			mig_profile, mig_per_gpu, gpu_memory_mib)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
 		ON CONFLICT (name) DO UPDATE SET provider = excluded.provider, grp = excluded.grp,
 			gpu_model = excluded.gpu_model, gpus_per_node = excluded.gpus_per_node,
 			min_nodes = excluded.min_nodes, max_nodes = excluded.max_nodes,
 			labels = excluded.labels, taints = excluded.taints, sides = excluded.sides,
 			price_per_hour = excluded.price_per_hour, expander_priority = excluded.expander_priority,
-			partition = excluded.partition, version = pools.version + 1, updated_at = now()`,
+			partition = excluded.partition, mig_profile = excluded.mig_profile,
+			mig_per_gpu = excluded.mig_per_gpu, gpu_memory_mib = excluded.gpu_memory_mib,
+			version = pools.version + 1, updated_at = now()`,
 		p.Name, p.Provider, p.Group, p.GPUModel, p.GPUsPerNode, p.MinNodes, p.MaxNodes,
-		labels, taints, string(p.Sides), p.PricePerHour, p.ExpanderPriority, p.Partition)
+		labels, taints, string(p.Sides), p.PricePerHour, p.ExpanderPriority, p.Partition,
+		p.MIGProfile, p.MIGPerGPU, p.GPUMemoryMiB)
 	if err != nil {
 		return broker.Pool{}, mapError(fmt.Sprintf("upsert pool %q", p.Name), err)
 	}
@@ -53,10 +57,12 @@ func (s *Store) UpdatePool(ctx context.Context, p broker.Pool) (broker.Pool, err
 		tag, err := tx.Exec(ctx, `
 			UPDATE pools SET provider = $2, grp = $3, gpu_model = $4, gpus_per_node = $5,
 				min_nodes = $6, max_nodes = $7, labels = $8, taints = $9, sides = $10,
-				price_per_hour = $11, expander_priority = $12, partition = $14, version = version + 1, updated_at = now()
+				price_per_hour = $11, expander_priority = $12, partition = $14,
+				mig_profile = $15, mig_per_gpu = $16, gpu_memory_mib = $17, version = version + 1, updated_at = now()
 			WHERE name = $1 AND version = $13`,
 			p.Name, p.Provider, p.Group, p.GPUModel, p.GPUsPerNode, p.MinNodes, p.MaxNodes,
-			labels, taints, string(p.Sides), p.PricePerHour, p.ExpanderPriority, p.Version, p.Partition)
+			labels, taints, string(p.Sides), p.PricePerHour, p.ExpanderPriority, p.Version, p.Partition,
+			p.MIGProfile, p.MIGPerGPU, p.GPUMemoryMiB)
 		if err != nil {
 			return err
 		}
@@ -96,7 +102,8 @@ type PoolRecord struct {
 }
 
 const poolSelect = `SELECT name, provider, grp, gpu_model, gpus_per_node, min_nodes, max_nodes,
-	labels, taints, sides, price_per_hour, expander_priority, version, backoff_until, backoff_reason, partition FROM pools`
+	labels, taints, sides, price_per_hour, expander_priority, version, backoff_until, backoff_reason, partition,
+	mig_profile, mig_per_gpu, gpu_memory_mib FROM pools`
 
 func scanPool(r pgx.CollectableRow) (PoolRecord, error) {
 	var p PoolRecord
@@ -104,7 +111,8 @@ func scanPool(r pgx.CollectableRow) (PoolRecord, error) {
 	var sides string
 	var until *time.Time
 	if err := r.Scan(&p.Name, &p.Provider, &p.Group, &p.GPUModel, &p.GPUsPerNode, &p.MinNodes, &p.MaxNodes,
-		&labels, &taints, &sides, &p.PricePerHour, &p.ExpanderPriority, &p.Version, &until, &p.BackoffReason, &p.Partition); err != nil {
+		&labels, &taints, &sides, &p.PricePerHour, &p.ExpanderPriority, &p.Version, &until, &p.BackoffReason, &p.Partition,
+		&p.MIGProfile, &p.MIGPerGPU, &p.GPUMemoryMiB); err != nil {
 		return p, err
 	}
 	p.Sides = broker.PoolSides(sides)

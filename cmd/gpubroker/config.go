@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/fleet"
@@ -209,6 +210,48 @@ type poolConfig struct {
 	Hosts         []string          `yaml:"hosts"`
 	NodeSelector  map[string]string `yaml:"node_selector"`
 	YARNPartition string            `yaml:"yarn_partition"`
+	// MIG partitions every GPU of the pool's nodes into MIG devices of
+	// one profile (NVIDIA's mig-parted "all-1g.10gb" layouts): the nodes
+	// offer those slices, not whole GPUs.
+	MIG *migConfig `yaml:"mig"`
+	// GPUMemory is each GPU's memory ("80Gi"), so demand whose DRA claim
+	// selects GPUs by memory matches the pool even at zero nodes.
+	GPUMemory string `yaml:"gpu_memory"`
+}
+
+// migConfig is a pool's MIG layout: per_gpu devices of profile on each GPU.
+type migConfig struct {
+	Profile string `yaml:"profile"`
+	PerGPU  int    `yaml:"per_gpu"`
+}
+
+// devices applies the pool's MIG layout and GPU memory to pool, naming
+// the configuration's fields in errors.
+func (pl poolConfig) devices(prefix string, pool *broker.Pool) error {
+	if pl.GPUMemory != "" {
+		q, err := resource.ParseQuantity(pl.GPUMemory)
+		if err != nil || q.Sign() <= 0 {
+			return broker.Invalid(prefix+".gpu_memory", "must be a positive quantity such as 80Gi or 24Gi, got %q", pl.GPUMemory)
+		}
+		pool.GPUMemoryMiB = int(q.Value() >> 20)
+	}
+	if pl.MIG == nil {
+		return nil
+	}
+	c, ok := broker.MIGComputeSlices(pl.MIG.Profile)
+	switch {
+	case !ok:
+		return broker.Invalid(prefix+".mig.profile", "must be a MIG profile such as 1g.10gb, 2g.20gb or 3g.40gb (as nvidia.com/mig-<profile> names it), got %q", pl.MIG.Profile)
+	case pl.MIG.PerGPU <= 0 || pl.MIG.PerGPU*c > broker.MIGSlicesPerGPU:
+		return broker.Invalid(prefix+".mig.per_gpu", "must be 1 to %d for profile %s (each device uses %d of a GPU's %d compute slices), got %d",
+			broker.MIGSlicesPerGPU/c, pl.MIG.Profile, c, broker.MIGSlicesPerGPU, pl.MIG.PerGPU)
+	case pool.Sides != broker.PoolK8s:
+		return broker.Invalid(prefix+".sides", "must be k8s for a MIG pool: YARN schedules whole GPUs only (got %q)", pool.Sides)
+	case pool.GPUsPerNode <= 0:
+		return broker.Invalid(prefix+".gpus_per_node", "must be set for a MIG pool: the GPUs each node partitions into %d × %s", pl.MIG.PerGPU, pl.MIG.Profile)
+	}
+	pool.MIGProfile, pool.MIGPerGPU = pl.MIG.Profile, pl.MIG.PerGPU
+	return nil
 }
 
 // pool is the validated pool of pl, its fields named under prefix. A fleet
@@ -264,6 +307,9 @@ func (pl poolConfig) pool(prefix string) (broker.Pool, error) {
 			return pool, broker.Invalid(fmt.Sprintf("%s.taints[%d].effect", prefix, j), "must be NoSchedule, PreferNoSchedule or NoExecute, got %q", t.Effect)
 		}
 		pool.Taints = append(pool.Taints, broker.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	if err := pl.devices(prefix, &pool); err != nil {
+		return pool, err
 	}
 	if err := pool.Validate(); err != nil {
 		return pool, broker.WithPrefix(prefix, err)

@@ -34,7 +34,16 @@ type extraPool struct {
 	name    string
 	create  bool
 	desired int
+	// mig makes it a Kubernetes pool of A100s partitioned into seven
+	// 1g.10gb MIG devices each, whose nodes carry the GPU pods' labels.
+	mig bool
 }
+
+// The MIG layout of an extra pool with mig set.
+const (
+	e2eMIGProfile = "1g.10gb"
+	e2eMIGPerGPU  = 7
+)
 
 // extraPools creates the extra pools' groups, stores the pools and returns
 // them for the cloud provider. Their nodes carry infra-type=other, so no
@@ -48,12 +57,17 @@ func (w *world) extraPools(o safetyOptions) []cloud.PoolConfig {
 			}
 		}
 		minN, maxN := 0, 3
-		if _, err := w.st.UpsertPool(w.ctx, broker.Pool{Name: p.name, Provider: "aws", Group: p.name, GPUModel: "A10G",
-			GPUsPerNode: 4, MaxNodes: maxN, Sides: broker.PoolShared, Labels: map[string]string{"infra-type": "other"}}); err != nil {
+		pool := broker.Pool{Name: p.name, Provider: "aws", Group: p.name, GPUModel: "A10G",
+			GPUsPerNode: 4, MaxNodes: maxN, Sides: broker.PoolShared, Labels: map[string]string{"infra-type": "other"}}
+		if p.mig {
+			pool.GPUModel, pool.MIGProfile, pool.MIGPerGPU, pool.Sides, pool.Labels = "A100", e2eMIGProfile, e2eMIGPerGPU, broker.PoolK8s, gpuLabels
+			pool.Taints = []broker.Taint{{Key: gpuTaint.Key, Value: gpuTaint.Value, Effect: string(gpuTaint.Effect)}}
+		}
+		if _, err := w.st.UpsertPool(w.ctx, pool); err != nil {
 			w.t.Fatal(err)
 		}
-		out = append(out, cloud.PoolConfig{Name: p.name, GPUsPerNode: 4, GPUModel: "A10G", MinNodes: &minN, MaxNodes: &maxN,
-			Labels: map[string]string{"infra-type": "other"}})
+		out = append(out, cloud.PoolConfig{Name: p.name, GPUsPerNode: 4, GPUModel: pool.GPUModel, MinNodes: &minN, MaxNodes: &maxN,
+			Labels: pool.Labels, Taints: pool.Taints})
 	}
 	return out
 }

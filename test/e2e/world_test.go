@@ -266,10 +266,14 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		TerminateDelay: 200 * time.Millisecond, Logger: log,
 		BootHook: func(in awssim.Instance) {
 			labels, model := gpuLabels, "A100"
+			var mig map[string]int
 			if in.Group != poolName { // an extra pool of safety_test.go
 				labels, model = map[string]string{"infra-type": "other"}, "A10G"
+				if slices.ContainsFunc(o.extra.pools, func(p extraPool) bool { return p.name == in.Group && p.mig }) {
+					labels, model, mig = gpuLabels, "A100", map[string]int{e2eMIGProfile: 4 * e2eMIGPerGPU}
+				}
 			}
-			if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: in.PrivateDNSName, GPUs: 4, Model: model,
+			if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: in.PrivateDNSName, GPUs: 4, Model: model, MIG: mig,
 				Labels: labels, Taints: append([]corev1.Taint{gpuTaint}, o.extra.bootTaints...), ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
 				t.Errorf("boot %s: %v", in.ID, err)
 			}

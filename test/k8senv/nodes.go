@@ -36,6 +36,10 @@ type NodeSpec struct {
 	WithholdGPUs bool
 	// ProviderID is spec.providerID, e.g. "aws:///us-east-1a/i-0abc".
 	ProviderID string
+	// MIG, when set, partitions the node's GPUs: it advertises these MIG
+	// devices by profile (nvidia.com/mig-<profile>, the device plugin's
+	// mixed strategy) and no nvidia.com/gpu.
+	MIG map[string]int
 }
 
 // AddNode registers a node that KWOK makes Ready. Its status carries 32
@@ -63,7 +67,13 @@ func (e *Env) AddNode(ctx context.Context, s NodeSpec) (*corev1.Node, error) {
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
 	}
-	if !s.WithholdGPUs {
+	switch {
+	case s.WithholdGPUs:
+	case len(s.MIG) > 0:
+		for profile, n := range s.MIG {
+			res[corev1.ResourceName("nvidia.com/mig-"+profile)] = *resource.NewQuantity(int64(n), resource.DecimalSI)
+		}
+	default:
 		res[GPUResource] = *resource.NewQuantity(int64(s.GPUs), resource.DecimalSI)
 	}
 	n := &corev1.Node{

@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// migPodSpec is a training pod that asks for n MIG devices of profile
+// (the device plugin's mixed strategy: nvidia.com/mig-<profile>).
+func migPodSpec(profile string, n int64) corev1.PodSpec {
+	spec := gpuPodSpec(0, "")
+	q := *resource.NewQuantity(n, resource.DecimalSI)
+	name := corev1.ResourceName("nvidia.com/mig-" + profile)
+	spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{name: q}, Limits: corev1.ResourceList{name: q}}
+	return spec
+}
+
+// TestMIGPoolGrowsFromZero: on the real control plane, a pod asking for
+// one MIG 1g.10gb device, with the MIG pool (4 A100s a node, seven
+// 1g.10gb each) and the whole-GPU pool both at zero, makes the broker
+// grow the MIG pool — never the whole-GPU pool — and the scheduler binds
+// the pod to the new node, which advertises 28 slices. A second MIG pod
+// lands on the same node without a purchase; a whole-GPU pod then buys a
+// whole-GPU node, not a place on the MIG node's free slices. What no
+// autoscaler on AWS does today: the node group is at zero, so nothing
+// but the pool's declared layout says it offers MIG devices.
+func TestMIGPoolGrowsFromZero(t *testing.T) {
+	const migPoolName = "gpu-mig"
+	w := newWorld(t, worldOptions{maxNodes: 2, unneeded: 10 * time.Minute, namespace: "mig", bootDelay: time.Second,
+		extra: safetyOptions{pools: []extraPool{{name: migPoolName, create: true, mig: true}}}})
+	cs := kubeEnv.Client
+	calls := func() []desiredCall {
+		w.calls.mu.Lock()
+		defer w.calls.mu.Unlock()
+		return append([]desiredCall(nil), w.calls.calls...)
+	}
+	create := func(name string, spec corev1.PodSpec) {
+		t.Helper()
+		if _, err := cs.CoreV1().Pods(w.ns).Create(w.ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound := func(name string) string {
+		p, ok := w.pod(name)
+		if !ok {
+			return ""
+		}
+		return p.Spec.NodeName
+	}
+
+	create("slice-1", migPodSpec("1g.10gb", 1))
+	w.eventually(90*time.Second, "the MIG pod to be bound on a node of the MIG pool", func() bool { return bound("slice-1") != "" })
+	migNode := bound("slice-1")
+	if c := calls(); len(c) != 1 || c[0].Pool != migPoolName || c[0].Target != 1 {
+		t.Fatalf("SetDesired calls %+v, want one: the MIG pool %s to 1 node", c, migPoolName)
+	}
+	n, err := cs.CoreV1().Nodes().Get(w.ctx, migNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := n.Status.Allocatable["nvidia.com/mig-1g.10gb"]; q.Value() != 28 {
+		t.Fatalf("node %s allocatable %v, want 28 nvidia.com/mig-1g.10gb", migNode, n.Status.Allocatable)
+	}
+	// The broker counts the node in slices of its profile.
+	w.eventually(30*time.Second, "the broker to count the MIG node's slices", func() bool {
+		nodes, err := w.st.ListNodes(w.ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.Name == migNode {
+				return n.MIGProfile == "1g.10gb" && n.GPUsTotal == 28 && n.GPUsAllocated == 1
+			}
+		}
+		return false
+	})
+
+	// Three more slices fit the node's free ones: nothing is bought.
+	create("slice-3", migPodSpec("1g.10gb", 3))
+	w.eventually(60*time.Second, "the second MIG pod on the same node", func() bool { return bound("slice-3") == migNode })
+
+	// A whole-GPU pod: 25 free slices do not serve it; a whole-GPU node
+	// is bought.
+	create("whole", gpuPodSpec(2, ""))
+	w.eventually(90*time.Second, "the whole-GPU pod to be bound on a whole-GPU node", func() bool {
+		b := bound("whole")
+		return b != "" && b != migNode
+	})
+	c := calls()
+	if len(c) != 2 || c[1].Pool != poolName || c[1].Target != 1 {
+		t.Fatalf("SetDesired calls %+v, want the MIG pool to 1, then %s to 1", c, poolName)
+	}
+	time.Sleep(3 * time.Second) // a few more ticks: nothing else bought
+	if n := len(calls()); n != 2 {
+		t.Fatalf("%d SetDesired calls, want still 2", n)
+	}
+}
