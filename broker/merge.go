@@ -44,6 +44,11 @@ func mergeReport(n *Node, r NodeReport, in MergeInput) {
 	if fresh {
 		n.Utilisation = util
 	}
+	if n.GPUMemoryMiB == 0 {
+		// What NVML says each GPU has, as NVIDIA's DRA driver publishes it:
+		// a node whose devices do not say learns it from its agent.
+		n.GPUMemoryMiB = r.MinGPUMemoryMiB()
+	}
 	if class == "" {
 		return
 	}

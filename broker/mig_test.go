@@ -141,16 +141,19 @@ func TestMIGQuotaCountsComputeSlices(t *testing.T) {
 func TestGPUMemoryConstraint(t *testing.T) {
 	mem := func(mib int) func(*PoolState) { return func(p *PoolState) { p.Pool.GPUMemoryMiB = mib } }
 	d := pod("big", func(d *Demand) { d.Constraints.MinGPUMemoryMiB = 40 << 10 })
-	plan := MakePlan(snap([]PoolState{gpuPool("unknown", 0, price(1)), gpuPool("small", 0, mem(24<<10), price(2)), gpuPool("large", 0, mem(80<<10), price(50))}, nil, []Demand{d}), refPolicy())
-	if len(plan.Actions) != 1 || plan.Actions[0].Pool != "large" {
+	// The price expander would pick the cheaper pools, and they come
+	// first by name.
+	plan := MakePlan(snap([]PoolState{gpuPool("a-unknown", 0, price(1)), gpuPool("b-small", 0, mem(24<<10), price(2)), gpuPool("z-large", 0, mem(80<<10), price(50))},
+		nil, []Demand{d}), refPolicy(expander(ExpanderPrice)))
+	if len(plan.Actions) != 1 || plan.Actions[0].Pool != "z-large" {
 		t.Fatalf("actions %+v, want the 80Gi pool grown", plan.Actions)
 	}
 	// A free node of the 80Gi pool serves it (its scheduler should place
 	// it there); a free node of the 24Gi pool does not.
-	plan = MakePlan(snap([]PoolState{gpuPool("large", 1, mem(80<<10), bounds(1, 1)), gpuPool("small", 1, mem(24<<10), bounds(1, 1))},
-		[]Node{gpuNode("s1", "small", OwnerK8s, 4, 0), gpuNode("l1", "large", OwnerK8s, 4, 0)}, []Demand{d}), refPolicy())
-	if len(plan.Actions) != 0 || len(plan.Waits) != 1 || plan.Waits[0].Reason != WaitScheduler || !strings.Contains(plan.Waits[0].Detail, "first on l1") {
-		t.Fatalf("actions %+v, waits %+v: want the pod placed on the 80Gi node l1", plan.Actions, plan.Waits)
+	plan = MakePlan(snap([]PoolState{gpuPool("z-large", 1, mem(80<<10), bounds(1, 1)), gpuPool("b-small", 1, mem(24<<10), bounds(1, 1))},
+		[]Node{gpuNode("a1", "b-small", OwnerK8s, 4, 0), gpuNode("z1", "z-large", OwnerK8s, 4, 0)}, []Demand{d}), refPolicy())
+	if len(plan.Actions) != 0 || len(plan.Waits) != 1 || plan.Waits[0].Reason != WaitScheduler || !strings.Contains(plan.Waits[0].Detail, "first on z1") {
+		t.Fatalf("actions %+v, waits %+v: want the pod placed on the 80Gi node z1", plan.Actions, plan.Waits)
 	}
 }
 
@@ -177,5 +180,26 @@ func TestPoolValidateMIG(t *testing.T) {
 	}
 	if err := base.Validate(); err != nil || base.Units() != 28 {
 		t.Errorf("valid MIG pool: %v, units %d; want nil, 28", err, base.Units())
+	}
+}
+
+// A node whose devices do not say their memory learns it from its agent's
+// NVML reading (the least of its GPUs); a GPU in MIG mode says nothing.
+func TestNodeMemoryFromItsAgent(t *testing.T) {
+	gib := uint64(1) << 30
+	report := NodeReport{Node: "n1", At: t0, GPUs: []GPUReport{{Index: 0, MemoryTotal: 80 * gib}, {Index: 1, MemoryTotal: 79 * gib}}}
+	if m := report.MinGPUMemoryMiB(); m != 79<<10 {
+		t.Errorf("MinGPUMemoryMiB = %d, want %d", m, 79<<10)
+	}
+	n := gpuNode("n1", "p", OwnerK8s, 2, 0)
+	nodes := mergeNodes(MergeInput{Now: t0, Policy: refPolicy(),
+		Sides:   map[Source]SideObservation{SourceK8s: {Source: SourceK8s, At: t0, Nodes: []Node{n}}},
+		Reports: map[string]NodeReport{"n1": report}})
+	if len(nodes) != 1 || nodes[0].GPUMemoryMiB != 79<<10 {
+		t.Fatalf("nodes %+v, want n1 with 79Gi GPUs from its agent", nodes)
+	}
+	report.GPUs[1].MIGEnabled = true
+	if m := report.MinGPUMemoryMiB(); m != 0 {
+		t.Errorf("MinGPUMemoryMiB with a GPU in MIG mode = %d, want 0", m)
 	}
 }

@@ -53,6 +53,22 @@ type NodeReport struct {
 	Previous *NodeReport `json:"-"`
 }
 
+// MinGPUMemoryMiB is the least memory of the report's whole GPUs in MiB,
+// 0 when none reports it (or a GPU is in MIG mode: its devices' memory is
+// their profile's).
+func (r NodeReport) MinGPUMemoryMiB() int {
+	least := 0
+	for _, g := range r.GPUs {
+		if g.MIGEnabled || g.MemoryTotal == 0 {
+			return 0
+		}
+		if m := int(g.MemoryTotal >> 20); least == 0 || m < least {
+			least = m
+		}
+	}
+	return least
+}
+
 // MaxReportSkew is how far ahead of the server's clock a report's "at"
 // may be: more is a wrong clock or a forged report, refused.
 const MaxReportSkew = 2 * time.Minute

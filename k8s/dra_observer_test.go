@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,8 @@ func TestObserverDRADemand(t *testing.T) {
 		draPod("ml", "shared-c", byName("c", "two-a10g")),
 		draPod("ml", "templated", corev1.PodResourceClaim{Name: "c", ResourceClaimTemplateName: &tmplName}),
 		draPod("ml", "memory", byName("c", "memory")),
+		resourceClaim("ml", "h-only", claimOf(exactly("g", DefaultGPUDeviceClass, "", 1, `device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA H")`))),
+		draPod("ml", "h-only", byName("c", "h-only")),
 		draPod("ml", "nic", byName("c", "nic")),
 		draPod("ml", "allocated", byName("c", "done")),
 	)
@@ -108,8 +111,8 @@ func TestObserverDRADemand(t *testing.T) {
 	for _, d := range obs.Demand {
 		got[d.Name] = d
 	}
-	if len(got) != 3 {
-		t.Fatalf("demand %+v, want ml/shared-a, ml/templated and ml/memory", obs.Demand)
+	if len(got) != 4 {
+		t.Fatalf("demand %+v, want ml/shared-a, ml/templated, ml/memory and ml/h-only", obs.Demand)
 	}
 	if d := got["ml/shared-a"]; d.GPUsPerUnit != 2 || len(d.Constraints.GPUModels) != 1 || d.Constraints.GPUModels[0] != "A10G" || d.Unsatisfiable != "" {
 		t.Errorf("shared-a: %+v, want 2 GPUs of A10G", d)
@@ -142,5 +145,20 @@ func TestObserverDRADemand(t *testing.T) {
 	}
 	if plan := planFor(unknown, small, big); len(plan.Actions) != 1 || plan.Actions[0].Pool != "big" || plan.Actions[0].Target != 1 {
 		t.Errorf("plan %+v, want one node of pool big (80Gi GPUs)", plan)
+	}
+	// A selector the broker does not understand: the demand waits
+	// unsatisfiable with the reason, and nothing is bought, though a pool
+	// of H100s would fit.
+	h := got["ml/h-only"]
+	if !strings.Contains(h.Unsatisfiable, "selector not understood") || h.GPUsPerUnit != 1 {
+		t.Fatalf("h-only: %+v, want unsatisfiable naming the selector", h)
+	}
+	h.Tenant, h.FirstSeen = "research", obs.At
+	plan := broker.MakePlan(&broker.Snapshot{Now: obs.At, Demand: []broker.Demand{h},
+		Tenants: map[string]broker.Tenant{"research": {Name: "research", MaxGPUs: 8, Weight: 1}},
+		Pools:   []broker.PoolState{{Pool: broker.Pool{Name: "h", Provider: "aws", GPUModel: "H100", GPUsPerNode: 8, MaxNodes: 4, Sides: broker.PoolShared}}}},
+		broker.DefaultPolicy())
+	if len(plan.Actions) != 0 || len(plan.Waits) != 1 || plan.Waits[0].Reason != broker.WaitUnsatisfiable || plan.Waits[0].Detail != h.Unsatisfiable {
+		t.Errorf("plan %+v, want the pod waiting unsatisfiable with its reason and nothing bought", plan)
 	}
 }

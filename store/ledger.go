@@ -40,8 +40,18 @@ func (l Ledger) PoolSettings(ctx context.Context) ([]broker.PoolState, error) {
 	out := make([]broker.PoolState, len(recs))
 	for i, r := range recs {
 		out[i] = broker.PoolState{Pool: r.Pool, BackoffUntil: r.BackoffUntil, BackoffReason: r.BackoffReason}
+		if out[i].Pool.GPUMemoryMiB == 0 {
+			// Not stated: what its nodes showed, if any did.
+			out[i].Pool.GPUMemoryMiB = r.LearnedGPUMemoryMiB
+		}
 	}
 	return out, nil
+}
+
+// LearnPoolGPUMemory remembers what a pool's live nodes say each GPU's
+// memory is (engine.PoolMemoryLearner).
+func (l Ledger) LearnPoolGPUMemory(ctx context.Context, pool string, mib int) error {
+	return l.s.SetPoolLearnedGPUMemory(ctx, pool, mib)
 }
 
 // SetPoolBackoff records a pool's backoff.

@@ -99,11 +99,26 @@ type PoolRecord struct {
 	broker.Pool
 	BackoffUntil  time.Time `json:"backoff_until,omitzero"`
 	BackoffReason string    `json:"backoff_reason,omitempty"`
+	// LearnedGPUMemoryMiB is each GPU's memory as the pool's live nodes
+	// showed it, for a pool whose gpu_memory_mib is not stated (0 until
+	// a node showed it).
+	LearnedGPUMemoryMiB int `json:"learned_gpu_memory_mib,omitempty"`
+}
+
+// SetPoolLearnedGPUMemory remembers what a pool's live nodes say each GPU's
+// memory is, for a pool that does not state it (a stated value wins and
+// is left alone).
+func (s *Store) SetPoolLearnedGPUMemory(ctx context.Context, name string, mib int) error {
+	if mib <= 0 {
+		return broker.Invalid("learned_gpu_memory_mib", "must be positive, got %d", mib)
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE pools SET learned_gpu_memory_mib = $2 WHERE name = $1 AND gpu_memory_mib = 0`, name, mib)
+	return mapError(fmt.Sprintf("pool %q learned GPU memory", name), err)
 }
 
 const poolSelect = `SELECT name, provider, grp, gpu_model, gpus_per_node, min_nodes, max_nodes,
 	labels, taints, sides, price_per_hour, expander_priority, version, backoff_until, backoff_reason, partition,
-	mig_profile, mig_per_gpu, gpu_memory_mib FROM pools`
+	mig_profile, mig_per_gpu, gpu_memory_mib, learned_gpu_memory_mib FROM pools`
 
 func scanPool(r pgx.CollectableRow) (PoolRecord, error) {
 	var p PoolRecord
@@ -112,7 +127,7 @@ func scanPool(r pgx.CollectableRow) (PoolRecord, error) {
 	var until *time.Time
 	if err := r.Scan(&p.Name, &p.Provider, &p.Group, &p.GPUModel, &p.GPUsPerNode, &p.MinNodes, &p.MaxNodes,
 		&labels, &taints, &sides, &p.PricePerHour, &p.ExpanderPriority, &p.Version, &until, &p.BackoffReason, &p.Partition,
-		&p.MIGProfile, &p.MIGPerGPU, &p.GPUMemoryMiB); err != nil {
+		&p.MIGProfile, &p.MIGPerGPU, &p.GPUMemoryMiB, &p.LearnedGPUMemoryMiB); err != nil {
 		return p, err
 	}
 	p.Sides = broker.PoolSides(sides)

@@ -118,6 +118,14 @@ type MigrationEvicter interface {
 	EvictForMigration(ctx context.Context, node string, w broker.Workload) error
 }
 
+// PoolMemoryLearner is a ledger that remembers what a pool's live nodes
+// say each GPU's memory is, for a pool that does not state it, and
+// returns it as the pool's GPUMemoryMiB from PoolSettings from then on (the
+// store). A ledger without it (plan's preview) learns nothing.
+type PoolMemoryLearner interface {
+	LearnPoolGPUMemory(ctx context.Context, pool string, mib int) error
+}
+
 // Ledger is the durable state the tick loop reads and writes (the store).
 type Ledger interface {
 	TenantIndex(ctx context.Context) (broker.TenantIndex, error)

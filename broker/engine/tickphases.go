@@ -254,6 +254,7 @@ func (r *Runtime) record(ctx context.Context, snap *broker.Snapshot, plan broker
 	if err := r.cfg.Ledger.RecordDecisions(ctx, ds); err != nil {
 		return err
 	}
+	r.learnPoolMemory(ctx, snap)
 	if err := r.cfg.Ledger.SetWaitReasons(ctx, r.changedWaits(plan.Waits)); err != nil {
 		return err
 	}
@@ -306,4 +307,38 @@ func (r *Runtime) decisionDetail(kind string, v any) json.RawMessage {
 		return nil
 	}
 	return b
+}
+
+// learnPoolMemory remembers, for each pool that does not state its GPUs'
+// memory, the least memory its live whole-GPU nodes show (their DRA
+// devices' capacity, or the agent's NVML reading), so a pool back at zero
+// still matches demand that selects GPUs by memory. A failure is logged:
+// the pool stays unmatched for such demand, never wrongly matched.
+func (r *Runtime) learnPoolMemory(ctx context.Context, snap *broker.Snapshot) {
+	l, ok := r.cfg.Ledger.(PoolMemoryLearner)
+	if !ok {
+		return
+	}
+	var least map[string]int
+	for i := range snap.Nodes {
+		n := &snap.Nodes[i]
+		if n.Pool == "" || n.GPUMemoryMiB <= 0 || n.MIGProfile != "" || n.Phase == broker.PhaseGone {
+			continue
+		}
+		if least == nil {
+			least = map[string]int{}
+		}
+		if m, seen := least[n.Pool]; !seen || n.GPUMemoryMiB < m {
+			least[n.Pool] = n.GPUMemoryMiB
+		}
+	}
+	for _, ps := range snap.Pools {
+		m := least[ps.Pool.Name]
+		if m <= 0 || ps.Pool.GPUMemoryMiB != 0 || ps.Pool.MIGProfile != "" {
+			continue
+		}
+		if err := l.LearnPoolGPUMemory(ctx, ps.Pool.Name, m); err != nil {
+			r.log.Warn("remember the GPU memory of a pool", "pool", ps.Pool.Name, "mib", m, "err", err)
+		}
+	}
 }

@@ -1,13 +1,50 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpubroker/gpubroker/k8s"
 )
+
+// publishMIGSlice publishes node's n MIG devices of profile as a
+// ResourceSlice of driver gpu.nvidia.com, as NVIDIA's DRA driver does for
+// a node whose GPUs are partitioned (type "mig", the profile attribute).
+func publishMIGSlice(ctx context.Context, t *testing.T, node, profile string, n int) {
+	typ := "mig"
+	slice := &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-mig", Labels: map[string]string{"gpubroker.io/e2e-slice": "true"}},
+		Spec: resourcev1.ResourceSliceSpec{Driver: k8s.DefaultGPUDeviceClass, NodeName: &node,
+			Pool: resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1}},
+	}
+	for i := range n {
+		slice.Spec.Devices = append(slice.Spec.Devices, resourcev1.Device{Name: fmt.Sprintf("mig-%d", i),
+			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"type": {StringValue: &typ}, "profile": {StringValue: &profile}}})
+	}
+	if _, err := kubeEnv.Client.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil && ctx.Err() == nil {
+		t.Errorf("publish the MIG devices of %s: %v", node, err)
+	}
+}
+
+// ensureMIGDeviceClass creates NVIDIA's DeviceClass mig.nvidia.com: the
+// driver's devices of type mig.
+func ensureMIGDeviceClass(t *testing.T) {
+	t.Helper()
+	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: k8s.DefaultMIGDeviceClass},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"].type == "mig"`}}}}}
+	if _, err := kubeEnv.Client.ResourceV1().DeviceClasses().Create(context.Background(), dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
 
 // migPodSpec is a training pod that asks for n MIG devices of profile
 // (the device plugin's mixed strategy: nvidia.com/mig-<profile>).
@@ -98,4 +135,60 @@ func TestMIGPoolGrowsFromZero(t *testing.T) {
 	if n := len(calls()); n != 2 {
 		t.Fatalf("%d SetDesired calls, want still 2", n)
 	}
+}
+
+// TestDRAMIGClaimGrowsTheMIGPoolFromZero: the same from zero through DRA.
+// A pod whose claim asks for two MIG devices of profile 1g.10gb (DeviceClass
+// mig.nvidia.com), with both pools at zero, makes the broker grow the MIG
+// pool; the node publishes its 28 MIG devices as a ResourceSlice; the
+// scheduler allocates two of them to the claim and binds the pod; the
+// broker counts 2 of the node's 28 slices held.
+func TestDRAMIGClaimGrowsTheMIGPoolFromZero(t *testing.T) {
+	const migPoolName = "gpu-mig-dra"
+	ensureMIGDeviceClass(t)
+	w := newWorld(t, worldOptions{maxNodes: 2, unneeded: 10 * time.Minute, namespace: "mig-dra", bootDelay: time.Second,
+		extra: safetyOptions{pools: []extraPool{{name: migPoolName, create: true, mig: true}}}})
+	w.draSlices.Store(true)
+	cs := kubeEnv.Client
+	claim := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "two-slices", Namespace: w.ns},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "mig",
+			Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: k8s.DefaultMIGDeviceClass, Count: 2,
+				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+					Expression: `device.attributes["gpu.nvidia.com"].profile == "1g.10gb"`}}}}}}}}}
+	if _, err := cs.ResourceV1().ResourceClaims(w.ns).Create(w.ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(w.ns).Create(w.ctx, claimPod(w.ns, "mig-train", "two-slices"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var node string
+	w.eventually(90*time.Second, "the DRA MIG pod to be bound on a node of the MIG pool", func() bool {
+		p, ok := w.pod("mig-train")
+		if ok {
+			node = p.Spec.NodeName
+		}
+		return node != ""
+	})
+	w.calls.mu.Lock()
+	calls := append([]desiredCall(nil), w.calls.calls...)
+	w.calls.mu.Unlock()
+	if len(calls) != 1 || calls[0].Pool != migPoolName || calls[0].Target != 1 {
+		t.Fatalf("SetDesired calls %+v, want one: the MIG pool %s to 1 node", calls, migPoolName)
+	}
+	c, err := cs.ResourceV1().ResourceClaims(w.ns).Get(w.ctx, "two-slices", metav1.GetOptions{})
+	if err != nil || c.Status.Allocation == nil || len(c.Status.Allocation.Devices.Results) != 2 {
+		t.Fatalf("claim status %+v, %v: want 2 MIG devices allocated", c.Status, err)
+	}
+	w.eventually(30*time.Second, "the broker to count 2 of the node's 28 slices held", func() bool {
+		nodes, err := w.st.ListNodes(w.ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.Name == node {
+				return n.MIGProfile == "1g.10gb" && n.GPUsTotal == 28 && n.GPUsAllocated == 2
+			}
+		}
+		return false
+	})
 }

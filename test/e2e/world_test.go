@@ -277,7 +277,10 @@ func newWorld(t *testing.T, o worldOptions) *world {
 				Labels: labels, Taints: append([]corev1.Taint{gpuTaint}, o.extra.bootTaints...), ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
 				t.Errorf("boot %s: %v", in.ID, err)
 			}
-			if w.draSlices.Load() {
+			switch {
+			case w.draSlices.Load() && mig != nil:
+				publishMIGSlice(ctx, t, in.PrivateDNSName, e2eMIGProfile, 4*e2eMIGPerGPU)
+			case w.draSlices.Load():
 				publishGPUSlice(ctx, t, in.PrivateDNSName, model)
 			}
 			if _, err := yexclude.Add(in.PrivateDNSName, 0); err != nil {
