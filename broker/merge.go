@@ -44,6 +44,12 @@ func mergeReport(n *Node, r NodeReport, in MergeInput) {
 	if fresh {
 		n.Utilisation = util
 	}
+	if c, reported := r.MIGDevices(n.MIGProfile); fresh && n.MIGProfile != "" && reported && c < n.GPUsTotal {
+		// IMPORTANT: the node advertises MIG devices its GPUs do not hold
+		// (the device plugin has not caught up with a new layout): plan on
+		// the ones that exist, never on slices a pod could not start on.
+		n.GPUsTotal = c
+	}
 	if n.GPUMemoryMiB == 0 {
 		// What NVML says each GPU has, as NVIDIA's DRA driver publishes it:
 		// a node whose devices do not say learns it from its agent.

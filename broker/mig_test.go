@@ -3,6 +3,7 @@ package broker
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // migPool is a Kubernetes pool of 4 A100s per node, each partitioned into
@@ -201,5 +202,34 @@ func TestNodeMemoryFromItsAgent(t *testing.T) {
 	report.GPUs[1].MIGEnabled = true
 	if m := report.MinGPUMemoryMiB(); m != 0 {
 		t.Errorf("MinGPUMemoryMiB with a GPU in MIG mode = %d, want 0", m)
+	}
+}
+
+// The agent cross-checks a MIG node: a node that advertises more devices
+// of its profile than its agent finds on its GPUs offers the planner only
+// those that exist; a stale report or one without MIG changes nothing.
+func TestMIGNodeCrossCheckedByItsAgent(t *testing.T) {
+	n := migNode("m1", "mig", 28, 0)
+	report := func(devices ...string) NodeReport {
+		r := NodeReport{Node: "m1", At: t0, GPUs: []GPUReport{{Index: 0, MIGEnabled: true, MIGDevices: devices}}}
+		return r
+	}
+	merge := func(r NodeReport, maxAge time.Duration) Node {
+		nodes := mergeNodes(MergeInput{Now: t0, Policy: refPolicy(), ReportMaxAge: maxAge,
+			Sides:   map[Source]SideObservation{SourceK8s: {Source: SourceK8s, At: t0, Nodes: []Node{n}}},
+			Reports: map[string]NodeReport{"m1": r}})
+		return nodes[0]
+	}
+	if got := merge(report("1g.10gb gi=7", "1g.10gb gi=8", "3g.40gb gi=1"), 0); got.GPUsTotal != 2 {
+		t.Errorf("GPUsTotal %d, want the 2 1g.10gb devices the agent found", got.GPUsTotal)
+	}
+	stale := report("1g.10gb gi=7")
+	stale.At = t0.Add(-time.Hour)
+	if got := merge(stale, time.Minute); got.GPUsTotal != 28 {
+		t.Errorf("stale report: GPUsTotal %d, want the advertised 28", got.GPUsTotal)
+	}
+	noMIG := NodeReport{Node: "m1", At: t0, GPUs: []GPUReport{{Index: 0}}}
+	if got := merge(noMIG, 0); got.GPUsTotal != 28 {
+		t.Errorf("no GPU in MIG mode: GPUsTotal %d, want the advertised 28", got.GPUsTotal)
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -67,6 +68,24 @@ func (r NodeReport) MinGPUMemoryMiB() int {
 		}
 	}
 	return least
+}
+
+// MIGDevices counts the MIG devices of profile the agent found on the
+// node's GPUs (each listed as "<profile> gi=<id>"); reported is false when
+// no GPU is in MIG mode, so the count says nothing.
+func (r NodeReport) MIGDevices(profile string) (n int, reported bool) {
+	for _, g := range r.GPUs {
+		if !g.MIGEnabled {
+			continue
+		}
+		reported = true
+		for _, d := range g.MIGDevices {
+			if p, _, _ := strings.Cut(d, " "); p == profile {
+				n++
+			}
+		}
+	}
+	return n, reported
 }
 
 // MaxReportSkew is how far ahead of the server's clock a report's "at"

@@ -253,6 +253,7 @@ mig: unknown GPU memory never serves a memory selector~broker/match.go~if c.MinG
 mig: cluster and model caps count a MIG node's GPUs, not its slices~broker/placement.go~gpn, phys := wp.st.Pool.Units(), wp.st.Pool.GPUsPerNode~gpn, phys := wp.st.Pool.Units(), wp.st.Pool.Units()
 mig: quotas count MIG slices by their compute slices~broker/quota.go~t.usage += computeSlices(w.MIGProfile, w.GPUs)~t.usage += computeSlices("", w.GPUs)
 mig: a node's MIG work counts as its slices (observer)~k8s/nodes.go~if w.MIGProfile == bn.MIGProfile {~if w.MIGProfile == "" {~-run TestObserverMIG ./k8s/
+mig: a MIG node offers only the devices its agent finds~broker/merge.go~\t\tn.GPUsTotal = c\n~\t\t_ = c\n
 mig: a pool learns its GPU memory only where it states none~broker/engine/tickphases.go~if m <= 0 || ps.Pool.GPUMemoryMiB != 0 || ps.Pool.MIGProfile != "" {~if m <= 0 {
 mig: a pod asking whole GPUs and MIG slices waits unsatisfiable~k8s/pods.go~Unsatisfiable:   mixedReason(r.Request),~Unsatisfiable:   "",~-run TestObserverMIG ./k8s/
 EOF
