@@ -108,10 +108,7 @@ func (pl *planner) replaceUnhealthy() {
 		if size-1 >= pool.MinNodes && pl.clusterGPUs-pendingDownGPUs-pool.GPUsPerNode >= pl.p.ClusterMinGPUs {
 			// The cluster autoscaler's rule: a node that does not register
 			// in time is removed and the group's target lowered.
-			wp.downs++
-			pl.clusterGPUs -= pool.GPUsPerNode
-			pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
-			pl.removals = append(pl.removals, Action{Kind: ActScaleDown, Pool: pool.Name, Node: n.Name, From: n.Owner,
+			pl.removeNode(ni, Action{Kind: ActScaleDown, Pool: pool.Name, Node: n.Name, From: n.Owner,
 				Reason: fmt.Sprintf("terminate %s; pool goes from %d to %d nodes (min %d)", late, size, size-1, pool.MinNodes)})
 			continue
 		}
@@ -174,11 +171,7 @@ func (pl *planner) removeStranded(pendingDownGPUs int, attr map[int]int) {
 		if size-1 < pool.MinNodes || pl.clusterGPUs-pendingDownGPUs-pool.GPUsPerNode < pl.p.ClusterMinGPUs {
 			continue
 		}
-		w.removed = true
-		wp.downs++
-		pl.clusterGPUs -= pool.GPUsPerNode
-		pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
-		pl.removals = append(pl.removals, Action{Kind: ActScaleDown, Pool: pool.Name, Node: n.Name, From: OwnerNone,
+		pl.removeNode(int32(i), Action{Kind: ActScaleDown, Pool: pool.Name, Node: n.Name, From: OwnerNone,
 			Reason: fmt.Sprintf("terminate node %s of pool %s: neither side owns it and no op holds it (the broker cordoned it for an op that ended without giving it back), and it has run nothing for %s (unneeded time %s); pool goes from %d to %d nodes (min %d)",
 				n.Name, pool.Name, pl.now.Sub(n.PhaseSince).Round(time.Second), unneeded, size, size-1, pool.MinNodes)})
 	}

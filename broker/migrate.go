@@ -192,12 +192,8 @@ func (pl *planner) migrate(ni int32, nc nodeCost, peers []int32, atMin bool, why
 		}
 	}
 	size := wp.size - wp.pendingDown - wp.downs - pl.attritionDowns()[w.pool]
-	wp.downs++
-	w.removed = true
 	pl.migrated += len(work)
-	pl.clusterGPUs -= pool.GPUsPerNode
-	pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
-	pl.removals = append(pl.removals, Action{
+	pl.removeNode(ni, Action{
 		Kind:         ActMigrate,
 		Pool:         pool.Name,
 		Node:         n.Name,

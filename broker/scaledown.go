@@ -190,15 +190,11 @@ func (pl *planner) reclaim() {
 			if atMin {
 				continue
 			}
-			wp.downs++
-			w.removed = true
-			pl.clusterGPUs -= pool.GPUsPerNode
-			pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
 			how := "cordon node %s of pool %s and wait for its work to end (consolidation.cordon_and_wait)"
 			if w.side == SourceYARN {
 				how = "decommission YARN node %s of pool %s by attrition with an infinite graceful timeout (yarn_drain_by_attrition)"
 			}
-			pl.removals = append(pl.removals, Action{
+			pl.removeNode(ni, Action{
 				Kind:      ActScaleDown,
 				Pool:      pool.Name,
 				Node:      n.Name,
@@ -230,11 +226,7 @@ func (pl *planner) reclaim() {
 		if moved > 0 {
 			work = fmt.Sprintf("its %d GPUs of work fit on other %s nodes", moved, w.side)
 		}
-		wp.downs++
-		w.removed = true
-		pl.clusterGPUs -= pool.GPUsPerNode
-		pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
-		pl.removals = append(pl.removals, Action{
+		pl.removeNode(ni, Action{
 			Kind:         ActScaleDown,
 			Pool:         pool.Name,
 			Node:         n.Name,
@@ -434,4 +426,19 @@ func (pl *planner) offer(ni int32, unmet []*unmetQueue, why string) bool {
 		free = t.free
 	}
 	return t != nil
+}
+
+// removeNode plans node ni's removal from its pool by action a (a
+// scale-down, attrition or migration): the pool and the cluster and
+// per-model GPU counts have one node fewer from here on. The one owner of
+// that bookkeeping, which every way of taking a node away shares.
+func (pl *planner) removeNode(ni int32, a Action) {
+	w := &pl.nodes[ni]
+	wp := &pl.pools[w.pool]
+	pool := &wp.st.Pool
+	wp.downs++
+	w.removed = true
+	pl.clusterGPUs -= pool.GPUsPerNode
+	pl.modelGPUs[pool.GPUModel] -= pool.GPUsPerNode
+	pl.removals = append(pl.removals, a)
 }
