@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,4 +201,47 @@ func TestRuntimeMigrateGivesTheNodeBackWhenNoCheckpointComes(t *testing.T) {
 	if logIndex(rm.log, "evict ") >= 0 || logIndex(rm.log, "uncordon y1") < 0 || len(w.yarn.nodes["y1"].Work) != 1 {
 		t.Fatalf("RM saw %q, y1 runs %+v: want y1 uncordoned with its task untouched", rm.log, w.yarn.nodes["y1"].Work)
 	}
+}
+
+// TestRuntimeMigrateStopsNothingWhileItsSideIsStale: a migration waiting
+// for a task's next checkpoint signals nothing while the YARN observation
+// fails, even though the checkpoint store shows the task's new checkpoint
+// (the broker cannot see whether the container still runs there); once
+// YARN is seen again, the checkpoint lets the task stop.
+func TestRuntimeMigrateStopsNothingWhileItsSideIsStale(t *testing.T) {
+	w, rm, r := migrateWorld(t)
+	y1 := w.yarn.nodes["y1"]
+	y1.Work[0].CheckpointDir = "hdfs://nn/ckpt/app1"
+	ckpt := &fakeCheckpoints{age: 20 * time.Minute}
+	r.cfg.Checkpoints = ckpt
+	w.tick(r)
+	w.clock.Add(6 * time.Minute)
+	assertMigrationWaits(t, w, rm, r, 10, nil)
+	w.yarn.mu.Lock()
+	w.yarn.err = errors.New("RM unreachable")
+	w.yarn.mu.Unlock()
+	ckpt.set(10 * time.Second) // it checkpoints: the store shows it
+	assertMigrationWaits(t, w, rm, r, 20, nil)
+	w.yarn.mu.Lock()
+	w.yarn.err = nil
+	w.yarn.mu.Unlock()
+	assertMigrationDone(t, w, rm, r, nil)
+}
+
+// fakeCheckpoints answers every checkpoint directory with one age.
+type fakeCheckpoints struct {
+	mu  sync.Mutex
+	age time.Duration
+}
+
+func (f *fakeCheckpoints) set(age time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.age = age
+}
+
+func (f *fakeCheckpoints) WorkAtRisk(context.Context, string) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.age, true
 }
