@@ -201,6 +201,12 @@ type Workload struct {
 	// whole work: the time since FatalSince (the Job's start).
 	Fatal      string    `json:"fatal,omitempty"`
 	FatalSince time.Time `json:"fatal_since,omitzero"`
+	// Unlisted marks what the side counts on the node but cannot name
+	// (YARN: containers beyond the listed ones, such as those of an
+	// application the RM is still recovering after a restart). While a
+	// node holds it, a named workload missing from the node's listing may
+	// still run there: its absence proves nothing.
+	Unlisted bool `json:"unlisted,omitempty"`
 }
 
 // WorkClass says how costly it is to move running work off a node.

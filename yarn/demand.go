@@ -263,7 +263,7 @@ func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
 		if extra > 0 || gpuNode(&n) && (n.Containers > u.containers || n.UsedMemoryMB > u.mb || n.UsedVCores > u.vcores) {
 			bn.Work = append(bn.Work, broker.Workload{
 				Source: broker.SourceYARN, Key: "unlisted/" + n.Host, Name: KindUnknownWork,
-				GPUs: max(extra, 0), CheckpointAge: -1, Class: broker.WorkBatch,
+				GPUs: max(extra, 0), CheckpointAge: -1, Class: broker.WorkBatch, Unlisted: true,
 			})
 		}
 		bn.GPUsAllocated = max(n.GPUsUsed, listed)

@@ -146,11 +146,11 @@ func TestBrokerNodes(t *testing.T) {
 			Work: []broker.Workload{
 				ml("container_1_0001_01_000001", "e", 0, started, true),
 				ml("container_1_0001_01_000003", "e", 1, started.Add(time.Minute), false),
-				{Source: broker.SourceYARN, Key: "unlisted/e", Name: yarn.KindUnknownWork, GPUs: 2, CheckpointAge: -1, Class: broker.WorkBatch},
+				{Source: broker.SourceYARN, Key: "unlisted/e", Name: yarn.KindUnknownWork, GPUs: 2, CheckpointAge: -1, Class: broker.WorkBatch, Unlisted: true},
 			}},
 		{Name: "f", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, Healthy: true,
 			Work: []broker.Workload{
-				{Source: broker.SourceYARN, Key: "unlisted/f", Name: yarn.KindUnknownWork, CheckpointAge: -1, Class: broker.WorkBatch},
+				{Source: broker.SourceYARN, Key: "unlisted/f", Name: yarn.KindUnknownWork, CheckpointAge: -1, Class: broker.WorkBatch, Unlisted: true},
 			}},
 		{Name: "g", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, Healthy: true,
 			Work: []broker.Workload{

@@ -63,7 +63,7 @@ func (r *Runtime) migrateTasks(ctx context.Context, s *stepCtx, policy broker.Po
 		cur, seen, fresh := r.observedWork(from, op.Node, w)
 		if !fresh {
 			left = append(left, w)
-			waiting = append(waiting, fmt.Sprintf("%s (%s observation not fresh)", w.Name, from))
+			waiting = append(waiting, fmt.Sprintf("%s (%s cannot tell: its observation is stale, or the node holds work it cannot name)", w.Name, from))
 			continue
 		}
 		if !seen {
@@ -127,23 +127,35 @@ func checkpointedSince(w broker.Workload, now, from time.Time, window time.Durat
 // observedWork finds workload w on node in the latest merged nodes (whose
 // checkpoint ages the tick read from the checkpoint store): the current
 // record, whether the node still runs it, and whether that can be trusted
-// (w's side is not stale and the node is listed).
+// (w's side is not stale, its side lists the node, and where w is missing
+// the node holds nothing its side cannot name).
 func (r *Runtime) observedWork(side broker.Source, node string, w broker.Workload) (broker.Workload, bool, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, stale := r.seen.stale[side]; stale {
 		return broker.Workload{}, false, false
 	}
+	// IMPORTANT: only the side's own listing of the node says what runs
+	// there: a new active RM that has not heard from the node's
+	// NodeManager yet lists nothing of it, and the merged node (from the
+	// cloud and the store) then shows no work.
+	if !slices.ContainsFunc(r.seen.lastGood[side].Nodes, func(n broker.Node) bool { return n.Name == node }) {
+		return broker.Workload{}, false, false
+	}
 	for _, n := range r.seen.lastNodes {
 		if n.Name != node {
 			continue
 		}
+		unlisted := false
 		for _, x := range n.Work {
 			if x.Source == w.Source && x.Key == w.Key {
 				return x, true, true
 			}
+			unlisted = unlisted || x.Unlisted
 		}
-		return broker.Workload{}, false, true
+		// IMPORTANT: w missing beside work the side cannot name (an app
+		// the RM recovers after a restart) is not proof that w ended.
+		return broker.Workload{}, false, !unlisted
 	}
 	return broker.Workload{}, false, false
 }

@@ -245,3 +245,61 @@ func (f *fakeCheckpoints) WorkAtRisk(context.Context, string) (time.Duration, bo
 	defer f.mu.Unlock()
 	return f.age, true
 }
+
+// TestRuntimeMigrateNeverTakesAnUnlistedTaskForEnded: after an RM restart
+// the RM lists the recovering application's container as nothing it can
+// name (unlisted work on the node). The migration does not take the task
+// for ended (it would release the node and wait for a container it no
+// longer tracks); once the container is listed again and checkpoints, it
+// is stopped as planned.
+func TestRuntimeMigrateNeverTakesAnUnlistedTaskForEnded(t *testing.T) {
+	w, rm, r := migrateWorld(t)
+	y1 := w.yarn.nodes["y1"]
+	task := y1.Work[0]
+	y1.Work[0].CheckpointAge = 20 * time.Minute
+	w.tick(r)
+	w.clock.Add(6 * time.Minute)
+	assertMigrationWaits(t, w, rm, r, 10, nil)
+	w.yarn.mu.Lock()
+	y1.Work = []broker.Workload{{Source: broker.SourceYARN, Key: "unlisted/y1", Name: "unlisted containers", GPUs: 1,
+		CheckpointAge: -1, Unlisted: true}}
+	w.yarn.mu.Unlock()
+	assertMigrationWaits(t, w, rm, r, 20, nil)
+	if op := w.ledger.opsOf(broker.ActMigrate)[0]; len(broker.OpDataOf(&op).Victims) != 1 {
+		t.Fatalf("op %+v: want its task still a victim while the RM cannot name it", op)
+	}
+	w.yarn.mu.Lock()
+	task.CheckpointAge = 10 * time.Second // listed again, checkpointed
+	y1.Work = []broker.Workload{task}
+	w.yarn.mu.Unlock()
+	assertMigrationDone(t, w, rm, r, nil)
+	if logIndex(rm.log, "evict "+task.Key) < 0 {
+		t.Fatalf("RM saw %q: want the task signalled once listed again", rm.log)
+	}
+}
+
+// TestRuntimeMigrateNeverTakesAnUnlistedNodeForEmpty: right after an RM
+// restart the new RM does not list a node until its NodeManager
+// re-registers; the node is still known (cloud, store) but shows no work.
+// The migration does not take its task for ended; once the node is
+// listed again with the task, the task checkpoints and is stopped.
+func TestRuntimeMigrateNeverTakesAnUnlistedNodeForEmpty(t *testing.T) {
+	w, rm, r := migrateWorld(t)
+	y1 := w.yarn.nodes["y1"]
+	y1.Work[0].CheckpointAge = 20 * time.Minute
+	w.tick(r)
+	w.clock.Add(6 * time.Minute)
+	assertMigrationWaits(t, w, rm, r, 10, nil)
+	w.yarn.mu.Lock()
+	delete(w.yarn.nodes, "y1")
+	w.yarn.mu.Unlock()
+	assertMigrationWaits(t, w, rm, r, 20, nil)
+	if op := w.ledger.opsOf(broker.ActMigrate)[0]; len(broker.OpDataOf(&op).Victims) != 1 {
+		t.Fatalf("op %+v: want its task still a victim while the RM does not list its node", op)
+	}
+	w.yarn.mu.Lock()
+	w.yarn.nodes["y1"] = y1
+	y1.Work[0].CheckpointAge = 10 * time.Second
+	w.yarn.mu.Unlock()
+	assertMigrationDone(t, w, rm, r, nil)
+}

@@ -24,6 +24,9 @@ type migrateTarget struct {
 	restartable func(ctx context.Context, queue string, seconds int, spec hadoop.ContainerSpec, tag string) (string, string, error)
 	spread      func(ctx context.Context, queue string, seconds int, specs ...hadoop.ContainerSpec) (string, []string, error)
 	alive       func(ctx context.Context, host, app, container string) (bool, error)
+	// restartRM makes a new active RM (work-preserving recovery) while
+	// the migration waits for the checkpoint.
+	restartRM func(ctx context.Context) error
 }
 
 // TestBrokerMigratesAtTheCheckpoint runs checkpoint-aligned migration
@@ -39,7 +42,11 @@ type migrateTarget struct {
 // GRACEFUL_SHUTDOWN; the trainer's AM asks again and the RM places the
 // new container on Y (X is cordoned); X is decommissioned and terminated
 // only once the RM lists it DECOMMISSIONED. Nothing else stops: the
-// trainer's app runs on, Y's and the third host's containers too.
+// trainer's app runs on, Y's and the third host's containers too. While
+// the op waits for the checkpoint the RM restarts (a failover to a new
+// active RM): X stays cordoned (the label survives, or the op puts it
+// back), out of the exclude file, its container untouched and not
+// signalled, and the migration goes on after it.
 func TestBrokerMigratesAtTheCheckpoint(t *testing.T) {
 	hctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -58,13 +65,19 @@ func TestBrokerMigratesAtTheCheckpoint(t *testing.T) {
 				}
 				return admin.Spread(queue, time.Duration(seconds)*time.Second, ps...)
 			},
-			alive: simRuns(sim)})
+			alive:     simRuns(sim),
+			restartRM: func(context.Context) error { return admin.RestartRM() }})
 	})
 	for _, v := range hadoop.Versions() {
 		t.Run("hadoop-"+v, func(t *testing.T) {
-			tg, c := hadoopBrokerWorld(t, hadoop.Config{Version: v, Cordon: yarn.DefaultCordonLabel})
+			tg, c := hadoopBrokerWorld(t, hadoop.Config{Version: v, Recovery: true, Cordon: yarn.DefaultCordonLabel})
 			runBrokerMigrate(t, fs, h.NameNode, strings.ReplaceAll(v, ".", ""), migrateTarget{brokerTarget: tg,
-				restartable: c.Restartable, spread: c.Spread, alive: nodeManagerRuns(c)})
+				restartable: c.Restartable, spread: c.Spread, alive: nodeManagerRuns(c),
+				restartRM: func(ctx context.Context) error {
+					away, err := c.RestartRM(ctx)
+					t.Logf("hadoop %s: the RM was away %s", v, away)
+					return err
+				}})
 		})
 	}
 }
@@ -137,8 +150,11 @@ func runBrokerMigrate(t *testing.T, fs *hdfs.Client, namenode, name string, tg m
 	// IMPORTANT: nothing but the trainer's container stops, the app is
 	// never killed, nothing is terminated before its time, and X never
 	// goes into the exclude file while it runs work.
+	// An RM that recovers after a restart lists the app ACCEPTED until
+	// its AM resyncs: recovering says that is expected.
+	recovering := false
 	safe := func() error {
-		if s := appState(t, ctx, tg.url, app); s != "RUNNING" {
+		if s := appState(t, ctx, tg.url, app); s != "RUNNING" && !(recovering && s == "ACCEPTED") {
 			return fmt.Errorf("the trainer's app %s is %s", app, s)
 		}
 		for _, c := range []struct{ host, app, id string }{{y, fillApp, fill[0]}, {other, fullApp, full[0]}} {
@@ -181,6 +197,48 @@ func runBrokerMigrate(t *testing.T, fs *hdfs.Client, namenode, name string, tg m
 	}
 	if ok, err := tg.alive(ctx, x, app, first); err != nil || !ok {
 		t.Fatalf("the trainer's container %s on %s stopped before its checkpoint (%v)", first, x, err)
+	}
+
+	// A failover while the op waits: the new active RM must find X
+	// cordoned, never excluded, with its container running and not
+	// signalled.
+	recovering = true
+	if err := tg.restartRM(ctx); err != nil {
+		t.Fatalf("restart the RM: %v", err)
+	}
+	stillHeld := func() error {
+		if signalled() {
+			return fmt.Errorf("container %s signalled before a fresh checkpoint: %v", first, rec.requests())
+		}
+		if in, err := ex.Contains(x); err != nil || in {
+			return fmt.Errorf("%s in the exclude file (%v, %v) while its container runs", x, in, err)
+		}
+		return safe()
+	}
+	r.tickUntil(ctx, x+" cordoned with its trainer after the RM restart", 2*time.Minute, stillHeld, func() bool {
+		o, err := direct.Observe(ctx)
+		if err != nil {
+			return false
+		}
+		n, ok := o.Node(x)
+		return ok && n.State == "RUNNING" && n.Containers == 1 && slices.Contains(n.Labels, yarn.DefaultCordonLabel) &&
+			appState(t, ctx, tg.url, app) == "RUNNING"
+	})
+	recovering = false
+	for range 5 {
+		if _, err := r.rt.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := stillHeld(); err != nil {
+			t.Fatalf("after the RM restart: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if ok, err := tg.alive(ctx, x, app, first); err != nil || !ok {
+		t.Fatalf("the trainer's container %s on %s is gone after the RM restart (%v)", first, x, err)
+	}
+	if ops := r.ops(ctx, broker.ActMigrate, x); len(ops) != 1 || ops[0].State.Terminal() {
+		t.Fatalf("migration ops %+v after the RM restart: want the one op still waiting", ops)
 	}
 
 	// The trainer checkpoints: the op stops its container right after.

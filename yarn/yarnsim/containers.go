@@ -184,9 +184,18 @@ func (s *Sim) appState(id string) (string, bool) {
 		return st, true
 	}
 	if a, ok := s.appByID[id]; ok {
-		return a.state, true
+		return s.listedState(a), true
 	}
 	return "", false
+}
+
+// listedState is the state the RM lists app in: ACCEPTED while a new
+// active RM recovers a running app (Config.AMResync), else its state.
+func (s *Sim) listedState(a *app) string {
+	if a.state == "RUNNING" && s.cfg.Now().Before(a.recovering) {
+		return "ACCEPTED"
+	}
+	return a.state
 }
 
 func (s *Sim) serveAppState(w http.ResponseWriter, r *http.Request) {

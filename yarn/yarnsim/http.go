@@ -272,7 +272,7 @@ func (s *Sim) renderApp(a *app) jApp {
 		q = a.queue.name
 	}
 	j := jApp{
-		ID: a.id, User: a.spec.User, Name: a.spec.Name, Queue: q, State: a.state, FinalStatus: "UNDEFINED",
+		ID: a.id, User: a.spec.User, Name: a.spec.Name, Queue: q, State: s.listedState(a), FinalStatus: "UNDEFINED",
 		TrackingUI: "ApplicationMaster", ClusterID: s.cfg.ClusterTimestamp, ApplicationType: "SIM",
 		ApplicationTags: strings.Join(a.spec.Tags, ","), Priority: a.spec.Priority,
 		StartedTime: a.started.UnixMilli(), LaunchTime: a.started.UnixMilli(),
@@ -517,7 +517,7 @@ func (s *Sim) serveApps(w http.ResponseWriter, r *http.Request) {
 	}
 	apps := make([]jApp, 0, len(s.apps))
 	for _, a := range s.apps {
-		if len(states) > 0 && !states[a.state] {
+		if len(states) > 0 && !states[s.listedState(a)] {
 			continue
 		}
 		if queue != "" && queue != a.queue.name && queue != a.queue.path {
@@ -584,7 +584,7 @@ func (s *Sim) serveNodes(w http.ResponseWriter, r *http.Request) {
 	nodes := make([]jNode, 0, len(hosts))
 	for _, h := range hosts {
 		n := s.nodes[h]
-		if n.unlisted || len(states) > 0 && !states[n.state] {
+		if n.unlisted || s.cfg.Now().Before(n.resync) || len(states) > 0 && !states[n.state] {
 			continue
 		}
 		if n.placeholder {

@@ -20,7 +20,11 @@ import (
 //     graceful decommission does not survive: its work is lost.
 //   - Every other NodeManager resyncs and keeps its containers
 //     (work-preserving recovery); a node that was DECOMMISSIONING but is no
-//     longer excluded comes back RUNNING.
+//     longer excluded comes back RUNNING. Until its NodeManager's next
+//     heartbeat the new RM does not list it at all, and a running
+//     application is listed ACCEPTED until its AM re-registers
+//     (Config.AMResync): both seen on Hadoop 3.3.6 and 3.5.0
+//     (TestBrokerMigratesAtTheCheckpoint).
 //   - Nodes whose NodeManager is down (DECOMMISSIONED, LOST, SHUTDOWN) and
 //     whose host is not excluded are not listed: the new RM never heard of
 //     them.
@@ -65,7 +69,9 @@ func (a *AdminServer) RestartRM() error {
 			n.unlisted = true
 		default:
 			// The NodeManager resyncs with its containers and the total it
-			// holds (an updateNodeResource the old RM pushed to it).
+			// holds (an updateNodeResource the old RM pushed to it), at its
+			// next heartbeat: until then the new RM does not list it.
+			n.resync = s.cfg.Now().Add(s.cfg.Heartbeat)
 			if n.state == "DECOMMISSIONING" {
 				n.state = "RUNNING"
 				s.freeByLabel[label(n.spec.Labels)] += n.freeGPUs()
@@ -99,6 +105,15 @@ func (a *AdminServer) RestartRM() error {
 			n.placeholder, n.unlisted = true, false
 			n.state = "DECOMMISSIONED"
 			n.lastHealth = s.cfg.Now()
+		}
+	}
+	// The recovered apps are ACCEPTED until their AMs re-register.
+	if s.cfg.AMResync > 0 {
+		until := s.cfg.Now().Add(s.cfg.AMResync)
+		for _, a := range s.apps {
+			if a.state == "RUNNING" {
+				a.recovering = until
+			}
 		}
 	}
 	s.live = nil

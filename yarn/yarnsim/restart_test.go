@@ -52,8 +52,9 @@ func rawNodes(t *testing.T, url string) map[string]rawNode {
 // pair, an excluded host under a graceful decommission (timeout -1)
 // becomes the placeholder host:-1 and its container dies; a node under an
 // exclusive label no queue uses keeps its GPU and CPU containers and its
-// label, and takes nothing new until the label comes off; an
-// updateNodeResource total survives.
+// label, and takes nothing new until the label comes off (the new RM lists
+// it once its NodeManager re-registers); an updateNodeResource total
+// survives.
 func TestFailoverSemantics(t *testing.T) {
 	sim, err := yarnsim.New(yarnsim.Config{})
 	must(t, err)
@@ -103,6 +104,16 @@ func TestFailoverSemantics(t *testing.T) {
 			cs, err := sim.Containers(app)
 			if err != nil || len(cs) != 1 || cs[0].Host != "h0" {
 				t.Fatalf("failover %d: app %s on the cordoned h0: %+v, %v", round, app, cs, err)
+			}
+		}
+		// The new RM lists h0 only once its NodeManager re-registers, at
+		// its next heartbeat (500ms here).
+		if n, listed := nodes["h0"]; listed {
+			t.Fatalf("failover %d: h0 = %+v listed before its NodeManager's next heartbeat", round, n)
+		}
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if nodes = rawNodes(t, url); nodes["h0"].State != "" {
+				break
 			}
 		}
 		if n := nodes["h0"]; n.State != "RUNNING" || !slices.Equal(n.NodeLabels, []string{"gpubroker-cordon"}) || n.NumContainers != 2 {

@@ -71,6 +71,13 @@ type Config struct {
 	// NodeLabelsDisabled runs the RM without yarn.node-labels.enabled:
 	// every label call fails as Hadoop's does.
 	NodeLabelsDisabled bool
+	// AMResync is how long after an RM restart (RestartRM) a running
+	// application is listed ACCEPTED, as the new RM recovers it until its
+	// ApplicationMaster re-registers (Hadoop 3.3.6 and 3.5.0 list it so;
+	// test/hadoop, TestBrokerMigratesAtTheCheckpoint). Its containers run
+	// on and count on their nodes meanwhile. Default 1s (the AM's
+	// heartbeat); negative: at once.
+	AMResync time.Duration
 }
 
 // NodeSpec describes a NodeManager to add.
@@ -149,6 +156,10 @@ type node struct {
 	// RM makes of an excluded host (restart.go); unlisted a node a new
 	// active RM does not know, its NodeManager being down.
 	placeholder, unlisted bool
+	// resync, until it passes, keeps a running node out of the listing: a
+	// new active RM has not heard from its NodeManager since the restart
+	// (it re-registers at its next heartbeat, with its containers).
+	resync time.Time
 	// ran holds the live apps that have run a container on the node
 	// (RMNodeImpl.runningApplications, left at the app's end): the RM keeps
 	// a DECOMMISSIONING node until they end or its timeout passes.
@@ -189,17 +200,20 @@ type request struct {
 }
 
 type app struct {
-	seq       int
-	id        string
-	spec      AppSpec
-	queue     *queue
-	state     string
-	started   time.Time
-	requests  []request
-	running   int
-	usedGPUs  int
-	usedMem   int64
-	usedCores int64
+	seq   int
+	id    string
+	spec  AppSpec
+	queue *queue
+	state string
+	// recovering, until it passes, lists a RUNNING app ACCEPTED: a new
+	// active RM recovered it and its AM has not re-registered yet.
+	recovering time.Time
+	started    time.Time
+	requests   []request
+	running    int
+	usedGPUs   int
+	usedMem    int64
+	usedCores  int64
 	// attempt is the current attempt number (from 1); am its AM
 	// container, nil while unmanaged or not placed; conts the live
 	// containers, in allocation order.
@@ -282,6 +296,9 @@ func New(cfg Config) (*Sim, error) {
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = 500 * time.Millisecond
+	}
+	if cfg.AMResync == 0 {
+		cfg.AMResync = time.Second
 	}
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = []QueueSpec{{Path: "root.a", Capacity: 50}, {Path: "root.b", Capacity: 50}}
