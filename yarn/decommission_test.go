@@ -60,6 +60,9 @@ type decomEnv struct {
 	// an RM that does not serve it; dropSignals answers 200 and forwards
 	// nothing, as when the NodeManager never gets the signal.
 	noSignal, dropSignals bool
+	// recovering answers every app's state ACCEPTED and every container
+	// report 404, as a new active RM may before an app's AM re-registers.
+	recovering bool
 }
 
 func (e *decomEnv) calls(method string) []string {
@@ -91,8 +94,19 @@ func newDecomEnv(t *testing.T, exName string, hosts []string, cfg yarn.Decommiss
 		if r.URL.Path != "/ws/v1/cluster/nodes" {
 			e.mu.Lock()
 			e.requests = append(e.requests, r.Method+" "+r.URL.Path)
-			noSignal, drop := e.noSignal, e.dropSignals
+			noSignal, drop, recovering := e.noSignal, e.dropSignals, e.recovering
 			e.mu.Unlock()
+			if recovering && r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/state") {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"state":"ACCEPTED"}`))
+				return
+			}
+			if recovering && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/containers/") {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = w.Write([]byte(`{"RemoteException":{"exception":"NotFoundException","message":"container not found"}}`))
+				return
+			}
 			if noSignal && strings.Contains(r.URL.Path, "/signal/") {
 				w.Header().Set("Content-Type", "text/html")
 				w.WriteHeader(http.StatusNotFound)
@@ -987,5 +1001,40 @@ func TestPlaceholderOfAnEmptyExcludedHostIsReleased(t *testing.T) {
 	e.clk.Add(time.Second)
 	if st, err := e.d.Release(ctx, "g2", time.Time{}); err != nil || !st.Drained || len(st.Lost) == 0 {
 		t.Fatalf("Release(g2) past the settle = %+v, %v; want drained with its container lost", st, err)
+	}
+}
+
+// TestEvictDoesNotTakeARecoveringContainerForGone: while a new active RM
+// recovers the victim's application (listed ACCEPTED, the container not
+// known yet), Evict is in progress, never done: the container still runs.
+// Once the RM knows it again, Evict signals it as usual.
+func TestEvictDoesNotTakeARecoveringContainerForGone(t *testing.T) {
+	ctx := testCtx(t)
+	e := newDecomEnv(t, "exclude.xml", []string{"g1"}, yarn.DecommissionConfig{EvictGrace: 30 * time.Second})
+	app, err := e.admin.RunOn("a", "g1", 1, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := e.sim.Containers(app)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("containers of %s = %+v, %v", app, cs, err)
+	}
+	w := broker.Workload{Source: broker.SourceYARN, Key: cs[0].ID, App: app, GPUs: 1}
+	e.mu.Lock()
+	e.recovering = true
+	e.mu.Unlock()
+	for range 3 {
+		if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+			t.Fatalf("Evict while the RM recovers the app = %v, want in progress", err)
+		}
+	}
+	e.mu.Lock()
+	e.recovering = false
+	e.mu.Unlock()
+	if err := e.d.Evict(ctx, "g1", w); !errors.Is(err, broker.ErrInProgress) {
+		t.Fatalf("Evict once the RM knows the container = %v, want in progress (signalled)", err)
+	}
+	if got := e.calls("POST"); len(got) != 1 || !strings.HasSuffix(got[0], "/signal/GRACEFUL_SHUTDOWN") {
+		t.Fatalf("signals: %q, want one GRACEFUL_SHUTDOWN once the RM knows the container", got)
 	}
 }

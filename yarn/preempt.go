@@ -405,6 +405,13 @@ func (d *Decommissioner) containerGone(ctx context.Context, node, app, cid strin
 		Container *containerInfo `json:"container"`
 	}
 	_, err = d.send(ctx, http.MethodGet, fmt.Sprintf(pathContainer, url.PathEscape(app), url.PathEscape(attempt), url.PathEscape(cid)), nil, &report)
+	if isNotFound(err) && st.State == "ACCEPTED" {
+		// IMPORTANT: the victim ran, so its application is ACCEPTED
+		// again only while a new active RM recovers it (until its AM
+		// re-registers) or a new attempt starts: the RM not knowing the
+		// container then proves nothing.
+		return false, fmt.Errorf("application %s is ACCEPTED (a new RM recovering it, or a new attempt) and the RM does not know container %s yet: %w", app, cid, broker.ErrInProgress)
+	}
 	if isNotFound(err) {
 		return true, nil
 	}
