@@ -62,10 +62,38 @@ func Start(ctx context.Context, dir string) (*KDC, error) {
 		return nil, err
 	}
 	k := &KDC{Realm: Realm, Dir: dir, Conf: filepath.Join(dir, "krb5.conf"), root: filepath.Join(home, "root"), done: make(chan struct{})}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	// The port is free when chosen but may be taken by another test's
+	// process before krb5kdc binds it (the realm's database takes a
+	// moment to create): a KDC that finds it in use starts again on
+	// another.
+	created := false
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if err := k.configure(port); err != nil {
+			return nil, err
+		}
+		if !created {
+			if _, err := k.run(ctx, "usr/sbin/kdb5_util", "create", "-s", "-r", k.Realm, "-P", "test-master-key"); err != nil {
+				return nil, err
+			}
+			created = true
+		}
+		err = k.start(ctx)
+		if err == nil {
+			return k, nil
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "Address already in use") {
+			return nil, err
+		}
+		k.done = make(chan struct{})
 	}
+}
+
+// configure writes the realm's krb5.conf for a KDC on port.
+func (k *KDC) configure(port int) error {
 	k.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	// udp_preference_limit = 1 makes every client (gokrb5, Java) use TCP:
 	// no retransmission timers in the tests.
@@ -97,50 +125,49 @@ func Start(ctx context.Context, dir string) (*KDC, error) {
  kdc_tcp_ports = %[5]d
 [logging]
  kdc = FILE:%[3]s/kdc.log
-`, k.Realm, k.Addr, dir, k.root, port)
+`, k.Realm, k.Addr, k.Dir, k.root, port)
 	if err := os.WriteFile(k.Conf, []byte(conf), 0o644); err != nil {
-		return nil, err
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kadm5.acl"), nil, 0o644); err != nil {
-		return nil, err
-	}
-	if _, err := k.run(ctx, "usr/sbin/kdb5_util", "create", "-s", "-r", k.Realm, "-P", "test-master-key"); err != nil {
-		return nil, err
-	}
-	logf, err := os.Create(filepath.Join(dir, "krb5kdc.out"))
+	return os.WriteFile(filepath.Join(k.Dir, "kadm5.acl"), nil, 0o644)
+}
+
+// start runs krb5kdc and waits until it accepts TCP connections.
+func (k *KDC) start(ctx context.Context) error {
+	logf, err := os.Create(filepath.Join(k.Dir, "krb5kdc.out"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	k.cmd = k.command(context.WithoutCancel(ctx), "usr/sbin/krb5kdc", "-n", "-r", k.Realm)
 	k.cmd.Stdout, k.cmd.Stderr = logf, logf
 	if err := k.cmd.Start(); err != nil {
 		logf.Close()
-		return nil, fmt.Errorf("start krb5kdc: %w", err)
+		return fmt.Errorf("start krb5kdc: %w", err)
 	}
+	done := k.done
 	go func() {
 		_ = k.cmd.Wait()
 		logf.Close()
-		close(k.done)
+		close(done)
 	}()
-	// Ready once it accepts TCP connections.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", k.Addr, time.Second)
 		if err == nil {
 			c.Close()
-			return k, nil
+			return nil
 		}
 		select {
-		case <-k.done:
-			return nil, fmt.Errorf("krb5kdc exited at start; log:\n%s", k.Log())
+		case <-done:
+			return fmt.Errorf("krb5kdc exited at start; log:\n%s", k.Log())
 		case <-ctx.Done():
 			k.Close()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			k.Close()
-			return nil, fmt.Errorf("krb5kdc does not listen on %s after 30s; log:\n%s", k.Addr, k.Log())
+			return fmt.Errorf("krb5kdc does not listen on %s after 30s; log:\n%s", k.Addr, k.Log())
 		}
 	}
 }
