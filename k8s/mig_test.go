@@ -107,17 +107,7 @@ func TestObserverMIG(t *testing.T) {
 		resourceClaim("ml", "want-3g", claimOf(exactly("m", DefaultMIGDeviceClass, "", 1, profile3g))),
 		draPod("ml", "dra-mig", byName("c", "want-3g")),
 	)
-	o, err := NewObserver(client, Config{DRA: "on"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := o.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	obs := observeDRA(ctx, t, client)
 	nodes := map[string]broker.Node{}
 	for _, n := range obs.Nodes {
 		nodes[n.Name] = n

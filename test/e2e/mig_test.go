@@ -34,6 +34,23 @@ func publishMIGSlice(ctx context.Context, t *testing.T, node, profile string, n 
 	}
 }
 
+// migSlicesHeld reports whether the broker's store counts node in its 28
+// 1g.10gb MIG devices, held of them.
+func migSlicesHeld(w *world, node string, held int) func() bool {
+	return func() bool {
+		nodes, err := w.st.ListNodes(w.ctx)
+		if err != nil {
+			return false
+		}
+		for _, n := range nodes {
+			if n.Name == node {
+				return n.MIGProfile == e2eMIGProfile && n.GPUsTotal == 4*e2eMIGPerGPU && n.GPUsAllocated == held
+			}
+		}
+		return false
+	}
+}
+
 // ensureMIGDeviceClass creates NVIDIA's DeviceClass mig.nvidia.com: the
 // driver's devices of type mig.
 func ensureMIGDeviceClass(t *testing.T) {
@@ -103,18 +120,7 @@ func TestMIGPoolGrowsFromZero(t *testing.T) {
 		t.Fatalf("node %s allocatable %v, want 28 nvidia.com/mig-1g.10gb", migNode, n.Status.Allocatable)
 	}
 	// The broker counts the node in slices of its profile.
-	w.eventually(30*time.Second, "the broker to count the MIG node's slices", func() bool {
-		nodes, err := w.st.ListNodes(w.ctx)
-		if err != nil {
-			return false
-		}
-		for _, n := range nodes {
-			if n.Name == migNode {
-				return n.MIGProfile == "1g.10gb" && n.GPUsTotal == 28 && n.GPUsAllocated == 1
-			}
-		}
-		return false
-	})
+	w.eventually(30*time.Second, "the broker to count the MIG node's slices", migSlicesHeld(w, migNode, 1))
 
 	// Three more slices fit the node's free ones: nothing is bought.
 	create("slice-3", migPodSpec("1g.10gb", 3))
@@ -179,16 +185,5 @@ func TestDRAMIGClaimGrowsTheMIGPoolFromZero(t *testing.T) {
 	if err != nil || c.Status.Allocation == nil || len(c.Status.Allocation.Devices.Results) != 2 {
 		t.Fatalf("claim status %+v, %v: want 2 MIG devices allocated", c.Status, err)
 	}
-	w.eventually(30*time.Second, "the broker to count 2 of the node's 28 slices held", func() bool {
-		nodes, err := w.st.ListNodes(w.ctx)
-		if err != nil {
-			return false
-		}
-		for _, n := range nodes {
-			if n.Name == node {
-				return n.MIGProfile == "1g.10gb" && n.GPUsTotal == 28 && n.GPUsAllocated == 2
-			}
-		}
-		return false
-	})
+	w.eventually(30*time.Second, "the broker to count 2 of the node's 28 slices held", migSlicesHeld(w, node, 2))
 }
