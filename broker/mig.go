@@ -12,15 +12,10 @@ const MIGSlicesPerGPU = 7
 // MIGComputeSlices parses the compute slices of a MIG profile ("3g.40gb"
 // → 3; "1g.10gb+me", the profile with the media engines, too).
 func MIGComputeSlices(profile string) (int, bool) {
-	g, rest, ok := strings.Cut(profile, "g.")
-	if !ok || !strings.HasSuffix(strings.TrimSuffix(rest, "+me"), "gb") {
-		return 0, false
-	}
+	g, mem, ok := strings.Cut(strings.TrimSuffix(profile, "+me"), "g.")
+	mem, gb := strings.CutSuffix(mem, "gb")
 	n, err := strconv.Atoi(g)
-	if err != nil || n <= 0 || n > MIGSlicesPerGPU {
-		return 0, false
-	}
-	if _, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSuffix(rest, "+me"), "gb")); err != nil {
+	if _, merr := strconv.Atoi(mem); !ok || !gb || err != nil || merr != nil || n <= 0 || n > MIGSlicesPerGPU {
 		return 0, false
 	}
 	return n, true

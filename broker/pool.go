@@ -91,17 +91,19 @@ func (p Pool) Validate() error {
 	case p.GPUMemoryMiB < 0:
 		return Invalid("gpu_memory_mib", "must not be negative, got %d", p.GPUMemoryMiB)
 	case p.MIGProfile == "" && p.MIGPerGPU != 0:
-		return Invalid("mig_per_gpu", "is set (%d) without mig_profile: name the profile every GPU is partitioned into, e.g. 1g.10gb", p.MIGPerGPU)
+		return Invalid("mig_per_gpu", "is set (%d) without a MIG profile: name the profile every GPU is partitioned into, e.g. 1g.10gb", p.MIGPerGPU)
 	case p.MIGProfile != "":
 		c, ok := MIGComputeSlices(p.MIGProfile)
 		switch {
 		case !ok:
-			return Invalid("mig_profile", "must be a MIG profile such as 1g.10gb or 3g.40gb, got %q", p.MIGProfile)
+			return Invalid("mig_profile", "must be a MIG profile such as 1g.10gb, 2g.20gb or 3g.40gb (as nvidia.com/mig-<profile> names it), got %q", p.MIGProfile)
 		case p.MIGPerGPU <= 0 || p.MIGPerGPU*c > MIGSlicesPerGPU:
-			return Invalid("mig_per_gpu", "must be 1 to %d for profile %s (each uses %d of a GPU's %d compute slices), got %d",
+			return Invalid("mig_per_gpu", "must be 1 to %d for profile %s (each device uses %d of a GPU's %d compute slices), got %d",
 				MIGSlicesPerGPU/c, p.MIGProfile, c, MIGSlicesPerGPU, p.MIGPerGPU)
 		case p.Sides != PoolK8s:
-			return Invalid("sides", "must be %q for a MIG pool (mig_profile %s): YARN schedules whole GPUs only", PoolK8s, p.MIGProfile)
+			return Invalid("sides", "must be %q for a MIG pool (MIG profile %s): YARN schedules whole GPUs only", PoolK8s, p.MIGProfile)
+		case p.GPUsPerNode <= 0:
+			return Invalid("gpus_per_node", "must be set for a MIG pool: the GPUs each node partitions into %d × %s", p.MIGPerGPU, p.MIGProfile)
 		}
 	}
 	return nil

@@ -23,24 +23,6 @@ func draPod(ns, name string, claims ...corev1.PodResourceClaim) *corev1.Pod {
 	return p
 }
 
-// observeDRA starts an observer with DRA on over client and returns its
-// first observation.
-func observeDRA(ctx context.Context, t *testing.T, client *fake.Clientset) Observation {
-	t.Helper()
-	o, err := NewObserver(client, Config{DRA: "on"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := o.Observe(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return obs
-}
-
 func byName(ref, claim string) corev1.PodResourceClaim {
 	return corev1.PodResourceClaim{Name: ref, ResourceClaimName: &claim}
 }
@@ -108,7 +90,7 @@ func TestObserverDRADemand(t *testing.T) {
 		draPod("ml", "nic", byName("c", "nic")),
 		draPod("ml", "allocated", byName("c", "done")),
 	)
-	obs := observeDRA(ctx, t, client)
+	obs := observeOnce(t, ctx, client, Config{DRA: "on"}, nil)
 	if len(obs.Nodes) != 2 || obs.Nodes[0].GPUsAllocated != 2 || len(obs.Nodes[0].Work) != 2 {
 		t.Errorf("nodes %+v, want n1 with 2 GPUs held through DRA (the shared claim once)", obs.Nodes)
 	}

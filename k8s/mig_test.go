@@ -107,7 +107,7 @@ func TestObserverMIG(t *testing.T) {
 		resourceClaim("ml", "want-3g", claimOf(exactly("m", DefaultMIGDeviceClass, "", 1, profile3g))),
 		draPod("ml", "dra-mig", byName("c", "want-3g")),
 	)
-	obs := observeDRA(ctx, t, client)
+	obs := observeOnce(t, ctx, client, Config{DRA: "on"}, nil)
 	nodes := map[string]broker.Node{}
 	for _, n := range obs.Nodes {
 		nodes[n.Name] = n

@@ -113,11 +113,20 @@ func variedCluster(now time.Time) []runtime.Object {
 // observeFresh observes objs with an observer whose caches are empty.
 func observeFresh(t *testing.T, ctx context.Context, objs []runtime.Object, now time.Time) Observation {
 	t.Helper()
-	o, err := NewObserver(fake.NewClientset(objs...), Config{}, nil)
+	return observeOnce(t, ctx, fake.NewClientset(objs...), Config{}, func() time.Time { return now })
+}
+
+// observeOnce starts an observer with cfg over client (its clock now,
+// when set) and returns its first observation.
+func observeOnce(t *testing.T, ctx context.Context, client *fake.Clientset, cfg Config, now func() time.Time) Observation {
+	t.Helper()
+	o, err := NewObserver(client, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.now = func() time.Time { return now }
+	if now != nil {
+		o.now = now
+	}
 	if err := o.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

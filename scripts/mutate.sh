@@ -63,7 +63,7 @@ executor: every op has a deadline~broker/engine/executor.go~if !s.data.Expires.I
 executor: retries are bounded~broker/engine/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
 executor: an unknown release is never drained nor forced~broker/engine/steps_node.go~if st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained~if false && st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained
 executor: terminate only after every side drained~broker/engine/steps_node.go~if st.Drained {~if true {
-executor: a removal releases every side that holds the node~broker/engine/steps_node.go~s.data.Sides = r.sidesOf(op.Node, s.data.From)~s.data.Sides = nil
+executor: a removal releases every side that holds the node~broker/engine/steps_node.go~\t\t\ts.data.Sides = r.sidesOf(op.Node, s.data.From)~\t\t\ts.data.Sides = nil
 executor: a replacement is bought first at pool min~broker/engine/steps_pool.go~case withinCluster && (ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes):~case false && withinCluster:
 executor: a node without instance is given back~broker/engine/steps_pool.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
 executor: a scale-up stays linked until gpu-ready~broker/engine/steps_pool.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {
@@ -106,8 +106,8 @@ victim: a group the broker grows launches protected~cloud/scale.go~if !g.newProt
 victim: a lower target never goes below the launched instances~cloud/scale.go~target < g.desired && target < launched {~false {~-run TestCloudNeverPicksAVictim|TestHandBackLowersOnlyUnlaunchedCapacity ./cloud/
 victim: a scale-up never lowers a raised group~broker/engine/steps_pool.go~if found && ps.Desired > target {~if false {~-run TestScaleUpNeverLowersARaisedGroup ./broker/engine/
 victim: awssim never scales in a protected instance~cloud/awssim/groups.go~(in.lifecycle == "Pending" || in.lifecycle == "InService") && !in.protected {~(in.lifecycle == "Pending" || in.lifecycle == "InService") {~-run TestSetInstanceProtectionShape|TestCloudNeverPicksAVictim ./cloud/awssim/ ./cloud/
-executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn true~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn false
-executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn true~case broker.ActTransfer, broker.ActPreempt:\n\t\treturn op.Kind == ""
+executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~\t\t// its side again.\n\t\treturn true~\t\t// its side again.\n\t\treturn false
+executor: a transfer that cannot drain gives the node back~broker/engine/drainlimits.go~\t\t// its side again.\n\t\treturn true~\t\t// its side again.\n\t\treturn op.Kind == ""
 drain limits: a PDB allowing no disruption keeps its node~broker/scaledown.go~case budgetBlock(n) != "": // disruption.go~case false:~-run TestConsolidationKnowsDrainLimits|TestConsolidationKeepsNodeWhosePDBAllowsNoDisruption ./broker/ ./test/e2e/
 drain limits: the planner sees the PDBs (observer)~k8s/observer.go~attachBudgets(obs.Nodes, obs.PDBs)~_ = obs.PDBs~-run TestBudgetsReachThePlanner|TestObserverReadsWhatAnEvictionCosts|TestConsolidationKeepsNodeWhosePDBAllowsNoDisruption ./k8s/ ./test/e2e/
 drain limits: work with local storage is not moved~broker/disruption.go~case w.LocalStorage != "":~case false:~-run TestConsolidationKnowsDrainLimits|TestConsolidationKeepsPodWithLocalScratch ./broker/ ./test/e2e/
@@ -259,7 +259,7 @@ mig: cluster and model caps count a MIG node's GPUs, not its slices~broker/place
 mig: quotas count MIG slices by their compute slices~broker/quota.go~t.usage += computeSlices(w.MIGProfile, w.GPUs)~t.usage += computeSlices("", w.GPUs)
 mig: a node's MIG work counts as its slices (observer)~k8s/nodes.go~if w.MIGProfile == bn.MIGProfile {~if w.MIGProfile == "" {~-run TestObserverMIG ./k8s/
 mig: a MIG node offers only the devices its agent finds~broker/merge.go~\t\tn.GPUsTotal = c\n~\t\t_ = c\n
-mig: a pool learns its GPU memory only where it states none~broker/engine/tickphases.go~if m <= 0 || ps.Pool.GPUMemoryMiB != 0 || ps.Pool.MIGProfile != "" {~if m <= 0 {
+mig: a learned pool memory only goes down~store/pools.go~ AND (learned_gpu_memory_mib = 0 OR learned_gpu_memory_mib > $2)`~`~-run TestPoolDevices ./store/
 mig: a pod asking whole GPUs and MIG slices waits unsatisfiable~k8s/pods.go~Unsatisfiable:   mixedReason(r.Request),~Unsatisfiable:   "",~-run TestObserverMIG ./k8s/
 EOF
 )

@@ -107,12 +107,15 @@ type PoolRecord struct {
 
 // SetPoolLearnedGPUMemory remembers what a pool's live nodes say each GPU's
 // memory is, for a pool that does not state it (a stated value wins and
-// is left alone).
+// is left alone). The value only goes down: a node with less memory than
+// the pool's earlier nodes lowers it, so the pool never promises more
+// than its smallest node showed.
 func (s *Store) SetPoolLearnedGPUMemory(ctx context.Context, name string, mib int) error {
 	if mib <= 0 {
 		return broker.Invalid("learned_gpu_memory_mib", "must be positive, got %d", mib)
 	}
-	_, err := s.pool.Exec(ctx, `UPDATE pools SET learned_gpu_memory_mib = $2 WHERE name = $1 AND gpu_memory_mib = 0`, name, mib)
+	_, err := s.pool.Exec(ctx, `UPDATE pools SET learned_gpu_memory_mib = $2
+		WHERE name = $1 AND gpu_memory_mib = 0 AND (learned_gpu_memory_mib = 0 OR learned_gpu_memory_mib > $2)`, name, mib)
 	return mapError(fmt.Sprintf("pool %q learned GPU memory", name), err)
 }
 

@@ -31,6 +31,10 @@ func TestPoolDevices(t *testing.T) {
 	if err := s.SetPoolLearnedGPUMemory(ctx, "mig", 1); err != nil {
 		t.Fatal(err)
 	}
+	// Only a lower figure replaces a learned one.
+	if err := s.SetPoolLearnedGPUMemory(ctx, "plain", 24576); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.SetPoolLearnedGPUMemory(ctx, "plain", 0); err == nil {
 		t.Error("learning 0 MiB must be refused")
 	}

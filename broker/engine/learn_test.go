@@ -20,9 +20,10 @@ func (l *learnLedger) LearnPoolGPUMemory(_ context.Context, pool string, mib int
 }
 
 // TestLearnPoolMemory: a pool that does not state its GPUs' memory learns
-// the least its live whole-GPU nodes show; a pool that states it, a MIG
-// pool and a node that shows nothing teach nothing; a ledger that cannot
-// remember (plan's preview) is not asked.
+// the least its live whole-GPU nodes show, and a smaller node lowers it; a
+// MIG pool, a gone node and a node that shows nothing teach nothing; an
+// unchanged figure is not asked again; a ledger that cannot remember
+// (plan's preview) is not asked.
 func TestLearnPoolMemory(t *testing.T) {
 	l := &learnLedger{learned: map[string]int{}}
 	r := &Runtime{cfg: RuntimeConfig{Ledger: l}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -43,11 +44,28 @@ func TestLearnPoolMemory(t *testing.T) {
 		},
 	}
 	r.learnPoolMemory(context.Background(), snap)
-	if len(l.learned) != 1 || l.learned["a10g"] != 23028 {
-		t.Fatalf("learned %v, want only a10g's 23028 MiB (the least of its live nodes)", l.learned)
+	// a10g learns the least of its live nodes; "stated" is offered a lower
+	// figure than its value, which the store ignores for a stated pool
+	// (TestPoolDevices).
+	if len(l.learned) != 2 || l.learned["a10g"] != 23028 || l.learned["stated"] != 81559 {
+		t.Fatalf("learned %v, want a10g's 23028 MiB (the least of its live nodes) and stated's lower 81559", l.learned)
+	}
+	// The same figures again: the ledger is not asked twice.
+	l.learned = map[string]int{}
+	r.learnPoolMemory(context.Background(), snap)
+	if len(l.learned) != 0 {
+		t.Fatalf("asked again for unchanged figures: %v", l.learned)
+	}
+	// A smaller node joins a10g, whose memory the ledger now gives as
+	// 23028: it lowers it.
+	snap.Pools[0].Pool.GPUMemoryMiB = 23028
+	snap.Nodes = append(snap.Nodes, broker.Node{Name: "c", Pool: "a10g", GPUMemoryMiB: 15360, Phase: broker.PhaseActive})
+	r.learnPoolMemory(context.Background(), snap)
+	if len(l.learned) != 1 || l.learned["a10g"] != 15360 {
+		t.Fatalf("learned %v, want a10g lowered to 15360", l.learned)
 	}
 	// plan's preview ledger has no LearnPoolGPUMemory: nothing is asked.
-	r.cfg.Ledger = previewLike{l}
+	r.cfg.Ledger, r.learnedMemory = previewLike{l}, nil
 	l.learned = map[string]int{}
 	r.learnPoolMemory(context.Background(), snap)
 	if len(l.learned) != 0 {

@@ -122,6 +122,9 @@ type Runtime struct {
 	seen     seen
 	waitSeen map[string]broker.WaitReason
 	keptSeen map[string]string // node → why reclaim keeps it, recorded when it changes
+	// learnedMemory is, per pool, the GPU memory last given to the
+	// ledger's PoolMemoryLearner (record's goroutine only).
+	learnedMemory map[string]int
 	// waitsWritten are the waits the ledger holds from this runtime.
 	waitsWritten map[string]broker.Wait
 	// capSince remembers, per demand ID, since when plans have said that

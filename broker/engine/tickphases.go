@@ -312,8 +312,10 @@ func (r *Runtime) decisionDetail(kind string, v any) json.RawMessage {
 // learnPoolMemory remembers, for each pool that does not state its GPUs'
 // memory, the least memory its live whole-GPU nodes show (their DRA
 // devices' capacity, or the agent's NVML reading), so a pool back at zero
-// still matches demand that selects GPUs by memory. A failure is logged:
-// the pool stays unmatched for such demand, never wrongly matched.
+// still matches demand that selects GPUs by memory. A node with less than
+// the pool's value lowers it (the store keeps only a lower one and never
+// touches a stated value); the runtime asks only when its figure for a
+// pool changes. A failure is logged and asked again next tick.
 func (r *Runtime) learnPoolMemory(ctx context.Context, snap *broker.Snapshot) {
 	l, ok := r.cfg.Ledger.(PoolMemoryLearner)
 	if !ok {
@@ -334,11 +336,17 @@ func (r *Runtime) learnPoolMemory(ctx context.Context, snap *broker.Snapshot) {
 	}
 	for _, ps := range snap.Pools {
 		m := least[ps.Pool.Name]
-		if m <= 0 || ps.Pool.GPUMemoryMiB != 0 || ps.Pool.MIGProfile != "" {
+		if m <= 0 || ps.Pool.MIGProfile != "" || ps.Pool.GPUMemoryMiB != 0 && m >= ps.Pool.GPUMemoryMiB ||
+			r.learnedMemory[ps.Pool.Name] == m {
 			continue
 		}
 		if err := l.LearnPoolGPUMemory(ctx, ps.Pool.Name, m); err != nil {
 			r.log.Warn("remember the GPU memory of a pool", "pool", ps.Pool.Name, "mib", m, "err", err)
+			continue
 		}
+		if r.learnedMemory == nil {
+			r.learnedMemory = map[string]int{}
+		}
+		r.learnedMemory[ps.Pool.Name] = m
 	}
 }

@@ -235,24 +235,17 @@ func (pl poolConfig) devices(prefix string, pool *broker.Pool) error {
 		}
 		pool.GPUMemoryMiB = int(q.Value() >> 20)
 	}
-	if pl.MIG == nil {
-		return nil
+	if pl.MIG != nil {
+		// broker.Pool.Validate checks the layout (configFields names its
+		// fields as the configuration does).
+		pool.MIGProfile, pool.MIGPerGPU = pl.MIG.Profile, pl.MIG.PerGPU
 	}
-	c, ok := broker.MIGComputeSlices(pl.MIG.Profile)
-	switch {
-	case !ok:
-		return broker.Invalid(prefix+".mig.profile", "must be a MIG profile such as 1g.10gb, 2g.20gb or 3g.40gb (as nvidia.com/mig-<profile> names it), got %q", pl.MIG.Profile)
-	case pl.MIG.PerGPU <= 0 || pl.MIG.PerGPU*c > broker.MIGSlicesPerGPU:
-		return broker.Invalid(prefix+".mig.per_gpu", "must be 1 to %d for profile %s (each device uses %d of a GPU's %d compute slices), got %d",
-			broker.MIGSlicesPerGPU/c, pl.MIG.Profile, c, broker.MIGSlicesPerGPU, pl.MIG.PerGPU)
-	case pool.Sides != broker.PoolK8s:
-		return broker.Invalid(prefix+".sides", "must be k8s for a MIG pool: YARN schedules whole GPUs only (got %q)", pool.Sides)
-	case pool.GPUsPerNode <= 0:
-		return broker.Invalid(prefix+".gpus_per_node", "must be set for a MIG pool: the GPUs each node partitions into %d × %s", pl.MIG.PerGPU, pl.MIG.Profile)
-	}
-	pool.MIGProfile, pool.MIGPerGPU = pl.MIG.Profile, pl.MIG.PerGPU
 	return nil
 }
+
+// configFields maps broker.Pool's field names to the configuration's where
+// they differ.
+var configFields = map[string]string{"mig_profile": "mig.profile", "mig_per_gpu": "mig.per_gpu", "gpu_memory_mib": "gpu_memory"}
 
 // pool is the validated pool of pl, its fields named under prefix. A fleet
 // pool (provider fleet) names its hosts and no cloud group or bounds: its
@@ -312,6 +305,10 @@ func (pl poolConfig) pool(prefix string) (broker.Pool, error) {
 		return pool, err
 	}
 	if err := pool.Validate(); err != nil {
+		var ve *broker.ValidationError
+		if errors.As(err, &ve) && configFields[ve.Field] != "" {
+			err = broker.Invalid(configFields[ve.Field], "%s", ve.Problem)
+		}
 		return pool, broker.WithPrefix(prefix, err)
 	}
 	return pool, nil

@@ -37,16 +37,39 @@ func (w *world) terminationsNow() []terminated {
 // storeGPUsAllocated is what the broker's store says node holds, and
 // whether the store knows the node.
 func (w *world) storeGPUsAllocated(node string) (int, bool) {
+	n, ok := w.storedNode(node)
+	return n.GPUsAllocated, ok
+}
+
+// storedNode is node as the broker's store holds it.
+func (w *world) storedNode(node string) (broker.Node, bool) {
 	nodes, err := w.st.ListNodes(w.ctx)
 	if err != nil {
-		return 0, false
+		return broker.Node{}, false
 	}
 	for _, n := range nodes {
 		if n.Name == node {
-			return n.GPUsAllocated, true
+			return n, true
 		}
 	}
-	return 0, false
+	return broker.Node{}, false
+}
+
+// runningWith waits for pod name to run and the broker to count gpus
+// allocated on its node, and returns the node.
+func (w *world) runningWith(name string, gpus int) string {
+	w.t.Helper()
+	var node string
+	w.eventually(90*time.Second, "pod "+name+" to run", func() bool {
+		n, ok := w.runningOn(name)
+		node = n
+		return ok
+	})
+	w.eventually(30*time.Second, fmt.Sprintf("the broker to count %d GPUs on %s", gpus, node), func() bool {
+		g, ok := w.storeGPUsAllocated(node)
+		return ok && g == gpus
+	})
+	return node
 }
 
 // createClaim creates a claim of count A100s in the world's namespace.
@@ -166,16 +189,7 @@ func TestDRARunningPodKeepsNodeFromIdleReclaim(t *testing.T) {
 	w.draSlices.Store(true)
 	w.createClaim("three-a100", 3)
 	w.createDRAPod(claimPod(w.ns, "dra-busy", "three-a100"))
-	var node string
-	w.eventually(90*time.Second, "the DRA pod to run on a node bought for it", func() bool {
-		n, ok := w.runningOn("dra-busy")
-		node = n
-		return ok
-	})
-	w.eventually(30*time.Second, "the broker to count the claim's 3 GPUs on "+node, func() bool {
-		g, ok := w.storeGPUsAllocated(node)
-		return ok && g == 3
-	})
+	node := w.runningWith("dra-busy", 3)
 	// Five times the unneeded time: the node stays.
 	watch := 5 * unneeded
 	for end := time.Now().Add(watch); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
@@ -248,16 +262,7 @@ func TestDRAPodIsAPreemptionVictim(t *testing.T) {
 	victim := claimPod(w.ns, "dra-low", "low-four")
 	victim.Spec.PriorityClassName = low
 	w.createDRAPod(victim)
-	var node string
-	w.eventually(90*time.Second, "the low-priority DRA pod to run", func() bool {
-		n, ok := w.runningOn("dra-low")
-		node = n
-		return ok
-	})
-	w.eventually(30*time.Second, "the broker to count the victim's 4 GPUs on "+node, func() bool {
-		g, ok := w.storeGPUsAllocated(node)
-		return ok && g == 4
-	})
+	node := w.runningWith("dra-low", 4)
 	lowPod, _ := w.pod("dra-low")
 
 	w.createClaim("high-four", 4)

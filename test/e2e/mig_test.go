@@ -38,16 +38,8 @@ func publishMIGSlice(ctx context.Context, t *testing.T, node, profile string, n 
 // 1g.10gb MIG devices, held of them.
 func migSlicesHeld(w *world, node string, held int) func() bool {
 	return func() bool {
-		nodes, err := w.st.ListNodes(w.ctx)
-		if err != nil {
-			return false
-		}
-		for _, n := range nodes {
-			if n.Name == node {
-				return n.MIGProfile == e2eMIGProfile && n.GPUsTotal == 4*e2eMIGPerGPU && n.GPUsAllocated == held
-			}
-		}
-		return false
+		n, ok := w.storedNode(node)
+		return ok && n.MIGProfile == e2eMIGProfile && n.GPUsTotal == 4*e2eMIGPerGPU && n.GPUsAllocated == held
 	}
 }
 
