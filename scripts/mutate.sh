@@ -130,7 +130,7 @@ yarncordon: a cordon's prior is journaled before it is applied~broker/engine/cor
 yarncordon: undoing a cordon restores the journaled labels~broker/engine/cordon.go~if err := c.Uncordon(ctx, s.op.Node, rec.Prior); err != nil {~if err := c.Uncordon(ctx, s.op.Node, nil); err != nil {~./broker/engine/
 yarncordon: a missing cordon is re-applied after each observation~broker/engine/runtime.go~r.ensureCordons(ctx)~_ = ctx~./broker/engine/
 yarncordon: without a cordon, drain by attrition is off~broker/engine/cordon.go~p.YARNDrainByAttrition = false~p.YARNDrainByAttrition = true~./broker/engine/
-yarncordon: a YARN preemption cordons before signalling victims~broker/engine/steps_node.go~if next, progressed, done := r.cordonNode(ctx, s, broker.SourceYARN, act); !done {\n\t\treturn next, progressed, false\n\t}~_ = act~./broker/engine/
+yarncordon: a YARN preemption cordons before signalling victims~broker/engine/steps_node.go~if next, progressed, done := r.cordonNode(ctx, s, side, act); !done {\n\t\treturn next, progressed, false\n\t}~_ = act~./broker/engine/
 yarncordon: the fence is the cordon, not the exclude file~broker/engine/fence.go~if labelled && r.cordonUnavailable(ctx, side) == "" {~if labelled && false {~./broker/engine/
 yarncordon: the fence counts every YARN container~broker/engine/fence.go~return w.GPUs > 0 || caps.CountsAllWork~return w.GPUs > 0 || caps.CountsAllWork && false~./broker/engine/
 yarncordon: the cordon comes off once the node is released~broker/engine/steps_node.go~if err := r.uncordonNode(ctx, s, side); err != nil {\n\t\t\t\treturn s.retry(err)\n\t\t\t}\n\t\t\tr.log.Info(~if false {\n\t\t\t\treturn s.retry(nil)\n\t\t\t}\n\t\t\tr.log.Info(~./broker/engine/

@@ -650,10 +650,13 @@ var _ engine.Capable = (*Decommissioner)(nil)
 // Capabilities tells the engine what YARN's release does that it must
 // know: any container that lands on a fenced host counts (a CPU container
 // or an ApplicationMaster dies with a decommission as surely as a GPU
-// container), and Release without a deadline holds a busy host under the
-// cordon, evicting nothing, until it is empty (drain by attrition).
+// container); Release without a deadline holds a busy host under the
+// cordon, evicting nothing, until it is empty (drain by attrition); a
+// preemption or migration signals its containers under the cordon, where
+// the RM still delivers the signals; and without the cordon the fence is
+// the graceful decommission, which stops placement and kills nothing.
 func (d *Decommissioner) Capabilities() engine.SideCaps {
-	return engine.SideCaps{CountsAllWork: true, ReleasesByAttrition: true}
+	return engine.SideCaps{CountsAllWork: true, ReleasesByAttrition: true, CordonsVictims: true, FencesByRelease: true}
 }
 
 // Forget takes a terminated host out of the exclude file and refreshes the

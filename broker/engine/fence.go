@@ -56,7 +56,7 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 			if op, progressed, done := r.cordonNode(ctx, s, side, act); !done {
 				return op, progressed
 			}
-		} else if side == broker.SourceYARN {
+		} else if r.caps(side).FencesByRelease {
 			st, err := r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
 			if err != nil {
 				return s.retry(err)
@@ -65,7 +65,7 @@ func (r *Runtime) fenceAndCheck(ctx context.Context, s *stepCtx, o broker.Owner,
 				// IMPORTANT: a refresh the RM may not have taken (a failover,
 				// a standby) has not stopped placement: the fence time
 				// starts only once the RM confirms the decommission.
-				return s.waitFor(5*time.Second, fmt.Sprintf("yarn cannot tell whether node %s is decommissioning: %s", op.Node, st.Unknown))
+				return s.waitFor(5*time.Second, fmt.Sprintf("%s cannot tell whether node %s is decommissioning: %s", side, op.Node, st.Unknown))
 			}
 		} else if err := act.Cordon(ctx, op.Node); err != nil {
 			return s.retry(err)

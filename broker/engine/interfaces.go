@@ -55,6 +55,21 @@ type SideCaps struct {
 	// cache that has not caught up, and cannot tell what was bound before
 	// the fence. Other sides' fences are their own release's to check.
 	ShowsFence bool
+	// CordonsVictims: a preemption that takes a busy node to the other
+	// side, and a migration off the node, hold it with the side's
+	// journaled cordon (its Cordoner's) and tell every victim to stop at
+	// once; the node stays schedulable-but-cordoned, so the side still
+	// delivers the stop signals (the RM drops them for a DECOMMISSIONING
+	// node), and the release that follows waits for work the op does not
+	// name instead of evicting it (YARN). Without it, the side's plain
+	// Cordon holds the node and the victims are evicted one by one
+	// (Kubernetes).
+	CordonsVictims bool
+	// FencesByRelease: where the side's cordon is unavailable, its fence
+	// is its own release, which stops placement and stops nothing that
+	// runs (YARN: a graceful decommission, once the RM confirms it).
+	// Without it, the fence is the side's plain Cordon.
+	FencesByRelease bool
 }
 
 // Capable is implemented by SideActions with capabilities (SideCaps); a

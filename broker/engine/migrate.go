@@ -33,12 +33,12 @@ func (r *Runtime) migrateTasks(ctx context.Context, s *stepCtx, policy broker.Po
 	}
 	act := r.actions[from]
 	if !s.data.Prepared {
-		if from == broker.SourceYARN {
+		if r.caps(from).CordonsVictims {
 			// IMPORTANT: the cordon, never the exclude file, holds a
 			// YARN node while its tasks move: it survives an RM failover
 			// and keeps the node RUNNING for the container signals.
 			if why := r.cordonUnavailable(ctx, from); why != "" {
-				return s.fail(fmt.Sprintf("migration off YARN node %s needs the yarn cordon to hold it while its tasks move: %s", op.Node, why))
+				return s.fail(fmt.Sprintf("migration off %s node %s needs the %s cordon to hold it while its tasks move: %s", from, op.Node, from, why))
 			}
 			if next, progressed, done := r.cordonNode(ctx, s, from, act); !done {
 				return next, progressed

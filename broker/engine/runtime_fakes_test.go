@@ -572,7 +572,7 @@ func (s *rtSide) Release(_ context.Context, node string, _ time.Time) (broker.Re
 // none for the other.
 func (s *rtSide) Capabilities() SideCaps {
 	y := s.src == broker.SourceYARN
-	return SideCaps{CountsAllWork: y, ReleasesByAttrition: y, ShowsFence: !y}
+	return SideCaps{CountsAllWork: y, ReleasesByAttrition: y, ShowsFence: !y, CordonsVictims: y, FencesByRelease: y}
 }
 
 func (s *rtSide) Cordon(_ context.Context, node string) error {

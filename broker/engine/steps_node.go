@@ -87,8 +87,8 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		}
 		var st broker.ReleaseStatus
 		var err error
-		if side == broker.SourceYARN && yarnCordonsVictims(op, s.data) && !s.data.Attrition {
-			st, err = r.releaseYARNPreempted(ctx, act, s)
+		if from, ok := r.victimsUnderCordon(op, s.data); ok && side == from && !s.data.Attrition {
+			st, err = r.releaseVictimsNode(ctx, act, s)
 		} else {
 			st, err = r.releaseStep(ctx, act, side, op.Node, s.data, policy, s.now)
 		}
@@ -140,7 +140,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 			}
 			return s.fail(why + "; node left cordoned for an operator")
 		}
-		if side == broker.SourceYARN && yarnCordonsVictims(op, s.data) {
+		if from, ok := r.victimsUnderCordon(op, s.data); ok && side == from {
 			return s.waitFor(2*time.Second, st.BlockedBy)
 		}
 		return s.waitFor(2*time.Second, "")
@@ -153,7 +153,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 	case broker.ActScaleDown, broker.ActMigrate:
 		return s.moveTo(broker.StepTerminate)
 	case broker.ActPreempt:
-		if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN {
+		if _, across := op.To.Side(); across {
 			return s.moveTo(broker.StepAdmit)
 		}
 	}
@@ -209,14 +209,14 @@ func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, 
 			s.data.InstanceID = r.instanceOf(op.Node)
 		}
 	}
-	if from, ok := s.data.From.Side(); ok && from == broker.SourceK8s && (op.To == broker.OwnerYARN || op.Kind == broker.ActMigrate) && !s.data.Prepared && r.actions[from] != nil {
+	if from, ok := s.data.From.Side(); ok && takesVictimsNode(op, from) && !r.caps(from).CordonsVictims && !s.data.Prepared && r.actions[from] != nil {
 		// IMPORTANT: a preemption taking a Kubernetes node across
 		// sides, and a migration, cordon it before evicting the
 		// victims, as a drain does: otherwise the scheduler binds
 		// pending pods (a migrated task's own replacement among them)
 		// to the space a victim frees, and the release's drain evicts
 		// them, work no op names. (A YARN node is cordoned before its
-		// victims are signalled: see cordonYARNVictimsNode.)
+		// victims are signalled: see cordonVictimsNode.)
 		// Prepared: a giving up now gives the node back.
 		if err := r.actions[from].Cordon(ctx, op.Node); err != nil {
 			return s.retry(err)
@@ -227,8 +227,8 @@ func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, 
 	if op.Kind == broker.ActMigrate {
 		return r.migrateTasks(ctx, s, e.policy) // migrate.go
 	}
-	if yarnCordonsVictims(op, s.data) && !s.data.Prepared && r.actions[broker.SourceYARN] != nil {
-		if next, progressed, done := r.cordonYARNVictimsNode(ctx, s); !done {
+	if from, ok := r.victimsUnderCordon(op, s.data); ok && !s.data.Prepared && r.actions[from] != nil {
+		if next, progressed, done := r.cordonVictimsNode(ctx, s, from); !done {
 			return next, progressed
 		}
 		s.data.Prepared = true
@@ -253,7 +253,7 @@ func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, 
 		s.data.Stopped = append(s.data.Stopped, howStopped(act, w))
 		s.data.Victims = s.data.Victims[1:]
 	}
-	if op.To == broker.OwnerK8s || op.To == broker.OwnerYARN || op.Kind == broker.ActMigrate {
+	if _, across := op.To.Side(); across || op.Kind == broker.ActMigrate {
 		// A preemption across sides hands the node over; a migration
 		// releases and terminates the node it emptied.
 		return s.moveTo(broker.StepRelease)
@@ -261,20 +261,33 @@ func (r *Runtime) evict(ctx context.Context, s *stepCtx, e stepEnv) (broker.Op, 
 	return s.done()
 }
 
-// yarnCordonsVictims reports whether op stops YARN containers under the
-// cordon before releasing their node: a preemption taking a YARN node for
-// Kubernetes, or a migration off a YARN node.
-func yarnCordonsVictims(op broker.Op, data broker.OpData) bool {
-	if data.From != broker.OwnerYARN {
-		return false
+// takesVictimsNode reports whether op empties its node of the victims on
+// side from for another use: a preemption handing the node to the other
+// side, or a migration (whose emptied node is terminated).
+func takesVictimsNode(op broker.Op, from broker.Source) bool {
+	if op.Kind == broker.ActMigrate {
+		return true
 	}
-	return (op.Kind == broker.ActPreempt && op.To == broker.OwnerK8s) || op.Kind == broker.ActMigrate
+	to, across := op.To.Side()
+	return op.Kind == broker.ActPreempt && across && to != from
 }
 
-// cordonYARNVictimsNode starts a preemption taking a YARN node: it
-// cordons the node (journaled, see cordonNode) and then signals every YARN
-// victim (Evict's first call sends GRACEFUL_SHUTDOWN). It reports done once
-// both are under way.
+// victimsUnderCordon reports whether op stops its victims under the
+// journaled cordon of their side before releasing their node
+// (SideCaps.CordonsVictims: YARN's containers), and which side that is.
+func (r *Runtime) victimsUnderCordon(op broker.Op, data broker.OpData) (broker.Source, bool) {
+	from, ok := data.From.Side()
+	if !ok || !r.caps(from).CordonsVictims || !takesVictimsNode(op, from) {
+		return "", false
+	}
+	return from, true
+}
+
+// cordonVictimsNode starts a preemption taking a node of a side that
+// cordons its victims (YARN): it cordons the node (journaled, see
+// cordonNode) and then signals every victim of that side (YARN's Evict's
+// first call sends GRACEFUL_SHUTDOWN). It reports done once both are
+// under way.
 //
 // IMPORTANT: the cordon, never the exclude file, holds the node while the
 // victims exit: the RM places nothing of another application in the space
@@ -284,18 +297,18 @@ func yarnCordonsVictims(op broker.Op, data broker.OpData) bool {
 // shut an excluded NodeManager down with everything on it. Without a
 // cordon the preemption is refused: nothing would keep the freed GPUs for
 // the other side.
-func (r *Runtime) cordonYARNVictimsNode(ctx context.Context, s *stepCtx) (broker.Op, bool, bool) {
-	act := r.actions[broker.SourceYARN]
-	if why := r.cordonUnavailable(ctx, broker.SourceYARN); why != "" {
-		op, progressed := s.fail(fmt.Sprintf("preemption taking YARN node %s needs the yarn cordon to hold it while its victims exit: %s", s.op.Node, why))
+func (r *Runtime) cordonVictimsNode(ctx context.Context, s *stepCtx, side broker.Source) (broker.Op, bool, bool) {
+	act := r.actions[side]
+	if why := r.cordonUnavailable(ctx, side); why != "" {
+		op, progressed := s.fail(fmt.Sprintf("preemption taking %s node %s needs the %s cordon to hold it while its victims exit: %s", side, s.op.Node, side, why))
 		return op, progressed, false
 	}
-	if next, progressed, done := r.cordonNode(ctx, s, broker.SourceYARN, act); !done {
+	if next, progressed, done := r.cordonNode(ctx, s, side, act); !done {
 		return next, progressed, false
 	}
 	left := s.data.Victims[:0:0]
 	for _, w := range s.data.Victims {
-		if w.Source != broker.SourceYARN {
+		if w.Source != side {
 			left = append(left, w)
 			continue
 		}
@@ -312,19 +325,19 @@ func (r *Runtime) cordonYARNVictimsNode(ctx context.Context, s *stepCtx) (broker
 		}
 	}
 	s.data.Victims = left
-	r.log.Info("yarn node cordoned and victims signalled", "op", s.op.ID, "node", s.op.Node, "victims", len(left))
+	r.log.Info("node cordoned and victims signalled", "op", s.op.ID, "node", s.op.Node, "side", side, "victims", len(left))
 	return broker.Op{}, false, true
 }
 
-// releaseYARNPreempted is the release of a YARN node whose victims are
-// gone: the side's release, which decommissions the node only once it is
+// releaseVictimsNode is the release of a node whose victims, stopped
+// under its side's cordon (YARN), are gone: the side's release, which decommissions the node only once it is
 // empty under the cordon and with a timeout that cannot kill anything.
 //
 // IMPORTANT: a container still there is no victim (each was seen gone
 // before the release): work of another application. The cordon keeps it
 // running and the op waits for it; the drain deadline gives the node back,
 // with the containers named in why.
-func (r *Runtime) releaseYARNPreempted(ctx context.Context, act SideActions, s *stepCtx) (broker.ReleaseStatus, error) {
+func (r *Runtime) releaseVictimsNode(ctx context.Context, act SideActions, s *stepCtx) (broker.ReleaseStatus, error) {
 	st, err := act.Release(ctx, s.op.Node, s.data.Deadline)
 	if err != nil || st.Drained || st.Unknown != "" {
 		return st, err
