@@ -363,7 +363,7 @@ func (pl *planner) addNodes(s *Snapshot, busy map[string]bool) []int {
 // that could still be cancelled for pending demand.
 func (pl *planner) pendingRemovals(ops []*Op, opsOn map[string]int) {
 	for _, op := range ops {
-		if op.Kind != ActScaleDown && op.Kind != ActReplace || AttritionOp(op) {
+		if op.Kind != ActScaleDown && op.Kind != ActReplace && op.Kind != ActMigrate || AttritionOp(op) {
 			continue // an attrition op is no pending removal for the executor (attrition.go)
 		}
 		ni, ok := pl.nodeIdx[op.Node]
