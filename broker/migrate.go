@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,8 +11,9 @@ import (
 // Checkpoint-aligned migration: consolidation that empties an underused
 // node whose work it may not simply drain (YARN work, or Kubernetes work
 // that would lose more than consolidation.max_work_lost), by moving each
-// task in the window right after its checkpoint, onto fuller nodes of the
-// same pool and side, so the node can leave. The op (ActMigrate) cordons
+// task in the window right after its checkpoint, onto fuller nodes of its
+// side that its constraints match, of any pool (landWork), so the node can
+// leave. The op (ActMigrate) cordons
 // the node first (YARN: the cordon label; Kubernetes: cordon), so nothing
 // new lands there and a restarted task cannot land on it again; then stops
 // each task at its next checkpoint: once an observation shows one written
@@ -179,7 +181,7 @@ func (pl *planner) migrate(ni int32, nc nodeCost, peers []int32, atMin bool, why
 	landing, ok := pl.landWork(ni, peers)
 	if !ok {
 		pl.rollback(mark)
-		return false, fmt.Sprintf("its work does not fit on other %s nodes of pool %s", w.side, pool.Name)
+		return false, fmt.Sprintf("its work does not fit on other %s nodes it may run on (any pool its constraints match; its own pool %s where they are unknown)", w.side, pool.Name)
 	}
 	// Each task stops within the window after a checkpoint: it loses at
 	// most the window, usually far less.
@@ -208,20 +210,34 @@ func (pl *planner) migrate(ni int32, nc nodeCost, peers []int32, atMin bool, why
 	return true, ""
 }
 
-// landWork reserves room for node ni's GPU work on other nodes of the
-// same pool and side, fullest first (so the emptied capacity is packed,
-// not spread), and returns the distinct nodes it expects the work to land
-// on. CPU-only work lands anywhere and is not placed.
+// landWork reserves room for each GPU workload of node ni, largest first,
+// on another schedulable node of its side it may restart on, fullest
+// first (so the emptied capacity is packed, not spread), and returns the
+// distinct nodes it expects the work to land on. Work whose constraints
+// the side observed may land on a node of any pool they match (the
+// scheduler places the restarted task by them, not by pool); work without
+// them only on its own pool's nodes (peers: the same labels, taints and
+// model). CPU-only work lands anywhere and is not placed.
 func (pl *planner) landWork(ni int32, peers []int32) ([]string, bool) {
-	order := slices.Clone(peers)
-	slices.SortStableFunc(order, func(a, b int32) int {
-		return pl.nodes[a].free - pl.nodes[b].free
-	})
-	var landing []string
 	src := &pl.nodes[ni]
-	sizes := src.gpuWork()
-	for _, g := range sizes {
-		pi, ok := pl.reserveOn(ni, order, g)
+	var work []*Workload
+	for i := range src.n.Work {
+		if x := &src.n.Work[i]; !x.System && x.GPUs > 0 {
+			work = append(work, x)
+		}
+	}
+	slices.SortStableFunc(work, func(a, b *Workload) int { return cmp.Compare(b.GPUs, a.GPUs) })
+	var landing []string
+	for _, wl := range work {
+		order := peers
+		if wl.Constraints != nil {
+			order = pl.mayRunOn(ni, wl.Constraints)
+		}
+		order = slices.Clone(order)
+		slices.SortStableFunc(order, func(a, b int32) int {
+			return pl.nodes[a].free - pl.nodes[b].free
+		})
+		pi, ok := pl.reserveOn(ni, order, wl.GPUs)
 		if !ok {
 			return nil, false
 		}
@@ -230,4 +246,19 @@ func (pl *planner) landWork(ni int32, peers []int32) ([]string, bool) {
 		}
 	}
 	return landing, true
+}
+
+// mayRunOn lists the nodes other than ni of ni's side whose scheduler may
+// place work with constraints c now, in node order.
+func (pl *planner) mayRunOn(ni int32, c *Constraints) []int32 {
+	side := pl.nodes[ni].side
+	var out []int32
+	for i := range pl.nodes {
+		w := &pl.nodes[i]
+		if int32(i) == ni || !w.sched || w.removed || w.side != side || !c.matches(side, pl.nodeTarget(int32(i))) {
+			continue
+		}
+		out = append(out, int32(i))
+	}
+	return out
 }

@@ -111,6 +111,66 @@ func TestMigrate(t *testing.T) {
 	}
 }
 
+// TestMigrateLandsAcrossPools: work whose constraints the side observed
+// lands on a fuller node of any pool of its side they match; work whose
+// constraints are unknown only on its own pool; constraints that exclude
+// the other pool's model, labels or YARN partition keep it off that pool.
+func TestMigrateLandsAcrossPools(t *testing.T) {
+	const other = "gpu-h100-group"
+	pools := []PoolState{gpuPool(gtg, 1), gpuPool(other, 1, model("H100"))}
+	under := underused(10 * time.Minute)
+	task := func(c *Constraints, opts ...func(*Workload)) Workload {
+		return job("a", 1, 0, true, append([]func(*Workload){batch, checkpoint(2 * time.Minute), started(5 * time.Hour), func(w *Workload) { w.Constraints = c }}, opts...)...)
+	}
+	fullerIn := func(owner Owner, opts ...func(*Node)) Node {
+		n := gpuNode("fuller", other, owner, 4, 0, append([]func(*Node){work(job("long", 3, 0, true, batch))}, opts...)...)
+		n.GPUModel = "H100"
+		return n
+	}
+	gpuTol := []Toleration{{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"}}
+	cases := []struct {
+		name    string
+		nodes   []Node
+		migrate bool
+	}{
+		{name: "any GPU, tolerating the GPU taint: lands on the other pool's node",
+			nodes: []Node{gpuNode("k1", gtg, OwnerK8s, 4, 0, under, work(task(&Constraints{Tolerations: gpuTol}))), fullerIn(OwnerK8s)}, migrate: true},
+		{name: "constraints unknown: only its own pool, where nothing has room",
+			nodes: []Node{gpuNode("k1", gtg, OwnerK8s, 4, 0, under, work(task(nil))), fullerIn(OwnerK8s)}},
+		{name: "pinned to its model: not onto H100",
+			nodes: []Node{gpuNode("k1", gtg, OwnerK8s, 4, 0, under, work(task(&Constraints{GPUModels: []string{"A100"}, Tolerations: gpuTol}))), fullerIn(OwnerK8s)}},
+		{name: "not tolerating the other node's taint",
+			nodes: []Node{gpuNode("k1", gtg, OwnerK8s, 4, 0, under, work(task(&Constraints{Tolerations: gpuTol}))),
+				fullerIn(OwnerK8s, func(n *Node) { n.Taints = append(n.Taints, Taint{Key: "team", Value: "vision", Effect: "NoSchedule"}) })}},
+		{name: "YARN: the same partition lands on the other pool's node",
+			nodes: []Node{gpuNode("y1", gtg, OwnerYARN, 4, 0, under, work(task(&Constraints{}, yarnWork))), fullerIn(OwnerYARN, work(job("long", 3, 0, true, batch, yarnWork)))}, migrate: true},
+		{name: "YARN: not into another partition",
+			nodes: []Node{gpuNode("y1", gtg, OwnerYARN, 4, 0, under, work(task(&Constraints{}, yarnWork))),
+				fullerIn(OwnerYARN, work(job("long", 3, 0, true, batch, yarnWork)), func(n *Node) { n.Partition = "gpu" })}},
+		{name: "never onto the other side's node",
+			nodes: []Node{gpuNode("y1", gtg, OwnerYARN, 4, 0, under, work(task(&Constraints{}, yarnWork))), fullerIn(OwnerK8s)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := snap(pools, tc.nodes, nil)
+			plan := MakePlan(s, refPolicy(migrateOn, func(p *Policy) { p.MaxWorkLost = Duration(time.Minute) }))
+			ms := migrations(plan)
+			if !tc.migrate {
+				if len(ms) > 0 {
+					t.Fatalf("migrated %+v", ms)
+				}
+				if r := keptReason(plan, tc.nodes[0].Name); !strings.Contains(r, "does not fit on other") {
+					t.Fatalf("kept note %q, want it to say the work does not fit elsewhere (plan %+v)", r, plan)
+				}
+				return
+			}
+			if len(ms) != 1 || ms[0].Node != tc.nodes[0].Name || !slices.Equal(ms[0].Landing, []string{"fuller"}) {
+				t.Fatalf("migrations %+v, want %s's task landing on fuller (plan %+v)", ms, tc.nodes[0].Name, plan)
+			}
+		})
+	}
+}
+
 // TestMigrateBudgetWithinOnePlan: two nodes each worth one migration and a
 // budget of one: one plan migrates one of them.
 func TestMigrateBudgetWithinOnePlan(t *testing.T) {

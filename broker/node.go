@@ -207,6 +207,12 @@ type Workload struct {
 	// node holds it, a named workload missing from the node's listing may
 	// still run there: its absence proves nothing.
 	Unlisted bool `json:"unlisted,omitempty"`
+	// Constraints are what the work asks of a node if it restarts (the
+	// pod's node selector, affinity and tolerations; the YARN partition
+	// its container runs in), when the side observed them; nil when
+	// unknown. A migration lands work with known constraints on any node
+	// of its side they match, and work without them only on its own pool.
+	Constraints *Constraints `json:"constraints,omitempty"`
 }
 
 // WorkClass says how costly it is to move running work off a node.

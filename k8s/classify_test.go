@@ -73,3 +73,38 @@ func TestClassifyRunningPods(t *testing.T) {
 		})
 	}
 }
+
+// TestRunningPodConstraints: a running pod's workload carries what its
+// replacement asks of a node (node selector, with the model label as its
+// GPU model, and tolerations), so a migration may land it on another pool
+// it matches; a pod with resource claims carries none (unknown: its own
+// pool only).
+func TestRunningPodConstraints(t *testing.T) {
+	cfg := Config{}.Defaults()
+	c := &classifier{cfg: &cfg}
+	tol := corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}
+	pinned := func(p *corev1.Pod) {
+		p.Spec.NodeSelector = map[string]string{cfg.GPUModelLabel: "A100"}
+		p.Spec.Tolerations = []corev1.Toleration{tol}
+	}
+	n, _ := c.buildNode(gpuNode("n1", 4, "A100"), []*corev1.Pod{gpuPod("ml", "p", 1, onNode("n1", corev1.PodRunning), pinned)})
+	if len(n.Work) != 1 || n.Work[0].Constraints == nil {
+		t.Fatalf("work %+v, want the pod with its constraints", n.Work)
+	}
+	cs := n.Work[0].Constraints
+	if len(cs.GPUModels) != 1 || cs.GPUModels[0] != "A100" || cs.NodeSelector[cfg.GPUModelLabel] != "A100" || len(cs.Tolerations) != 1 {
+		t.Fatalf("constraints %+v, want the A100 node selector and the GPU toleration", cs)
+	}
+	if !cs.Matches(broker.SourceK8s, map[string]string{cfg.GPUModelLabel: "A100"}, []broker.Taint{{Key: "nvidia.com/gpu", Effect: "NoSchedule"}}, "A100") ||
+		cs.Matches(broker.SourceK8s, map[string]string{cfg.GPUModelLabel: "H100"}, nil, "H100") {
+		t.Fatalf("constraints %+v should match an A100 node only", cs)
+	}
+	claimed := func(p *corev1.Pod) {
+		tmpl := "one-gpu"
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &tmpl}}
+	}
+	n, _ = c.buildNode(gpuNode("n1", 4, "A100"), []*corev1.Pod{gpuPod("ml", "q", 1, onNode("n1", corev1.PodRunning), claimed)})
+	if len(n.Work) != 1 || n.Work[0].Constraints != nil {
+		t.Fatalf("work %+v, want the claiming pod with unknown constraints", n.Work)
+	}
+}

@@ -212,12 +212,12 @@ func (rc *requestCache) pendingGPU(pod *corev1.Pod, modelLabel string) (GPUReque
 	return e.req, e.pending
 }
 
-func (rc *requestCache) work(pod *corev1.Pod) *workFacts {
+func (rc *requestCache) work(pod *corev1.Pod, modelLabel string) *workFacts {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	e := rc.entry(pod)
 	if e.work == nil {
-		e.work = newWorkFacts(pod, e.req)
+		e.work = newWorkFacts(pod, e.req, modelLabel)
 	}
 	return e.work
 }
@@ -269,7 +269,7 @@ func (c *classifier) pendingFacts(pod *corev1.Pod) *pendingFacts {
 
 // newWorkFacts derives running pod's workload but for what depends on
 // more than the pod (see classifier.workload); req is its GPU request.
-func newWorkFacts(pod *corev1.Pod, req GPURequest) *workFacts {
+func newWorkFacts(pod *corev1.Pod, req GPURequest, modelLabel string) *workFacts {
 	f := &workFacts{w: broker.Workload{
 		Source:        broker.SourceK8s,
 		Key:           string(pod.UID),
@@ -281,6 +281,14 @@ func newWorkFacts(pod *corev1.Pod, req GPURequest) *workFacts {
 	// A pod asking for both kinds counts as the whole GPUs its request
 	// fills (the safe side for idleness and quotas).
 	f.w.GPUs, f.w.MIGProfile, _ = req.PlanUnits()
+	// What its replacement asks of a node: the pod's own constraints. A
+	// pod with resource claims is left unknown (nil): what a new claim
+	// from its template may select is not read here.
+	if len(pod.Spec.ResourceClaims) == 0 {
+		cs := podConstraints(pod, modelLabel)
+		cs.MIGProfile = f.w.MIGProfile
+		f.w.Constraints = &cs
+	}
 	if pod.Status.StartTime != nil {
 		f.w.StartedAt = pod.Status.StartTime.Time
 	}
@@ -303,9 +311,9 @@ func newWorkFacts(pod *corev1.Pod, req GPURequest) *workFacts {
 func (c *classifier) workload(pod *corev1.Pod) broker.Workload {
 	var f *workFacts
 	if c.reqs != nil {
-		f = c.reqs.work(pod)
+		f = c.reqs.work(pod, c.cfg.GPUModelLabel)
 	} else {
-		f = newWorkFacts(pod, PodGPURequest(pod))
+		f = newWorkFacts(pod, PodGPURequest(pod), c.cfg.GPUModelLabel)
 	}
 	w := f.w
 	w.Priority = podPriority(pod, c.classes)

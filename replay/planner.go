@@ -139,7 +139,7 @@ func (c *brokerCtl) snapshot(s *sim) *broker.Snapshot {
 				Source: t.side, Key: t.key(), Name: t.Name, Tenant: tenant, Priority: t.prio,
 				GPUs: t.GPUs, Preemptible: t.preemptible && t.state == taskRunning,
 				StartedAt: epoch.Add(t.startedAt), CheckpointAge: age, App: t.Name,
-				Class: broker.WorkBatch,
+				Class: broker.WorkBatch, Constraints: &broker.Constraints{GPUModels: t.Models},
 			})
 		}
 		sn.Nodes = append(sn.Nodes, bn)

@@ -176,6 +176,13 @@ func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
 		u.vcores += ct.VCores
 		use[host] = u
 	}
+	// A container its application restarts asks what it asked before,
+	// which put it in its node's partition (partitions are exclusive): it
+	// may land on any node of that partition.
+	partition := make(map[string]string, len(obs.Nodes))
+	for i := range obs.Nodes {
+		partition[obs.Nodes[i].Host] = obs.Nodes[i].Partition()
+	}
 	for i := range obs.Apps {
 		a := &obs.Apps[i]
 		if len(a.Containers) == 0 {
@@ -207,6 +214,9 @@ func BrokerNodes(obs *Observation, queues QueueMap) []broker.Node {
 			}
 			if c.AM {
 				w.AppGPUs = appGPUs
+			}
+			if p, ok := partition[c.Host]; ok {
+				w.Constraints = &broker.Constraints{NodeLabel: p}
 			}
 			add(c.Host, w, c)
 		}

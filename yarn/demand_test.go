@@ -124,7 +124,9 @@ func TestBrokerNodes(t *testing.T) {
 	ml := func(id, host string, gpus int, start time.Time, am bool) broker.Workload {
 		w := broker.Workload{Source: broker.SourceYARN, Key: id, Name: "train", Tenant: "ml", Priority: 1005, GPUs: gpus,
 			Preemptible: true, StartedAt: start, CheckpointAge: -1, CheckpointDir: "hdfs://nn:8020/ckpt/train",
-			App: "application_1_0001", AM: am, Class: broker.WorkBatch, EvictGrace: 5 * time.Minute}
+			App: "application_1_0001", AM: am, Class: broker.WorkBatch, EvictGrace: 5 * time.Minute,
+			// it may restart on any node of its node's partition
+			Constraints: &broker.Constraints{NodeLabel: map[string]string{"a": "a100"}[host]}}
 		if am {
 			w.AppGPUs = 3 // the AM ends its whole application: 3 GPUs on a and e
 		}
@@ -135,7 +137,8 @@ func TestBrokerNodes(t *testing.T) {
 			Partition: "a100", Work: []broker.Workload{
 				ml("container_1_0001_01_000002", "a", 2, started.Add(time.Minute), false),
 				{Source: broker.SourceYARN, Key: "container_1_0002_01_000002", Name: "pinned", Tenant: "default", Priority: 10, GPUs: 1,
-					StartedAt: started, CheckpointAge: -1, App: "application_1_0002", Class: broker.WorkBatch},
+					StartedAt: started, CheckpointAge: -1, App: "application_1_0002", Class: broker.WorkBatch,
+					Constraints: &broker.Constraints{NodeLabel: "a100"}},
 			}},
 		{Name: "b", Owner: broker.OwnerNone, Phase: broker.PhaseDraining, GPUsTotal: 4, Utilisation: -1, Healthy: true},
 		{Name: "c", Owner: broker.OwnerYARN, Phase: broker.PhaseActive, GPUsTotal: 4, Utilisation: -1, HealthReason: "disk full",
