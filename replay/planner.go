@@ -215,6 +215,7 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 				if t.key() == v.Key && t.state == taskRunning {
 					s.evict(t, "preempt")
 					o.victims++
+					t.victimOf = o
 					break
 				}
 			}
@@ -255,6 +256,7 @@ func (c *brokerCtl) migrate(s *sim, a broker.Action) bool {
 				continue
 			}
 			o.victims++
+			t.victimOf = o
 			if age := s.checkpointAge(t); age == 0 || s.w.CheckpointInterval <= 0 {
 				s.evict(t, "migrate")
 			} else {

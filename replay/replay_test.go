@@ -805,3 +805,48 @@ func TestMigrationMovesAtTheCheckpoint(t *testing.T) {
 			wide.MigrationKills, wide.KillsNotPreemption, wide.Migrations, wide.WorkLostGPUHours)
 	}
 }
+
+// TestOnlyItsVictimsEndAMigrationsWait: a Kubernetes node runs a task a
+// migration waits on (its next checkpoint is 20 minutes away) and a pod
+// kube-scheduler evicted just before the migration began. That pod leaving
+// after its grace is no victim of the migration: the op keeps waiting and
+// the task is stopped at its checkpoint, losing nothing, not drained
+// (killed) when the other pod leaves.
+func TestOnlyItsVictimsEndAMigrationsWait(t *testing.T) {
+	p := broker.DefaultPolicy()
+	p.Migrate = broker.MigrateCheckpointed
+	w := DefaultWorld(p)
+	w.CheckpointInterval = 30 * time.Minute
+	pools := []broker.Pool{{Name: "t4-2gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 2, MaxNodes: 2, Sides: broker.PoolShared}}
+	tasks := []Task{{Name: "mover", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}, {Name: "preempted", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}}
+	s := newSim(w, p, pools, []broker.Source{""}, tasks, []broker.Source{broker.SourceK8s, broker.SourceK8s}, 1)
+	n := s.place(0, broker.SourceK8s)
+	mover, other := s.tasks[0], s.tasks[1]
+	s.next = 2
+	for _, tk := range []*task{mover, other} {
+		tk.state = taskPending
+		s.pending[sideIdx(broker.SourceK8s)] = append(s.pending[sideIdx(broker.SourceK8s)], tk)
+	}
+	s.schedule()
+	if mover.state != taskRunning || other.state != taskRunning || mover.node != n || other.node != n {
+		t.Fatalf("tasks not both on the node")
+	}
+	s.advance(10 * time.Minute)
+	s.evict(other, "preempt") // kube-scheduler's, before the op: no victim of it
+	c := &brokerCtl{nodeByID: map[string]*node{n.name: n}}
+	if !c.migrate(s, broker.Action{Kind: broker.ActMigrate, Node: n.name, Victims: []broker.Workload{{Key: mover.key()}}}) {
+		t.Fatal("migration not started")
+	}
+	for len(s.events) > 0 && n.phase != broker.PhaseGone && s.now < 2*time.Hour {
+		e := heap.Pop(&s.events).(event)
+		s.advance(e.at)
+		s.handle(e)
+	}
+	if s.m.drainKills != 0 || s.m.migrations != 1 || s.m.kills != 1 {
+		t.Fatalf("%d drain kills, %d zero-loss migrations, %d kills; want the task moved at its checkpoint, no kill but kube-scheduler's",
+			s.m.drainKills, s.m.migrations, s.m.kills)
+	}
+	if mover.state != taskPending {
+		t.Fatalf("the migrated task is %v, want pending again (re-queued)", mover.state)
+	}
+}

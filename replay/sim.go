@@ -42,8 +42,11 @@ type task struct {
 	node      *node
 	gen       int   // bumps on every start and eviction, invalidating old events
 	nominated *node // kube-scheduler preempted for it on this node
-	restarts  int
-	models    string // Models joined, for blockKey
+	// victimOf is the broker op (preempt, migrate) that counts the task
+	// among the victims it waits for; nil for any other eviction.
+	victimOf *op
+	restarts int
+	models   string // Models joined, for blockKey
 }
 
 func (t *task) key() string { return t.Name }
@@ -317,16 +320,21 @@ func (s *sim) handle(e event) {
 		t.node = nil
 		t.state, t.since = taskPending, s.now
 		s.pending[sideIdx(t.side)] = append(s.pending[sideIdx(t.side)], t)
-		if n.op != nil {
-			if n.op.kind == broker.ActPreempt || n.op.kind == broker.ActMigrate {
-				n.op.victims--
-				if n.op.victims <= 0 {
-					s.victimsGone(n.op)
+		// IMPORTANT: only the op's own victims count down its wait: a pod
+		// kube-scheduler evicted on the node before the op began (or
+		// beside a preemption) leaving must not end a migration's wait
+		// while its tasks still run, which would drain (kill) them.
+		if o := n.op; o != nil {
+			if t.victimOf == o {
+				o.victims--
+				if o.victims <= 0 {
+					s.victimsGone(o)
 				}
 			} else {
 				s.checkReleased(n)
 			}
 		}
+		t.victimOf = nil
 		n.evicting--
 	case evDrainDeadline:
 		n := e.n
