@@ -7,7 +7,8 @@
 #   make fuzz    fuzz every target for FUZZTIME (10s) each
 #   make bench   benchmarks and harnesses at production size (they print
 #                figures; they never fail on time)
-#   make replay  replay the openb GPU trace against gpubroker and two baselines
+#   make replay  replay the openb GPU trace against gpubroker and the baselines
+#   make replay-migrate  the same with checkpoint-aligned migration on
 
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -17,7 +18,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # $(GPUBROKER_CACHE) (default ~/.cache/gpubroker).
 export GPUBROKER_CACHE ?= $(HOME)/.cache/gpubroker
 
-.PHONY: test lint vet fmt-check tidy-check staticcheck build bench test-deps demo demo-fleet replay replay-fleet
+.PHONY: test lint vet fmt-check tidy-check staticcheck build bench test-deps demo demo-fleet replay replay-fleet replay-migrate
 
 test: lint test-deps
 	$(GO) test -count=1 -timeout 75m ./...
@@ -94,6 +95,14 @@ REPLAY_SEEDS    ?= 5
 replay:
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --trace $(GPUBROKER_OPENB) --load $(REPLAY_LOADS) --seeds $(REPLAY_SEEDS) --rule-off=false --out $(REPLAY_OUT) --tables docs/replay-tables.md --readme README.md
 	cp $(REPLAY_OUT)/capacity.svg docs/replay-capacity.svg
+
+# The same with checkpoint-aligned migration on (docs/replay-migrate.yaml)
+# against the two per-side autoscalers, and with 1- and 2-GPU nodes offered
+# too: tables to docs/replay-migrate.md and the README
+# (TestReplayMigrateTablesMatchAFreshRun).
+REPLAY_MIGRATE_SHAPES ?= 1,2
+replay-migrate:
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gpubroker replay --config docs/replay-migrate.yaml --trace $(GPUBROKER_OPENB) --policies gpubroker,per-side-autoscaler,safe-per-side-autoscaler --load $(REPLAY_LOADS) --seeds $(REPLAY_SEEDS) --rule-off=false --what-if-shapes $(REPLAY_MIGRATE_SHAPES) --tables docs/replay-migrate.md --readme README.md
 
 # The same trace on a fleet of $(REPLAY_FLEET) owned nodes: gpubroker's
 # hand-overs against a static split of the same nodes; the tables go to

@@ -281,7 +281,7 @@ func (r *Report) WriteMarkdown(w io.Writer, plots []string) error {
 	}
 	fmt.Fprintf(&b, "\n## Curve over loads\n\n")
 	b.WriteString(mdTable(r.curveHeader("|"), len(r.Loads), func(i int) string { return r.curveRow(r.Loads[i], "|") }))
-	r.writeShapesMarkdown(&b)
+	r.writeShapesMarkdown(&b, "## What-if node shapes")
 	fmt.Fprintf(&b, "\n## %s at the headline load %gx\n\n", map[bool]string{false: "Goal", true: "Fleet: gpubroker vs the static split"}[r.Fleet > 0], r.Headline)
 	for _, g := range r.Goals() {
 		fmt.Fprintf(&b, "- %s\n", g)

@@ -137,11 +137,13 @@ func (r *Report) writeShapesText(w io.Writer) {
 	tw.Flush()
 }
 
-func (r *Report) writeShapesMarkdown(b *strings.Builder) {
+// writeShapesMarkdown writes the shapes' table under heading (a Markdown
+// heading line, or a bold line inside another document's section).
+func (r *Report) writeShapesMarkdown(b *strings.Builder, heading string) {
 	rows := r.shapeRows()
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "\n## What-if node shapes\n\n%s.\n\n", shapesNote)
+	fmt.Fprintf(b, "\n%s\n\n%s.\n\n", heading, shapesNote)
 	b.WriteString(mdTable(shapeHeader("|"), len(rows), func(i int) string { return shapeRow(rows[i], "|") }))
 }

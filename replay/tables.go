@@ -105,6 +105,8 @@ func (r *Report) WriteTables(w io.Writer) error {
 			fmt.Fprintf(&b, "- %s\n", g)
 		}
 	}
+	// The same trace with other node shapes, when replayed (--what-if-shapes).
+	r.writeShapesMarkdown(&b, "**What-if node shapes.**")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

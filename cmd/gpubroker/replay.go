@@ -36,7 +36,7 @@ func runReplay(_ context.Context, e env, args []string) error {
 	fleet := fs.Int("fleet", 0, "replay a fleet of `N` owned nodes (the node list's mix scaled to N, nothing bought) and compare gpubroker's hand-overs with a static split of the same nodes (policies: "+strings.Join(replay.FleetPolicies, ", ")+")")
 	tablesPath := fs.String("tables", "", "write the Markdown tables over the seeds, and a reduced check run a test repeats, to this `file` (make replay: docs/replay-tables.md)")
 	shapes := fs.String("what-if-shapes", "", "comma-separated node `sizes` in GPUs (e.g. 1,2,4): also replay gpubroker with every pool of larger nodes offered as nodes of each size too, and report what it saves and costs in waits")
-	readmePath := fs.String("readme", "", "splice the --tables file's tables into this `file` between "+replayTablesBegin+" and "+replayTablesEnd+" (with --fleet: "+replayFleetBegin+" and "+replayFleetEnd+")")
+	readmePath := fs.String("readme", "", "splice the --tables file's tables into this `file` between "+replayTablesBegin+" and "+replayTablesEnd+" (with --fleet: "+replayFleetBegin+" and "+replayFleetEnd+"; with a --config whose consolidation.migrate is checkpointed: "+replayMigrateBegin+" and "+replayMigrateEnd+")")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -232,22 +232,31 @@ const (
 	replayFleetBegin     = "<!-- replay-fleet:begin -->"
 	replayFleetEnd       = "<!-- replay-fleet:end -->"
 	replayFleetCheckMark = "<!-- replay-check: a reduced fleet replay TestReplayFleetTablesMatchAFreshRun repeats; make replay-fleet regenerates it -->"
+	// A replay with checkpoint-aligned migration on (make replay-migrate:
+	// --config docs/replay-migrate.yaml).
+	replayMigrateBegin     = "<!-- replay-migrate:begin -->"
+	replayMigrateEnd       = "<!-- replay-migrate:end -->"
+	replayMigrateCheckMark = "<!-- replay-check: a reduced replay with migration on TestReplayMigrateTablesMatchAFreshRun repeats; make replay-migrate regenerates it -->"
 )
 
 // tablesDoc is where a replay's tables go: the README's markers and the
-// tables file's check mark, a fleet replay's or the pools' one.
+// tables file's check mark: a fleet replay's, a replay's with migration
+// on, or the pools' one with serve's defaults.
 type tablesDoc struct{ begin, end, checkMark string }
 
-func tablesDocFor(fleet int) tablesDoc {
-	if fleet > 0 {
+func tablesDocFor(cfg replay.Config) tablesDoc {
+	switch {
+	case cfg.Fleet > 0:
 		return tablesDoc{replayFleetBegin, replayFleetEnd, replayFleetCheckMark}
+	case cfg.Policy.Migrate == broker.MigrateCheckpointed:
+		return tablesDoc{replayMigrateBegin, replayMigrateEnd, replayMigrateCheckMark}
 	}
 	return tablesDoc{replayTablesBegin, replayTablesEnd, replayCheckMark}
 }
 
 // The reduced check run: the trace's first replayCheckTasks tasks at
-// replayCheckLoad, seed 0, every policy, serve's default policy and the
-// default world. IMPORTANT: a change to what the replay computes changes
+// replayCheckLoad, seed 0, the policies and the policy the tables were
+// replayed with, and the default world. IMPORTANT: a change to what the replay computes changes
 // it, so the test that repeats it fails until make replay regenerates the
 // tables (and the README) from the same code.
 const (
@@ -257,14 +266,18 @@ const (
 	replayCheckFleet = 6
 )
 
+// replayMigratePolicies are the policies make replay-migrate compares
+// (its --policies): gpubroker with migration on against the killing and
+// the safe per-side autoscaler; the static splits are in make replay's.
+var replayMigratePolicies = []string{replay.PolicyBroker, replay.PolicyPerSide, replay.PolicySafeSide}
+
 // replayCheck replays the reduced check run of tasks (the whole trace, as
-// read) and returns its tables.
-func replayCheck(tasks []replay.Task, stats replay.TraceStats, nodes []replay.NodeType, fleet bool) (string, error) {
-	p := replayPolicy()
-	c := replay.Config{Policy: p, World: replay.DefaultWorld(p), Policies: replay.Policies, YARNShare: 0.5, Headroom: 1,
+// read) under policy p, comparing policies, and returns its tables.
+func replayCheck(tasks []replay.Task, stats replay.TraceStats, nodes []replay.NodeType, fleet bool, p broker.Policy, policies []string) (string, error) {
+	c := replay.Config{Policy: p, World: replay.DefaultWorld(p), Policies: policies, YARNShare: 0.5, Headroom: 1,
 		Loads: []float64{replayCheckLoad}, NodeTypes: nodes, Tasks: tasks[:min(len(tasks), replayCheckTasks)]}
 	if fleet {
-		c.Fleet, c.Policies = replayCheckFleet, replay.FleetPolicies
+		c.Fleet = replayCheckFleet
 	}
 	c.World.CheckpointInterval = replayCheckpoint
 	c.Stats = stats
@@ -292,8 +305,8 @@ func writeReplayTables(path, readme string, rep *replay.Report, cfg replay.Confi
 		return err
 	}
 	tables := b.String()
-	doc := tablesDocFor(cfg.Fleet)
-	check, err := replayCheck(cfg.Tasks, cfg.Stats, cfg.NodeTypes, cfg.Fleet > 0)
+	doc := tablesDocFor(cfg)
+	check, err := replayCheck(cfg.Tasks, cfg.Stats, cfg.NodeTypes, cfg.Fleet > 0, cfg.Policy, cfg.Policies)
 	if err != nil {
 		return err
 	}

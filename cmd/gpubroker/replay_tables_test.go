@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/replay"
 )
 
@@ -32,16 +33,31 @@ func openbTrace(t *testing.T) string {
 // change to the replay that moves its figures fails here until make replay
 // has regenerated the file and the README from the same code.
 func TestReplayTablesMatchAFreshRun(t *testing.T) {
-	checkTablesFile(t, "../../docs/replay-tables.md", "make replay", tablesDocFor(0), false)
+	checkTablesFile(t, "../../docs/replay-tables.md", "make replay", tablesDocFor(replay.Config{}), false, replayPolicy(), replay.Policies)
 }
 
 // The same for the fleet replay's tables (docs/replay-fleet.md, make
 // replay-fleet).
 func TestReplayFleetTablesMatchAFreshRun(t *testing.T) {
-	checkTablesFile(t, "../../docs/replay-fleet.md", "make replay-fleet", tablesDocFor(1), true)
+	checkTablesFile(t, "../../docs/replay-fleet.md", "make replay-fleet", tablesDocFor(replay.Config{Fleet: 1}), true, replayPolicy(), replay.FleetPolicies)
 }
 
-func checkTablesFile(t *testing.T, path, regen string, doc tablesDoc, fleet bool) {
+// The same for the tables with checkpoint-aligned migration on
+// (docs/replay-migrate.md, make replay-migrate: docs/replay-migrate.yaml's
+// policy, gpubroker against the two per-side autoscalers).
+func TestReplayMigrateTablesMatchAFreshRun(t *testing.T) {
+	c, err := loadConfig("../../docs/replay-migrate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := tablesDocFor(replay.Config{Policy: c.policy})
+	if doc.begin != replayMigrateBegin {
+		t.Fatalf("docs/replay-migrate.yaml does not turn migration on: its tables would go to %s", doc.begin)
+	}
+	checkTablesFile(t, "../../docs/replay-migrate.md", "make replay-migrate", doc, false, c.policy, replayMigratePolicies)
+}
+
+func checkTablesFile(t *testing.T, path, regen string, doc tablesDoc, fleet bool, p broker.Policy, policies []string) {
 	t.Helper()
 	file, err := os.ReadFile(path)
 	if err != nil {
@@ -77,7 +93,7 @@ func checkTablesFile(t *testing.T, path, regen string, doc tablesDoc, fleet bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := replayCheck(tasks, stats, nodes, fleet)
+	got, err := replayCheck(tasks, stats, nodes, fleet, p, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +137,7 @@ func TestReplaySeedsAndTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab, check, ok := splitTables(string(file), tablesDocFor(0))
+	tab, check, ok := splitTables(string(file), tablesDocFor(replay.Config{}))
 	if !ok || !strings.Contains(tab, "KILLS WORK") || !strings.Contains(check, "The check: the first 3 tasks") {
 		t.Errorf("tables file:\n%s", file)
 	}
