@@ -21,6 +21,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
 	"github.com/gpubroker/gpubroker/internal/app"
+	"github.com/gpubroker/gpubroker/internal/simworld"
 	"github.com/gpubroker/gpubroker/internal/workload"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/k8s/k8ssim"
@@ -171,26 +172,35 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	defer yw.close()
-	ysim, yclient, yadmin, yexclude := yw.sim, yw.client, yw.admin, yw.exclude
+	ysim, yclient, yexclude := yw.sim, yw.client, yw.exclude
 
 	kc, kcfg, boot, err := startDemoKubernetes(ctx, log)
 	if err != nil {
 		return err
 	}
 
-	joiner := &demoJoiner{ctx: ctx, kc: kc, ysim: ysim, yadmin: yadmin, yexclude: yexclude, kside: boot, log: log,
-		live: map[string]bool{}}
+	machines, err := newDemoMachines(ctx, kc, yw, boot, log)
+	if err != nil {
+		return err
+	}
 	var cloudCfg app.CloudConfig
 	if o.fleet > 0 {
 		// Owned machines: up from the start, no cloud behind them.
-		if err := joiner.joinFleet(c.fleet[demoFleet].Hosts); err != nil {
+		if err := joinDemoFleet(machines, c.fleet[demoFleet].Hosts, log); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "gpubroker demo: a fleet of %d owned %d-GPU hosts, no cloud; they start on Kubernetes\n", o.fleet, demoFleetGPUs)
 	} else {
-		// Simulated AWS: autoscaling groups whose instances join a side.
+		// Simulated AWS: autoscaling groups whose instances join a side,
+		// one boot at a time (each lists every pod to pick the side).
+		var bootMu sync.Mutex
+		bootOne := func(in awssim.Instance) {
+			bootMu.Lock()
+			defer bootMu.Unlock()
+			machines.Boot(in)
+		}
 		aws := awssim.New(awssim.Config{LaunchDelay: time.Second, BootDelay: 2 * time.Second, TerminateDelay: time.Second,
-			BootHook: joiner.boot, TerminateHook: joiner.gone, Logger: log})
+			BootHook: bootOne, TerminateHook: machines.Gone, Logger: log})
 		awsAddr, err := aws.Start("127.0.0.1:0")
 		if err != nil {
 			return err
@@ -212,7 +222,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		DatabaseURL: c.file.Database.URL, Migrate: true, Seed: true,
 		Pools: c.pools, FleetMembers: c.fleet, Tenants: c.tenants, Policy: c.policy,
 		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yw.adminAddr}, Exclude: yexclude,
-			RestartNodeManager: joiner.restartNodeManager,
+			RestartNodeManager: machines.RestartNodeManager,
 			// yarnsim launches a container as it allocates it: no
 			// allocation waits to launch, so the demo's cordon holds an
 			// empty node for seconds, not the RM's 10-minute expiry.
@@ -261,54 +271,58 @@ func (b bootCordon) Cordon(ctx context.Context, node string) error {
 	return b.act.Cordon(ctx, node, string(broker.OwnerNone))
 }
 
-// demoJoiner turns a booted instance into a node of the side with more
-// unmet GPU demand, and registers it on the other side as released (a
-// cordoned Kubernetes node; a NodeManager whose host is in the exclude
-// file, so the RM turns it away as DECOMMISSIONED), so the broker can hand
-// it over later. A real node bootstraps both agents the same way.
-type demoJoiner struct {
-	ctx      context.Context
-	kc       *k8ssim.Cluster
-	ysim     *yarnsim.Sim
-	yadmin   *yarnsim.AdminServer
-	yexclude *yarn.ExcludeFile
-	kside    interface {
-		Cordon(context.Context, string) error
-	}
-	log *slog.Logger
-	mu  sync.Mutex
-	// live are the hosts of running instances: only those have a
-	// NodeManager to restart.
-	live map[string]bool
+// newDemoMachines is the demo's machine bootstrap (internal/simworld): a
+// booted instance joins the side with more unmet GPU demand, and registers
+// on the other side as released (a cordoned Kubernetes node; a
+// NodeManager whose host is in the exclude file, so the RM turns it away
+// as DECOMMISSIONED), so the broker can hand it over later. A real node
+// bootstraps both agents the same way. A failed step is logged and stops
+// the machine's bootstrap.
+func newDemoMachines(ctx context.Context, kc *k8ssim.Cluster, yw *demoYARN, kside bootCordon, log *slog.Logger) (*simworld.Bootstrap, error) {
+	return simworld.New(simworld.Config{Context: ctx, Kube: simworld.Sim{Cluster: kc},
+		Sim: yw.sim, Admin: yw.admin, Exclude: yw.exclude,
+		Node:   demoInstanceNode,
+		ToYARN: func() bool { return yarnPending(yw.sim) > k8sPending(ctx, kc) },
+		Cordon: kside.Cordon,
+		OnError: func(e *simworld.StepError) bool {
+			demoStepFailed(log, e)
+			return false
+		},
+		Joined: func(in awssim.Instance, toYARN bool) {
+			log.Info("demo: instance joined", "node", in.PrivateDNSName, "instance", in.ID, "side", sideName(toYARN))
+		}})
 }
 
-// restartNodeManager is the demo's yarn.nodemanager_restart hook: it
-// restarts the simulated NodeManager of a running instance, and fails for
-// a host whose instance is gone, as ssh to it would.
-func (j *demoJoiner) restartNodeManager(ctx context.Context, host string) error {
-	j.mu.Lock()
-	live := j.live[host]
-	j.mu.Unlock()
-	if !live {
-		return fmt.Errorf("restart nodemanager of %s: no running instance has that host", host)
-	}
-	return j.yadmin.RestartNodeManager(ctx, host)
-}
-
-func (j *demoJoiner) boot(in awssim.Instance) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	host := in.PrivateDNSName
-	toYARN := j.yarnPending() > j.k8sPending()
-	// The instance's GPUs and model come from its group's tags, as a real
-	// node's device plugin and GPU feature discovery would report them.
+// demoInstanceNode is the node a booted instance joins as: its GPUs and
+// model come from its group's tags, as a real node's device plugin and
+// GPU feature discovery would report them.
+func demoInstanceNode(in awssim.Instance) (simworld.Node, error) {
 	gpus, err := strconv.Atoi(in.Tags["gpubroker.io/gpus-per-node"])
 	if err != nil || gpus <= 0 {
-		j.log.Warn("demo: instance without a GPU count tag", "node", host, "group", in.Group)
-		return
+		return simworld.Node{}, errors.New("instance without a GPU count tag")
 	}
-	if j.join(host, gpus, in.Tags["gpubroker.io/gpu-model"], "aws:///us-east-1a/"+in.ID, toYARN) {
-		j.log.Info("demo: instance joined", "node", host, "instance", in.ID, "side", sideName(toYARN))
+	return demoNode(in.PrivateDNSName, gpus, in.Tags["gpubroker.io/gpu-model"], "aws:///us-east-1a/"+in.ID), nil
+}
+
+func demoNode(host string, gpus int, model, providerID string) simworld.Node {
+	return simworld.Node{Name: host, GPUs: gpus, ProviderID: providerID,
+		Labels: map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia", "nvidia.com/gpu.product": model},
+		Taints: []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}}
+}
+
+// demoStepFailed logs a failed step of a machine's bootstrap or departure.
+func demoStepFailed(log *slog.Logger, e *simworld.StepError) {
+	switch e.Step {
+	case simworld.StepNode:
+		log.Warn("demo: instance without a GPU count tag", "node", e.Host, "group", e.Instance.Group)
+	case simworld.StepLeaveKubernetes:
+		log.Debug("demo: remove kubernetes node", "node", e.Host, "err", e.Err)
+	case simworld.StepRemoveNodeManager:
+		log.Debug("demo: remove NodeManager", "node", e.Host, "err", e.Err)
+	case simworld.StepUnexclude:
+		log.Warn("demo: exclude file", "node", e.Host, "err", e.Err)
+	default: // join kubernetes, exclude from yarn, join yarn, cordon
+		log.Warn("demo: "+string(e.Step), "node", e.Host, "err", e.Err)
 	}
 }
 
@@ -319,61 +333,13 @@ func sideName(toYARN bool) string {
 	return "kubernetes"
 }
 
-// join registers a machine on both sides, owned by YARN or Kubernetes and
-// released on the other; it reports whether it joined. The caller holds
-// j.mu.
-func (j *demoJoiner) join(host string, gpus int, model, providerID string, toYARN bool) bool {
-	labels := map[string]string{"infra-type": "gpu", "gpu.vendor": "nvidia", "nvidia.com/gpu.product": model}
-	taints := []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
-	if err := j.kc.AddNode(j.ctx, k8ssim.NodeSpec{Name: host, GPUs: gpus, Labels: labels, Taints: taints,
-		ProviderID: providerID}); err != nil {
-		j.log.Warn("demo: join kubernetes", "node", host, "err", err)
-		return false
-	}
-	if !toYARN {
-		if _, err := j.yexclude.Add(host, 0); err != nil {
-			j.log.Warn("demo: exclude from yarn", "node", host, "err", err)
-			return false
-		}
-	}
-	if err := j.yadmin.StartNodeManager(yarnsim.NodeSpec{Host: host, GPUs: gpus}); err != nil {
-		j.log.Warn("demo: join yarn", "node", host, "err", err)
-		return false
-	}
-	j.live[host] = true
-	if toYARN {
-		if err := j.kside.Cordon(j.ctx, host); err != nil {
-			j.log.Warn("demo: cordon", "node", host, "err", err)
-		}
-	}
-	return true
-}
-
-func (j *demoJoiner) gone(in awssim.Instance) {
-	host := in.PrivateDNSName
-	j.mu.Lock()
-	delete(j.live, host)
-	j.mu.Unlock()
-	if err := j.kc.RemoveNode(j.ctx, host); err != nil {
-		j.log.Debug("demo: remove kubernetes node", "node", host, "err", err)
-	}
-	if err := j.ysim.RemoveNode(host); err != nil {
-		j.log.Debug("demo: remove NodeManager", "node", host, "err", err)
-	}
-	// The bootstrap's own exclusion goes with the machine, so a later
-	// machine with the same name is not turned away.
-	if _, err := j.yexclude.Remove(host); err != nil {
-		j.log.Warn("demo: exclude file", "node", host, "err", err)
-	}
-}
-
-func (j *demoJoiner) yarnPending() int {
-	_, _, gpus := j.ysim.Counts()
+func yarnPending(ysim *yarnsim.Sim) int {
+	_, _, gpus := ysim.Counts()
 	return gpus
 }
 
-func (j *demoJoiner) k8sPending() int {
-	pods, err := j.kc.Client().CoreV1().Pods("").List(j.ctx, metav1.ListOptions{})
+func k8sPending(ctx context.Context, kc *k8ssim.Cluster) int {
+	pods, err := kc.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0
 	}
@@ -495,14 +461,16 @@ func (a *yarnApps) finisher(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-// joinFleet brings the fleet's hosts up on Kubernetes, registered on YARN
-// as released (excluded NodeManagers), as owned machines that ran
+// joinDemoFleet brings the fleet's hosts up on Kubernetes, registered on
+// YARN as released (excluded NodeManagers), as owned machines that ran
 // Kubernetes before the broker came would be.
-func (j *demoJoiner) joinFleet(hosts []string) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+func joinDemoFleet(machines *simworld.Bootstrap, hosts []string, log *slog.Logger) error {
 	for _, h := range hosts {
-		if !j.join(h, demoFleetGPUs, "A100", "", false) {
+		if err := machines.Join(demoNode(h, demoFleetGPUs, "A100", "")); err != nil {
+			var e *simworld.StepError
+			if errors.As(err, &e) {
+				demoStepFailed(log, e)
+			}
 			return fmt.Errorf("demo: host %s of the fleet did not join (the log says why)", h)
 		}
 	}
