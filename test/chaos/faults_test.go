@@ -247,10 +247,7 @@ func (in *injector) inject(ctx context.Context, kind string) {
 func (in *injector) keepReporting(ctx context.Context, node string) {
 	w := in.w
 	for ctx.Err() == nil {
-		w.mu.Lock()
-		live := w.live[node]
-		w.mu.Unlock()
-		if !live {
+		if !w.machines.Live(node) {
 			return
 		}
 		if err := w.report(node, []uint64{79}); err != nil {
@@ -270,7 +267,7 @@ func (in *injector) pickNode(ctx context.Context) string {
 	var names []string
 	w.mu.Lock()
 	for _, n := range nodes.Items {
-		if w.live[n.Name] && !w.lost[n.Name] {
+		if w.machines.Live(n.Name) && !w.lost[n.Name] {
 			names = append(names, n.Name)
 		}
 	}

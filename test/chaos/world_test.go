@@ -26,6 +26,7 @@ import (
 	"github.com/gpubroker/gpubroker/broker"
 	"github.com/gpubroker/gpubroker/cloud/awssim"
 	"github.com/gpubroker/gpubroker/internal/app"
+	"github.com/gpubroker/gpubroker/internal/simworld"
 	"github.com/gpubroker/gpubroker/internal/workload"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/k8s/k8ssim"
@@ -296,6 +297,7 @@ type world struct {
 	yadmin   *yarnsim.AdminServer
 	yadmAddr string
 	yex      *yarn.ExcludeFile
+	machines *simworld.Bootstrap // the machines' bootstrap; knows which run
 	kc       *k8ssim.Cluster
 	kcfg     k8s.Config
 	tokens   map[string]string // agent tokens by node (each bound to its node), for reports
@@ -303,7 +305,6 @@ type world struct {
 	mu       sync.Mutex
 	replicas []*replica
 	nextRep  int
-	live     map[string]bool // hosts of running instances
 	kills    []Kill          // kills seen by the terminate hook
 	lost     map[string]bool // nodes an XID fault destroyed
 	faulty   []*k8ssim.FaultyClient
@@ -330,7 +331,7 @@ func newWorld(t *testing.T, ctx context.Context, pg *pgServer, seed uint64) *wor
 	if os.Getenv("CHAOS_LOG") != "" {
 		lvl = slog.LevelInfo
 	}
-	w := &world{t: t, ctx: ctx, pg: pg, live: map[string]bool{}, lost: map[string]bool{},
+	w := &world{t: t, ctx: ctx, pg: pg, lost: map[string]bool{},
 		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: lvl}))}
 	// Unique per run: an external server (DATABASE_URL) keeps databases.
 	w.dbName = "chaos_" + strconv.FormatUint(seed, 10) + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -397,9 +398,12 @@ func newWorld(t *testing.T, ctx context.Context, pg *pgServer, seed uint64) *wor
 
 	// The cloud: booted machines join Kubernetes, and YARN as excluded
 	// NodeManagers, until the broker hands them over.
+	if w.machines, err = w.newMachines(); err != nil {
+		t.Fatal(err)
+	}
 	w.aws = awssim.New(awssim.Config{LaunchDelay: 500 * time.Millisecond, BootDelay: time.Second,
 		TerminateDelay: 500 * time.Millisecond, LaunchRetry: 2 * time.Second, Logger: w.log,
-		BootHook: w.boot, TerminateHook: w.gone})
+		BootHook: w.machines.Boot, TerminateHook: w.machines.Gone})
 	if w.awsURL, err = w.aws.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -412,56 +416,45 @@ func newWorld(t *testing.T, ctx context.Context, pg *pgServer, seed uint64) *wor
 	return w
 }
 
-func (w *world) boot(in awssim.Instance) {
-	host := in.PrivateDNSName
-	if err := w.kc.AddNode(w.ctx, k8ssim.NodeSpec{Name: host, GPUs: 4, Labels: gpuLabels,
-		Taints: []corev1.Taint{gpuTaint}, ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil {
-		w.log.Warn("chaos: join kubernetes", "node", host, "err", err)
-		return
-	}
-	if _, err := w.yex.Add(host, 0); err != nil {
-		w.log.Warn("chaos: exclude from yarn", "node", host, "err", err)
-		return
-	}
-	w.mu.Lock()
-	w.live[host] = true
-	w.mu.Unlock()
-	if err := w.yadmin.StartNodeManager(yarnsim.NodeSpec{Host: host, GPUs: 4}); err != nil {
-		w.log.Warn("chaos: join yarn", "node", host, "err", err)
-	}
+// newMachines is the world's machine bootstrap (internal/simworld): a
+// booted machine joins Kubernetes, and YARN as an excluded NodeManager,
+// until the broker hands it over; a terminated one leaves both, and the
+// GPU pods still running on it are killed work. A failed step is logged;
+// a machine whose NodeManager did not start still runs.
+func (w *world) newMachines() (*simworld.Bootstrap, error) {
+	return simworld.New(simworld.Config{Context: w.ctx, Kube: simworld.Sim{Cluster: w.kc},
+		Sim: w.ysim, Admin: w.yadmin, Exclude: w.yex,
+		Node: func(in awssim.Instance) (simworld.Node, error) {
+			return simworld.Node{Name: in.PrivateDNSName, GPUs: 4, Labels: gpuLabels, Taints: []corev1.Taint{gpuTaint},
+				ProviderID: "aws:///us-east-1a/" + in.ID}, nil
+		},
+		OnError: func(e *simworld.StepError) bool {
+			switch e.Step {
+			case simworld.StepLeaveKubernetes, simworld.StepRemoveNodeManager, simworld.StepUnexclude:
+				return true // the machine is gone either way
+			}
+			w.log.Warn("chaos: "+string(e.Step), "node", e.Host, "err", e.Err)
+			return e.Step == simworld.StepStartNodeManager
+		},
+		BeforeLeave: w.recordKills})
 }
 
-// gone removes a terminated machine from both clusters; GPU pods still
-// running on it are killed work.
-func (w *world) gone(in awssim.Instance) {
+// recordKills records the GPU pods running on a terminated machine as
+// killed work.
+func (w *world) recordKills(in awssim.Instance) {
 	host := in.PrivateDNSName
-	ctx := context.WithoutCancel(w.ctx)
-	w.mu.Lock()
-	delete(w.live, host)
-	w.mu.Unlock()
-	if pods, err := w.kc.Client().CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err == nil {
-		for _, p := range pods.Items {
-			if p.Spec.NodeName == host && p.Status.Phase == corev1.PodRunning && podGPUs(&p) > 0 {
-				w.mu.Lock()
-				w.kills = append(w.kills, Kill{Source: broker.SourceK8s, Key: string(p.UID), Name: p.Namespace + "/" + p.Name,
-					Node: host, Why: "its node was terminated"})
-				w.mu.Unlock()
-			}
+	pods, err := w.kc.Client().CoreV1().Pods("").List(context.WithoutCancel(w.ctx), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == host && p.Status.Phase == corev1.PodRunning && podGPUs(&p) > 0 {
+			w.mu.Lock()
+			w.kills = append(w.kills, Kill{Source: broker.SourceK8s, Key: string(p.UID), Name: p.Namespace + "/" + p.Name,
+				Node: host, Why: "its node was terminated"})
+			w.mu.Unlock()
 		}
 	}
-	w.kc.RemoveNode(ctx, host)
-	w.ysim.RemoveNode(host)
-	w.yex.Remove(host)
-}
-
-func (w *world) restartNodeManager(ctx context.Context, host string) error {
-	w.mu.Lock()
-	ok := w.live[host]
-	w.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("restart nodemanager of %s: its instance is gone", host)
-	}
-	return w.yadmin.RestartNodeManager(ctx, host)
 }
 
 func podGPUs(p *corev1.Pod) int64 {
@@ -500,7 +493,7 @@ func (w *world) startReplica() (*replica, error) {
 			// what it allocates at once, so nothing can be allocated and
 			// not yet listed once a host is empty under the cordon.
 			YARN: app.YARNConfig{RM: w.ha.URLs(), Timeout: 2 * time.Second, AdminAddress: []string{w.yadmAddr}, Exclude: w.yex,
-				RestartNodeManager: w.restartNodeManager, CordonHold: 3 * time.Second},
+				RestartNodeManager: w.machines.RestartNodeManager, CordonHold: 3 * time.Second},
 			Kubernetes: app.KubernetesConfig{Client: fk.Client(), Adapter: w.kcfg, DrainStep: time.Second},
 			Cloud: app.CloudConfig{Region: "us-east-1", Endpoint: w.awsURL, Pools: pools,
 				Credentials: credentials.NewStaticCredentialsProvider("chaos", "chaos", ""), PoolBackoff: 30 * time.Second},
