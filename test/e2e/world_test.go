@@ -25,6 +25,7 @@ import (
 	"github.com/gpubroker/gpubroker/cloud/awssim"
 	"github.com/gpubroker/gpubroker/fleet"
 	"github.com/gpubroker/gpubroker/internal/app"
+	"github.com/gpubroker/gpubroker/internal/simworld"
 	"github.com/gpubroker/gpubroker/k8s"
 	"github.com/gpubroker/gpubroker/store"
 	"github.com/gpubroker/gpubroker/test/k8senv"
@@ -245,26 +246,12 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		t.Fatal(err)
 	}
 	w := &world{t: t, ctx: ctx, st: st, ysim: ysim, yadmin: yadmin, yexclude: yexclude, yclient: yclient, ns: o.namespace, calls: &callLog{}}
-	// The restart hook restarts the NodeManager of a running instance; a
-	// terminated one's host is gone.
-	var liveMu sync.Mutex
-	live := map[string]bool{}
-	hostOf := map[string]string{} // instance id → host
-	restart := func(ctx context.Context, host string) error {
-		liveMu.Lock()
-		ok := live[host]
-		liveMu.Unlock()
-		if !ok {
-			return fmt.Errorf("restart nodemanager of %s: its instance is gone", host)
-		}
-		return yadmin.RestartNodeManager(ctx, host)
-	}
-	// Booted instances join Kubernetes as KWOK nodes, and YARN as
-	// NodeManagers of excluded hosts (the RM turns them away as
-	// DECOMMISSIONED) until the broker hands them over.
-	w.aws = awssim.New(awssim.Config{LaunchDelay: 200 * time.Millisecond, BootDelay: o.bootDelay,
-		TerminateDelay: 200 * time.Millisecond, Logger: log,
-		BootHook: func(in awssim.Instance) {
+	// The machines' bootstrap (internal/simworld): booted instances join
+	// Kubernetes as KWOK nodes, and YARN as NodeManagers of excluded hosts
+	// (the RM turns them away as DECOMMISSIONED) until the broker hands
+	// them over. A failed step fails the test and the machine goes on.
+	machines, err := simworld.New(simworld.Config{Context: ctx, Kube: kwokNodes{w}, Sim: ysim, Admin: yadmin, Exclude: yexclude,
+		Node: func(in awssim.Instance) (simworld.Node, error) {
 			labels, model := gpuLabels, "A100"
 			var mig map[string]int
 			if in.Group != poolName { // an extra pool of safety_test.go
@@ -273,49 +260,37 @@ func newWorld(t *testing.T, o worldOptions) *world {
 					labels, model, mig = gpuLabels, "A100", map[string]int{e2eMIGProfile: 4 * e2eMIGPerGPU}
 				}
 			}
-			if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: in.PrivateDNSName, GPUs: 4, Model: model, MIG: mig,
-				Labels: labels, Taints: append([]corev1.Taint{gpuTaint}, o.extra.bootTaints...), ProviderID: "aws:///us-east-1a/" + in.ID}); err != nil && ctx.Err() == nil {
-				t.Errorf("boot %s: %v", in.ID, err)
-			}
-			switch {
-			case w.draSlices.Load() && mig != nil:
-				publishMIGSlice(ctx, t, in.PrivateDNSName, e2eMIGProfile, 4*e2eMIGPerGPU)
-			case w.draSlices.Load():
-				publishGPUSlice(ctx, t, in.PrivateDNSName, model)
-			}
-			if _, err := yexclude.Add(in.PrivateDNSName, 0); err != nil {
-				t.Errorf("boot %s: exclude from yarn: %v", in.ID, err)
-			}
-			liveMu.Lock()
-			live[in.PrivateDNSName] = true
-			hostOf[in.ID] = in.PrivateDNSName
-			liveMu.Unlock()
-			if err := yadmin.StartNodeManager(yarnsim.NodeSpec{Host: in.PrivateDNSName, GPUs: 4}); err != nil && ctx.Err() == nil {
-				t.Errorf("boot %s: start nodemanager: %v", in.ID, err)
-			}
+			return simworld.Node{Name: in.PrivateDNSName, GPUs: 4, Model: model, MIG: mig, Labels: labels,
+				Taints: append([]corev1.Taint{gpuTaint}, o.extra.bootTaints...), ProviderID: "aws:///us-east-1a/" + in.ID}, nil
 		},
-		TerminateHook: func(in awssim.Instance) {
-			kubeEnv.Client.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), in.PrivateDNSName, metav1.DeleteOptions{})
-			liveMu.Lock()
-			delete(live, in.PrivateDNSName)
-			liveMu.Unlock()
-			ysim.RemoveNode(in.PrivateDNSName)
-			yexclude.Remove(in.PrivateDNSName)
+		OnError: func(e *simworld.StepError) bool {
+			switch e.Step {
+			case simworld.StepJoinKubernetes:
+				if ctx.Err() == nil {
+					t.Errorf("boot %s: %v", e.Instance.ID, e.Err)
+				}
+			case simworld.StepExclude:
+				t.Errorf("boot %s: exclude from yarn: %v", e.Instance.ID, e.Err)
+			case simworld.StepStartNodeManager:
+				if ctx.Err() == nil {
+					t.Errorf("boot %s: start nodemanager: %v", e.Instance.ID, e.Err)
+				}
+			}
+			return true
 		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.aws = awssim.New(awssim.Config{LaunchDelay: 200 * time.Millisecond, BootDelay: o.bootDelay,
+		TerminateDelay: 200 * time.Millisecond, Logger: log,
+		BootHook: machines.Boot, TerminateHook: machines.Gone})
 	// The fleet's machines are up from the start: Kubernetes nodes, and
 	// NodeManagers of excluded hosts, as a booted instance's.
 	for _, h := range o.fleet {
 		labels := maps.Clone(gpuLabels)
 		maps.Copy(labels, fleetLabel)
-		if _, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: h, GPUs: 4, Model: "A100", Labels: labels,
+		if err := machines.Join(simworld.Node{Name: h, GPUs: 4, Model: "A100", Labels: labels,
 			Taints: []corev1.Taint{gpuTaint}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := yexclude.Add(h, 0); err != nil {
-			t.Fatal(err)
-		}
-		live[h] = true
-		if err := yadmin.StartNodeManager(yarnsim.NodeSpec{Host: h, GPUs: 4}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -355,10 +330,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 			Wrap: func(provider *cloud.Provider) engine.NodePool {
 				return recordingPool{Provider: provider, log: w.calls, onTerminate: func(id string) {
 					// A terminating machine's NodeManager cannot be restarted.
-					liveMu.Lock()
-					host := hostOf[id]
-					delete(live, host)
-					liveMu.Unlock()
+					host := machines.Terminating(id)
 					w.termMu.Lock()
 					w.terminations = append(w.terminations, terminated{Host: host, YARNState: ysim.NodeState(host)})
 					w.termMu.Unlock()
@@ -373,7 +345,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	// the real control plane.
 	w.app, err = app.Open(ctx, app.Config{Store: st, Policy: pol, Logger: log, Pools: pools, FleetMembers: fleetMembers,
 		YARN: app.YARNConfig{Client: yclient, AdminAddress: []string{yadminAddr}, Exclude: yexclude,
-			RestartNodeManager: restart,
+			RestartNodeManager: machines.RestartNodeManager,
 			// yarnsim launches a container as it allocates it: no
 			// allocation waits to launch, so a hold of seconds suffices.
 			CordonHold: 2 * time.Second},
@@ -387,6 +359,27 @@ func newWorld(t *testing.T, o worldOptions) *world {
 	w.start()
 	t.Cleanup(w.stop)
 	return w
+}
+
+// kwokNodes is the world's Kubernetes side: KWOK nodes of the shared
+// control plane. While w.draSlices is set, a node that joins publishes its
+// GPUs as a ResourceSlice, as NVIDIA's DRA driver would.
+type kwokNodes struct{ w *world }
+
+func (k kwokNodes) AddNode(ctx context.Context, n simworld.Node) error {
+	_, err := kubeEnv.AddNode(ctx, k8senv.NodeSpec{Name: n.Name, GPUs: n.GPUs, Model: n.Model, MIG: n.MIG,
+		Labels: n.Labels, Taints: n.Taints, ProviderID: n.ProviderID})
+	switch {
+	case k.w.draSlices.Load() && n.MIG != nil:
+		publishMIGSlice(ctx, k.w.t, n.Name, e2eMIGProfile, 4*e2eMIGPerGPU)
+	case k.w.draSlices.Load():
+		publishGPUSlice(ctx, k.w.t, n.Name, n.Model)
+	}
+	return err
+}
+
+func (k kwokNodes) RemoveNode(ctx context.Context, name string) error {
+	return kubeEnv.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 }
 
 // start runs a new runtime: a broker process starting with empty memory
