@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -211,54 +210,59 @@ func (pl *planner) migrate(ni int32, nc nodeCost, peers []int32, atMin bool, why
 }
 
 // landWork reserves room for each GPU workload of node ni, largest first,
-// on another schedulable node of its side it may restart on, fullest
-// first (so the emptied capacity is packed, not spread), and returns the
-// distinct nodes it expects the work to land on. Work whose constraints
-// the side observed may land on a node of any pool they match (the
-// scheduler places the restarted task by them, not by pool); work without
-// them only on its own pool's nodes (peers: the same labels, taints and
-// model). CPU-only work lands anywhere and is not placed.
+// on the fullest node of its side it may restart on that has room (so the
+// emptied capacity is packed, not spread), and returns the distinct nodes
+// it expects the work to land on. Work whose constraints the side observed
+// may land on a node of any pool they match (the scheduler places the
+// restarted task by them, not by pool); work without them only on its own
+// pool's nodes (peers: the same labels, taints and model). CPU-only work
+// lands anywhere and is not placed.
 func (pl *planner) landWork(ni int32, peers []int32) ([]string, bool) {
 	src := &pl.nodes[ni]
-	var work []*Workload
-	for i := range src.n.Work {
-		if x := &src.n.Work[i]; !x.System && x.GPUs > 0 {
-			work = append(work, x)
-		}
-	}
-	slices.SortStableFunc(work, func(a, b *Workload) int { return cmp.Compare(b.GPUs, a.GPUs) })
 	var landing []string
-	for _, wl := range work {
-		order := peers
+	for _, wl := range src.gpuWork() {
+		cands := peers
 		if wl.Constraints != nil {
-			order = pl.mayRunOn(ni, wl.Constraints)
+			cands = pl.mayRunOn(src.side, wl.Constraints)
 		}
-		order = slices.Clone(order)
-		slices.SortStableFunc(order, func(a, b int32) int {
-			return pl.nodes[a].free - pl.nodes[b].free
-		})
-		pi, ok := pl.reserveOn(ni, order, wl.GPUs)
-		if !ok {
+		// The fullest that fits: the least free GPUs of at least the
+		// task's, the first of equals.
+		best := int32(-1)
+		for _, pi := range cands {
+			if pl.mayTake(ni, pi, wl.GPUs) && (best < 0 || pl.nodes[pi].free < pl.nodes[best].free) {
+				best = pi
+			}
+		}
+		if best < 0 {
 			return nil, false
 		}
-		if name := pl.nodes[pi].n.Name; !slices.Contains(landing, name) {
+		pl.reserve(best, wl.GPUs)
+		if name := pl.nodes[best].n.Name; !slices.Contains(landing, name) {
 			landing = append(landing, name)
 		}
 	}
 	return landing, true
 }
 
-// mayRunOn lists the nodes other than ni of ni's side whose scheduler may
-// place work with constraints c now, in node order.
-func (pl *planner) mayRunOn(ni int32, c *Constraints) []int32 {
-	side := pl.nodes[ni].side
+// mayRunOn lists the nodes of side whose scheduler may place work with
+// constraints c (schedulable, matching), in node order; the list is kept
+// for the plan per class of constraints, as matching does not change
+// within it (room and removal are checked when work lands: mayTake).
+func (pl *planner) mayRunOn(side Source, c *Constraints) []int32 {
+	key := classKey(side, c)
+	if out, ok := pl.landOn[key]; ok {
+		return out
+	}
 	var out []int32
 	for i := range pl.nodes {
 		w := &pl.nodes[i]
-		if int32(i) == ni || !w.sched || w.removed || w.side != side || !c.matches(side, pl.nodeTarget(int32(i))) {
-			continue
+		if w.sched && w.side == side && c.matches(side, pl.nodeTarget(int32(i))) {
+			out = append(out, int32(i))
 		}
-		out = append(out, int32(i))
 	}
+	if pl.landOn == nil {
+		pl.landOn = make(map[string][]int32)
+	}
+	pl.landOn[key] = out
 	return out
 }

@@ -90,7 +90,9 @@ type planner struct {
 	// migrates.
 	appNodes map[string][]string
 	migrated int
-	xvict    []xvictim // per node: what taking it across sides evicts (preempt.go)
+	// landOn caches mayRunOn per class of constraints (migrate.go).
+	landOn map[string][]int32
+	xvict  []xvictim // per node: what taking it across sides evicts (preempt.go)
 	// undo holds how to roll back the reservations made for the demand
 	// being placed, while rec is set.
 	undo []func()

@@ -297,48 +297,57 @@ func (pl *planner) keep(node, reason string) {
 // CPU-only work does not keep a GPU node: it goes to CPU nodes.
 func (pl *planner) moveWork(ni int32, peers []int32) (int, bool) {
 	total := 0
-	for _, g := range pl.nodes[ni].gpuWork() {
-		if _, ok := pl.reserveOn(ni, peers, g); !ok {
+	for _, wl := range pl.nodes[ni].gpuWork() {
+		if _, ok := pl.reserveOn(ni, peers, wl.GPUs); !ok {
 			return 0, false
 		}
-		total += g
+		total += wl.GPUs
 	}
 	return total, true
 }
 
-// gpuWork lists the GPUs of each non-system GPU workload on the node,
-// largest first.
-func (w *wnode) gpuWork() []int {
-	var sizes []int
-	for _, x := range w.n.Work {
-		if !x.System && x.GPUs > 0 {
-			sizes = append(sizes, x.GPUs)
+// gpuWork lists the node's non-system GPU workloads, largest first.
+func (w *wnode) gpuWork() []*Workload {
+	var out []*Workload
+	for i := range w.n.Work {
+		if x := &w.n.Work[i]; !x.System && x.GPUs > 0 {
+			out = append(out, x)
 		}
 	}
-	slices.SortFunc(sizes, func(a, b int) int { return cmp.Compare(b, a) })
-	return sizes
+	slices.SortStableFunc(out, func(a, b *Workload) int { return cmp.Compare(b.GPUs, a.GPUs) })
+	return out
 }
 
-// reserveOn reserves g GPUs of node ni's work on the first of peers (same
-// side, schedulable, not removed) with room, marking it touched, and
-// returns it.
+// mayTake reports whether node pi may take g GPUs of node ni's work now:
+// another node of the same side, schedulable, not removed, with room.
+func (pl *planner) mayTake(ni, pi int32, g int) bool {
+	p := &pl.nodes[pi]
+	return pi != ni && p.sched && !p.removed && p.side == pl.nodes[ni].side && p.free >= g
+}
+
+// reserveOn reserves g GPUs of node ni's work on the first of peers that
+// may take them (mayTake), marking it touched, and returns it.
 func (pl *planner) reserveOn(ni int32, peers []int32, g int) (int32, bool) {
-	src := &pl.nodes[ni]
 	for _, pi := range peers {
-		p := &pl.nodes[pi]
-		if pi == ni || !p.sched || p.removed || p.side != src.side || p.free < g {
-			continue
+		if pl.mayTake(ni, pi, g) {
+			pl.reserve(pi, g)
+			return pi, true
 		}
-		wasTouched := p.touched
-		p.free -= g
-		p.touched = true
-		pl.nver[pi]++
-		if pl.rec {
-			pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched; pl.reopen(pi) })
-		}
-		return pi, true
 	}
 	return 0, false
+}
+
+// reserve takes g GPUs of node pi for work moved there, marking it
+// touched (so it is not reclaimed after), undoably.
+func (pl *planner) reserve(pi int32, g int) {
+	p := &pl.nodes[pi]
+	wasTouched := p.touched
+	p.free -= g
+	p.touched = true
+	pl.nver[pi]++
+	if pl.rec {
+		pl.undo = append(pl.undo, func() { p.free += g; p.touched = wasTouched; pl.reopen(pi) })
+	}
 }
 
 // unmetQueue is one class's admitted demand that got no capacity, in

@@ -231,7 +231,7 @@ migrate: an ApplicationMaster is never migrated~broker/migrate.go~		case wl.AM:~
 migrate: a gang is never moved partly~broker/migrate.go~		case pl.gangElsewhere(wl, n.Name):~		case false:~-run TestMigrate ./broker/
 migrate: a tenant that opted out is never migrated~broker/migrate.go~		case slices.Contains(pl.p.NoMigrateTenants, wl.Tenant):~		case false:~-run TestMigrate ./broker/
 migrate: the hourly budget holds~broker/migrate.go~	if left := pl.migrationsLeft(); len(work) > left {~	if left := pl.migrationsLeft(); false {~-run TestMigrate ./broker/
-migrate: work lands only on nodes its constraints match~broker/migrate.go~|| w.side != side || !c.matches(side, pl.nodeTarget(int32(i))) {~|| w.side != side {~-run TestMigrateLandsAcrossPools ./broker/
+migrate: work lands only on nodes its constraints match~broker/migrate.go~if w.sched && w.side == side && c.matches(side, pl.nodeTarget(int32(i))) {~if w.sched && w.side == side {~-run TestMigrateLandsAcrossPools ./broker/
 migrate: work of unknown constraints lands only on its own pool~broker/migrate.go~		if wl.Constraints != nil {\n~		if true {\n~-run TestMigrateLandsAcrossPools ./broker/
 migrate: a migration in flight is a pending removal for the scale-up target~broker/plan.go~ && op.Kind != ActReplace && op.Kind != ActMigrate || AttritionOp(op) {~ && op.Kind != ActReplace || AttritionOp(op) {~-run TestScaleUpTargetLeavesPendingRemovalsOut ./broker/
 replay: only an op's own victims end its wait~replay/sim.go~			if t.victimOf == o {~			if o.kind == broker.ActPreempt || o.kind == broker.ActMigrate {~-run TestOnlyItsVictimsEndAMigrationsWait ./replay/
