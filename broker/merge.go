@@ -8,7 +8,9 @@ import (
 
 // MergeInput is everything observed in one tick, before it becomes a snapshot.
 type MergeInput struct {
-	Now     time.Time
+	Now time.Time
+	// Policy has its defaults applied (Policy.WithDefaults): the tick
+	// applies them once, where the policy enters.
 	Policy  Policy
 	Sides   map[Source]SideObservation
 	Pools   []PoolState
@@ -58,7 +60,7 @@ func mergeReport(n *Node, r NodeReport, in MergeInput) {
 	if class == "" {
 		return
 	}
-	timeout := in.Policy.WithDefaults().UnhealthyNodeTimeout.D()
+	timeout := in.Policy.UnhealthyNodeTimeout.D()
 	prevBad := false
 	if p := r.Previous; p != nil {
 		_, pc, _ := p.Assess(in.XIDs)

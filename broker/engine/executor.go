@@ -24,8 +24,8 @@ type KeepDesiredTerminator interface {
 }
 
 // opTimeout is how long an op of kind may take in all, from its journaling.
+// p has its defaults applied (the tick applies them where the policy enters).
 func opTimeout(k broker.ActionKind, p broker.Policy) time.Duration {
-	p = p.WithDefaults()
 	prov, drain := p.MaxProvisionTime.D(), p.DrainTimeout.D()
 	switch k {
 	case broker.ActScaleUp:

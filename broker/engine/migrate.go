@@ -56,7 +56,7 @@ func (r *Runtime) migrateTasks(ctx context.Context, s *stepCtx, policy broker.Po
 		s.data.MigrateFrom = s.now
 		s.op = s.save()
 	}
-	window := policy.WithDefaults().MigrateWindow.D()
+	window := policy.MigrateWindow.D()
 	var waiting []string
 	left := s.data.Victims[:0:0]
 	for i, w := range s.data.Victims {
