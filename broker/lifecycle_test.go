@@ -221,6 +221,45 @@ func TestPlanPendingScaleDownIsCancelledForNewDemand(t *testing.T) {
 	})
 }
 
+// TestPlanMigrationYieldsToLatencySensitiveDemand: a migration still
+// waiting in its evict step for its tasks' checkpoints holds a cordoned
+// node, half used, with free GPUs. Demand that may not be preempted (LS,
+// Guaranteed) and fills the node past the underused threshold takes it
+// back rather than wait for a boot; demand that would leave it underused,
+// batch demand, and a migration past its evict step do not.
+func TestPlanMigrationYieldsToLatencySensitiveDemand(t *testing.T) {
+	migrating := gpuNode("n1", gtg, OwnerK8s, 4, 1, phase(PhaseDraining, time.Minute))
+	evicting := opWith(1, ActMigrate, gtg, "n1", StepEvict, OpData{From: OwnerK8s})
+	runPlanCases(t, []planCase{
+		{
+			name:    "LS demand that fits the migrating node cancels the migration instead of buying",
+			snap:    snap([]PoolState{gpuPool(gtg, 1)}, []Node{migrating}, []Demand{pod("p")}, inflight(evicting)),
+			policy:  refPolicy(),
+			actions: []Action{cancelSD(gtg, "n1", OwnerK8s, "k8s/p")},
+		},
+		{
+			name:    "LS demand that leaves the node underused waits for a node of its own",
+			snap:    snap([]PoolState{gpuPool(gtg, 1)}, []Node{migrating}, []Demand{pod("p", perUnit(1))}, inflight(evicting)),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 1, "k8s/p")},
+		},
+		{
+			name: "batch demand waits for a node of its own",
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{migrating},
+				[]Demand{pod("p", func(d *Demand) { d.Preemptible = true })}, inflight(evicting)),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 1, "k8s/p")},
+		},
+		{
+			name: "a migration whose node is released already is not cancelled",
+			snap: snap([]PoolState{gpuPool(gtg, 1)}, []Node{migrating}, []Demand{pod("p")},
+				inflight(opWith(1, ActMigrate, gtg, "n1", StepRelease, OpData{From: OwnerK8s}))),
+			policy:  refPolicy(),
+			actions: []Action{up(gtg, 1, "k8s/p")},
+		},
+	})
+}
+
 func TestPlanTransferOffForASideWithoutActions(t *testing.T) {
 	idleYARN := gpuNode("y1", gtg, OwnerYARN, 4, 0)
 	c := planCase{

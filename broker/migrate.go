@@ -23,6 +23,10 @@ import (
 // checkpoint within the max wait makes the op give the node back,
 // uncordoned, with the tasks already moved having lost at most the window
 // each (in practice the time the broker took to see their checkpoints).
+// While the op still waits for checkpoints, pending LS or Guaranteed work
+// that would fill the node past the underused threshold cancels it (the
+// placement ladder's cancel rung, migrationYields): the node is given back
+// rather than that work waiting for a boot.
 
 // MigrateMode says whether consolidation may migrate work.
 type MigrateMode string

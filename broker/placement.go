@@ -201,7 +201,7 @@ func countActed(d *wdemand)    { d.acted++ }
 var ladder = [...]rung{
 	{name: "free", doc: "free GPUs of a schedulable node of its own side", from: stageFree, take: (*planner).takeFree, count: countFree},
 	{name: "ordered", doc: "capacity an open scale-up ordered for it", from: stageOrdered, take: (*planner).takeOrdered, count: countInFlight},
-	{name: "cancel", doc: "a node its side is draining for a scale-down, the scale-down cancelled", from: stageAll, take: (*planner).takeCancel, count: countActed},
+	{name: "cancel", doc: "a node its side is draining for a scale-down, or emptying for a migration that still waits for checkpoints, the op cancelled", from: stageAll, take: (*planner).takeCancel, count: countActed},
 	{name: "transfer", doc: "an idle node of the other side (or one neither side owns), handed over", from: stageAll, take: (*planner).takeTransfer, count: countActed},
 	{name: "preempt-tight", doc: "for work that may not itself be preempted (LS, Guaranteed): lower-priority preemptible work stopped that frees just its GPUs and loses at most max_work_lost, before waiting for a node to boot (a grace is seconds, a boot minutes)",
 		from: stageAll, only: func(d *wdemand) bool { return !d.d.Preemptible }, take: (*planner).preemptTight, count: countActed},

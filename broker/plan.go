@@ -383,7 +383,11 @@ func (pl *planner) pendingRemovals(ops []*Op, opsOn map[string]int) {
 		if PendingRemoval(op) {
 			pl.pools[n.pool].pendingDown++
 		}
-		if op.Kind == ActScaleDown && op.Step == StepRelease && data.From != OwnerNone && !data.Cancel && opsOn[op.Node] == 1 {
+		// A scale-down still draining, or a migration still waiting for
+		// its tasks' checkpoints, may be cancelled for pending demand
+		// (the kinds' ActCancelScaleDown interrupts, OpSteps).
+		_, mayCancel := InterruptTo(op.Kind, ActCancelScaleDown, op.Step)
+		if mayCancel && data.From != OwnerNone && !data.Cancel && opsOn[op.Node] == 1 {
 			if side, ok := data.From.Side(); ok {
 				pl.cancelable = append(pl.cancelable, cancelable{node: int32(ni), side: side, op: op})
 			}

@@ -348,8 +348,9 @@ func (v *view) pendingLeft(plan Plan, pool string) int {
 	return k
 }
 
-// onlyScaleDown reports whether the one in-flight op on node is a
-// scale-down that has not reached the cloud: the op a cancellation ends.
+// onlyScaleDown reports whether the one in-flight op on node is one a
+// cancellation ends (OpSteps' interrupts): a scale-down that has not
+// reached the cloud, or a migration still waiting for checkpoints.
 func (v *view) onlyScaleDown(node string) bool {
 	k := 0
 	ok := false
@@ -358,7 +359,7 @@ func (v *view) onlyScaleDown(node string) bool {
 			continue
 		}
 		k++
-		ok = op.Kind == ActScaleDown && op.Step == StepRelease
+		_, ok = InterruptTo(op.Kind, ActCancelScaleDown, op.Step)
 	}
 	return k == 1 && ok
 }

@@ -104,6 +104,11 @@ var OpSteps = map[ActionKind]KindSteps{
 			Doc: "cordon the node (YARN: the cordon label; Kubernetes: cordon), then stop the tasks right after their checkpoints, so they restart elsewhere"},
 		stepRelease(StepTerminate),
 		stepTerminate, stepForget, stepGiveBack,
+	}, Interrupts: []Interrupt{
+		// Pending demand the cordoned node could serve ends the wait for
+		// checkpoints: the node goes back to its side (tasks already moved
+		// lost nothing) rather than the demand waiting for a boot.
+		{By: ActCancelScaleDown, From: []string{StepEvict}, To: StepGiveBack},
 	}},
 	ActPreempt: {First: StepEvict, Steps: []StepSpec{
 		{Name: StepEvict, Next: []string{StepRelease, StepDone}, HoldsNode: true,

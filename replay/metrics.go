@@ -23,6 +23,7 @@ type metrics struct {
 	kills, drainKills, lsKills int
 	drainKillLost              float64
 	attritions, recommissions  int
+	migrationsCancelled        int
 	// migrations counts tasks moved by a migration that lost no work;
 	// migrationKills those a migration stopped inside its window, after
 	// a checkpoint but not right at it (they lost at most the window).
@@ -195,11 +196,14 @@ type Result struct {
 	// Recommissions those cancelled and given back to their side.
 	Attritions    int `json:"attritions"`
 	Recommissions int `json:"recommissions"`
-	Launches      int `json:"launches"`
-	Terminations  int `json:"terminations"`
-	Handovers     int `json:"handovers"`
-	PeakNodes     int `json:"peak_nodes"`
-	PeakGPUs      int `json:"peak_gpus"`
+	// MigrationsCancelled counts migrations that pending demand cancelled
+	// while they still waited for checkpoints (the node given back).
+	MigrationsCancelled int `json:"migrations_cancelled"`
+	Launches            int `json:"launches"`
+	Terminations        int `json:"terminations"`
+	Handovers           int `json:"handovers"`
+	PeakNodes           int `json:"peak_nodes"`
+	PeakGPUs            int `json:"peak_gpus"`
 	// AvgGPUs is the mean provisioned GPUs over the replay.
 	AvgGPUs float64 `json:"avg_gpus"`
 	// EndS is when the replay ended (the last event), in virtual seconds.
@@ -220,7 +224,8 @@ func (s *sim) result(name string) Result {
 		Name: name, GPUHours: m.gpuSec / 3600, AllocatedGPUHours: m.allocSec / 3600,
 		Preemptions: m.preemptions, DrainEvictions: m.drainEvictions, WorkLostGPUHours: m.workLost,
 		Attritions: m.attritions, Recommissions: m.recommissions, Migrations: m.migrations,
-		Restarts: m.preemptions + m.drainEvictions, Kills: m.kills, KillsNotPreemption: m.drainKills,
+		MigrationsCancelled: m.migrationsCancelled,
+		Restarts:            m.preemptions + m.drainEvictions, Kills: m.kills, KillsNotPreemption: m.drainKills,
 		KillsNotPreemptionGPUHours: m.drainKillLost, LSKills: m.lsKills, MigrationKills: m.migrationKills,
 		Launches: m.launches, Terminations: m.terminations, Handovers: m.handovers,
 		PeakNodes: m.peakNodes, PeakGPUs: m.peakGPUs, EndS: m.lastAt.Seconds(),

@@ -148,10 +148,15 @@ func (c *brokerCtl) snapshot(s *sim) *broker.Snapshot {
 	for _, o := range s.ops {
 		bo := broker.Op{ID: o.id, Kind: o.kind, Target: o.target, To: o.to, Serves: o.serves,
 			State: broker.OpRunning, Step: o.step, CreatedAt: now, UpdatedAt: now}
-		if o.attrition {
+		switch {
+		case o.attrition:
 			// The executor's step data: the planner counts attrition
 			// scale-downs in flight and may cancel them (attrition.go).
 			bo.Data = attritionData(o.node)
+		case o.kind == broker.ActMigrate && o.node != nil:
+			// The side it empties the node of: the planner may cancel
+			// a migration still waiting for checkpoints for demand.
+			bo.Data, _ = broker.EncodeOpData(broker.OpData{From: ownerOf(o.node.side)})
 		}
 		if o.pool >= 0 {
 			bo.Pool = s.pools[o.pool].Name
@@ -199,6 +204,9 @@ func (c *brokerCtl) apply(s *sim, a broker.Action) bool {
 		return true
 	case broker.ActMigrate:
 		return c.migrate(s, a)
+	case broker.ActCancelScaleDown:
+		n := c.nodeByID[a.Node]
+		return n != nil && s.cancelMigration(n)
 	case broker.ActPreempt:
 		n := c.nodeByID[a.Node]
 		if n == nil || n.op != nil {

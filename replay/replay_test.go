@@ -850,3 +850,56 @@ func TestOnlyItsVictimsEndAMigrationsWait(t *testing.T) {
 		t.Fatalf("the migrated task is %v, want pending again (re-queued)", mover.state)
 	}
 }
+
+// TestAMigrationYieldsItsNodeToLSDemand: a migration waits for its task's
+// next checkpoint on a cordoned node with free GPUs when LS work arrives
+// that fits them. The planner cancels the migration rather than buy a
+// node: the node schedules again, the LS task starts on it at once, and
+// the task the migration waited on runs on past its checkpoint, never
+// stopped.
+func TestAMigrationYieldsItsNodeToLSDemand(t *testing.T) {
+	p := broker.DefaultPolicy()
+	p.Migrate = broker.MigrateCheckpointed
+	w := DefaultWorld(p)
+	w.CheckpointInterval = 30 * time.Minute
+	pools := []broker.Pool{{Name: "t4-4gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 4, MaxNodes: 2, Sides: broker.PoolShared}}
+	tasks := []Task{{Name: "mover", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}, {Name: "ls", Run: 24 * time.Hour, GPUs: 2, QoS: QoSLS}}
+	s := newSim(w, p, pools, []broker.Source{""}, tasks, []broker.Source{broker.SourceK8s, broker.SourceK8s}, 1)
+	n := s.place(0, broker.SourceK8s)
+	mover, ls := s.tasks[0], s.tasks[1]
+	s.next = 2
+	mover.state = taskPending
+	s.pending[sideIdx(broker.SourceK8s)] = append(s.pending[sideIdx(broker.SourceK8s)], mover)
+	s.schedule()
+	if mover.state != taskRunning || mover.node != n {
+		t.Fatal("mover not running on the node")
+	}
+	s.advance(10 * time.Minute)
+	c := &brokerCtl{nodeByID: map[string]*node{n.name: n}}
+	if !c.migrate(s, broker.Action{Kind: broker.ActMigrate, Node: n.name, Victims: []broker.Workload{{Key: mover.key()}}}) {
+		t.Fatal("migration not started")
+	}
+	s.advance(12 * time.Minute)
+	ls.state, ls.since = taskPending, s.now
+	s.pending[sideIdx(broker.SourceK8s)] = append(s.pending[sideIdx(broker.SourceK8s)], ls)
+	s.schedule()
+	if ls.state != taskPending {
+		t.Fatal("the LS task started on the cordoned node")
+	}
+	c.tick(s)
+	if n.op != nil || s.m.migrationsCancelled != 1 || s.m.launches != 0 {
+		t.Fatalf("op %+v, %d migrations cancelled, %d launches: want the migration cancelled and nothing bought", n.op, s.m.migrationsCancelled, s.m.launches)
+	}
+	s.schedule()
+	if ls.state != taskRunning || ls.node != n {
+		t.Fatalf("the LS task is %v, want it running on the node given back", ls.state)
+	}
+	for len(s.events) > 0 && s.events[0].at < 45*time.Minute { // past its checkpoint at 30 min
+		e := heap.Pop(&s.events).(event)
+		s.advance(e.at)
+		s.handle(e)
+	}
+	if mover.state != taskRunning || mover.restarts != 0 || s.m.migrations != 0 {
+		t.Fatalf("mover is %v after %d restarts (%d migrations): want it running on, never stopped", mover.state, mover.restarts, s.m.migrations)
+	}
+}

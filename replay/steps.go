@@ -174,6 +174,24 @@ func (s *sim) recommission(n *node) bool {
 	return true
 }
 
+// cancelMigration gives node n back to its side, as the executor's
+// give-back of a migration that pending demand cancelled while it still
+// waited for checkpoints: the node schedules again at once, the tasks not
+// stopped yet keep running there, and those already stopped restart
+// wherever the scheduler puts them, having lost nothing. The replay's
+// scale-downs release at once (Kubernetes evicts, YARN drains under a
+// deadline), so only migrations are offered to the planner to cancel.
+func (s *sim) cancelMigration(n *node) bool {
+	o := n.op
+	if o == nil || o.kind != broker.ActMigrate || o.step != broker.StepEvict {
+		return false
+	}
+	o.moving = nil
+	s.closeOp(o)
+	s.m.migrationsCancelled++
+	return true
+}
+
 // victimsGone moves a preemption on once its victims have left: a
 // preemption on the node's own side is done; one across sides releases the
 // node from its side (what else runs there is drained as for a hand-over)

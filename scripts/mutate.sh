@@ -49,7 +49,11 @@ plan: actions carry the instance id~broker/plan.go~a.InstanceID = pl.nodes[ni].n
 plan: a stale pool gets nothing destructive~broker/plan.go~if wp.stale != "" {\n\t\t\t\t// IMPORTANT: nothing destructive~if false {\n\t\t\t\t// IMPORTANT: nothing destructive
 plan: a stale pool does not grow~broker/plan.go~if wp.stale != "" {\n\t\t\twp.backoff~if false {\n\t\t\twp.backoff
 plan: a side without actions turns transfer off~broker/plan.go~if len(s.NoActions) > 0 && pl.p.OwnershipTransfer {~if false {
-plan: a pending scale-down is cancelled for new demand~broker/placement.go~{name: "cancel", doc: "a node its side is draining for a scale-down, the scale-down cancelled", from: stageAll,~{name: "cancel", doc: "a node its side is draining for a scale-down, the scale-down cancelled", from: stageAll + 1,
+plan: a pending scale-down is cancelled for new demand~broker/placement.go~the op cancelled", from: stageAll,~the op cancelled", from: stageAll + 1,
+plan: a migration waiting for checkpoints yields its node to LS demand~broker/steps.go~{By: ActCancelScaleDown, From: []string{StepEvict}, To: StepGiveBack},~~-run TestPlanMigrationYields|TestRuntimeMigrateYields ./broker/ ./broker/engine/
+plan: a migration yields only to demand that may not be preempted~broker/lifecycle.go~if d.d.Preemptible || n.GPUsTotal <= 0 {~if n.GPUsTotal <= 0 {~-run TestPlanMigrationYields ./broker/
+plan: a migration yields only to demand that fills its node past the underused threshold~broker/lifecycle.go~return float64(n.GPUsAllocated+g)/float64(n.GPUsTotal) > pl.p.ScaleDownUtilisation~return true~-run TestPlanMigrationYields ./broker/
+replay: a migration cancelled for LS demand gives its node back~replay/planner.go~return n != nil && s.cancelMigration(n)~return n != nil && false~-run TestAMigrationYieldsItsNodeToLSDemand ./replay/
 plan: nothing destructive on a stale side (YARN)~broker/plan.go~staleYARN: s.IsStale(SourceYARN),~staleYARN: false,
 plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s:  s.IsStale(SourceK8s),~staleK8s:  false,
 runtime: one failing pool describe does not stop the tick~broker/engine/observe.go~r.log.Warn("observe pools", "err", o.poolErr)~return nil, o.poolErr

@@ -203,6 +203,38 @@ func TestRuntimeMigrateGivesTheNodeBackWhenNoCheckpointComes(t *testing.T) {
 	}
 }
 
+// TestRuntimeMigrateYieldsToLatencySensitiveDemand: while a migration
+// waits for its task's next checkpoint, YARN demand that may not be
+// preempted and fits the cordoned node's free GPUs arrives. The migration
+// is cancelled rather than a node bought: y1 is uncordoned, its task runs
+// on untouched, nothing is signalled or terminated, and the demand lands
+// on y1.
+func TestRuntimeMigrateYieldsToLatencySensitiveDemand(t *testing.T) {
+	w, rm, r := migrateWorld(t)
+	rm.queued = ""
+	y1 := w.yarn.nodes["y1"]
+	y1.Work[0].CheckpointAge = 20 * time.Minute
+	w.tick(r)
+	w.clock.Add(6 * time.Minute)
+	assertMigrationWaits(t, w, rm, r, 10, nil)
+	w.yarn.submit(broker.Demand{Source: broker.SourceYARN, Key: "application_5/1", Name: "application_5", Tenant: "training",
+		Queue: "root.training", GPUsPerUnit: 2, Units: 1, Priority: 10000})
+	w.ticks(r, 3, 5*time.Second)
+	ops := w.ledger.opsOf(broker.ActMigrate)
+	if len(ops) != 1 || ops[0].State != broker.OpCancelled {
+		t.Fatalf("migrations %+v: want the one cancelled for the demand", ops)
+	}
+	if logIndex(rm.log, "evict ") >= 0 || logIndex(rm.log, "uncordon y1") < 0 || len(rm.killed) != 0 {
+		t.Fatalf("RM saw %q, killed %v: want y1 uncordoned, nothing signalled or killed", rm.log, rm.killed)
+	}
+	if ups := w.ledger.opsOf(broker.ActScaleUp); len(ups) != 0 || len(w.cloud.terminated) != 0 {
+		t.Fatalf("scale-ups %+v, terminated %v: want nothing bought or terminated", ups, w.cloud.terminated)
+	}
+	if reason := w.ledger.closed["yarn/application_5/1"]; reason != "scheduled" || !slices.ContainsFunc(y1.Work, func(x broker.Workload) bool { return x.Key == "container_1_0001_01_000002" }) {
+		t.Fatalf("demand closed as %q, y1 runs %+v: want the demand on y1 beside its own task", reason, y1.Work)
+	}
+}
+
 // TestRuntimeMigrateStopsNothingWhileItsSideIsStale: a migration waiting
 // for a task's next checkpoint signals nothing while the YARN observation
 // fails, even though the checkpoint store shows the task's new checkpoint
