@@ -806,6 +806,21 @@ func TestMigrationMovesAtTheCheckpoint(t *testing.T) {
 	}
 }
 
+// migrationSim is a replay with migration on, work checkpointing every 30
+// minutes, one running Kubernetes node of gpus GPUs (room for one more in
+// its pool) and the two tasks, arrived (none started yet).
+func migrationSim(gpus int, tasks []Task) (*sim, *node) {
+	p := broker.DefaultPolicy()
+	p.Migrate = broker.MigrateCheckpointed
+	w := DefaultWorld(p)
+	w.CheckpointInterval = 30 * time.Minute
+	pools := []broker.Pool{{Name: fmt.Sprintf("t4-%dgpu", gpus), Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: gpus, MaxNodes: 2, Sides: broker.PoolShared}}
+	s := newSim(w, p, pools, []broker.Source{""}, tasks, []broker.Source{broker.SourceK8s, broker.SourceK8s}, 1)
+	n := s.place(0, broker.SourceK8s)
+	s.next = len(tasks)
+	return s, n
+}
+
 // TestOnlyItsVictimsEndAMigrationsWait: a Kubernetes node runs a task a
 // migration waits on (its next checkpoint is 20 minutes away) and a pod
 // kube-scheduler evicted just before the migration began. That pod leaving
@@ -813,16 +828,8 @@ func TestMigrationMovesAtTheCheckpoint(t *testing.T) {
 // the task is stopped at its checkpoint, losing nothing, not drained
 // (killed) when the other pod leaves.
 func TestOnlyItsVictimsEndAMigrationsWait(t *testing.T) {
-	p := broker.DefaultPolicy()
-	p.Migrate = broker.MigrateCheckpointed
-	w := DefaultWorld(p)
-	w.CheckpointInterval = 30 * time.Minute
-	pools := []broker.Pool{{Name: "t4-2gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 2, MaxNodes: 2, Sides: broker.PoolShared}}
-	tasks := []Task{{Name: "mover", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}, {Name: "preempted", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}}
-	s := newSim(w, p, pools, []broker.Source{""}, tasks, []broker.Source{broker.SourceK8s, broker.SourceK8s}, 1)
-	n := s.place(0, broker.SourceK8s)
+	s, n := migrationSim(2, []Task{{Name: "mover", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}, {Name: "preempted", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}})
 	mover, other := s.tasks[0], s.tasks[1]
-	s.next = 2
 	for _, tk := range []*task{mover, other} {
 		tk.state = taskPending
 		s.pending[sideIdx(broker.SourceK8s)] = append(s.pending[sideIdx(broker.SourceK8s)], tk)
@@ -858,16 +865,8 @@ func TestOnlyItsVictimsEndAMigrationsWait(t *testing.T) {
 // the task the migration waited on runs on past its checkpoint, never
 // stopped.
 func TestAMigrationYieldsItsNodeToLSDemand(t *testing.T) {
-	p := broker.DefaultPolicy()
-	p.Migrate = broker.MigrateCheckpointed
-	w := DefaultWorld(p)
-	w.CheckpointInterval = 30 * time.Minute
-	pools := []broker.Pool{{Name: "t4-4gpu", Provider: "replay", Group: "t4", GPUModel: "T4", GPUsPerNode: 4, MaxNodes: 2, Sides: broker.PoolShared}}
-	tasks := []Task{{Name: "mover", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}, {Name: "ls", Run: 24 * time.Hour, GPUs: 2, QoS: QoSLS}}
-	s := newSim(w, p, pools, []broker.Source{""}, tasks, []broker.Source{broker.SourceK8s, broker.SourceK8s}, 1)
-	n := s.place(0, broker.SourceK8s)
+	s, n := migrationSim(4, []Task{{Name: "mover", Run: 24 * time.Hour, GPUs: 1, QoS: QoSBE}, {Name: "ls", Run: 24 * time.Hour, GPUs: 2, QoS: QoSLS}})
 	mover, ls := s.tasks[0], s.tasks[1]
-	s.next = 2
 	mover.state = taskPending
 	s.pending[sideIdx(broker.SourceK8s)] = append(s.pending[sideIdx(broker.SourceK8s)], mover)
 	s.schedule()
