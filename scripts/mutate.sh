@@ -67,7 +67,8 @@ executor: every op has a deadline~broker/engine/executor.go~if !s.data.Expires.I
 executor: retries are bounded~broker/engine/executor.go~if s.op.Attempts >= maxStepAttempts {\n\t\treturn s.giveUp~if false {\n\t\treturn s.giveUp
 executor: an unknown release is never drained nor forced~broker/engine/steps_node.go~if st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained~if false && st.Unknown != "" {\n\t\t\t// IMPORTANT: unknown is never drained
 executor: terminate only after every side drained~broker/engine/steps_node.go~if st.Drained {~if true {
-executor: a removal releases every side that holds the node~broker/engine/steps_node.go~\t\t\ts.data.Sides = r.sidesOf(op.Node, s.data.From)~\t\t\ts.data.Sides = nil
+executor: a removal releases every side that holds the node~broker/engine/steps_node.go~broker.ActMigrate {\n\t\ts.data.Sides = r.sidesOf(op.Node, s.data.From)~broker.ActMigrate {\n\t\ts.data.Sides = nil
+executor: a released node moves on to its kind's next step (OpSteps)~broker/engine/steps_node.go~	return s.moveTo(spec.Next[0])~	return s.done()
 executor: a replacement is bought first at pool min~broker/engine/steps_pool.go~case withinCluster && (ps.Pool.MaxNodes <= 0 || ps.Desired+1 <= ps.Pool.MaxNodes):~case false && withinCluster:
 executor: a node without instance is given back~broker/engine/steps_pool.go~return s.giveUp(fmt.Sprintf("node %s has no cloud instance~return s.fail(fmt.Sprintf("node %s has no cloud instance
 executor: a scale-up stays linked until gpu-ready~broker/engine/steps_pool.go~if n := r.poolInFlight(ps); n > 0 {~if n := r.poolInFlight(ps); n > 0 && false {

@@ -22,24 +22,7 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		s.data.Deadline = s.now.Add(policy.DrainTimeout.D())
 	}
 	if !s.data.Prepared {
-		// IMPORTANT: decide and persist which sides hold the node and its
-		// instance before the first Release. A cordoned node reports no
-		// owner, so after a crash the owner could no longer be found and
-		// the drain skipped.
-		if s.data.From == "" {
-			s.data.From = r.ownerOf(op.Node)
-		}
-		if op.Kind == broker.ActScaleDown || op.Kind == broker.ActReplace || op.Kind == broker.ActMigrate {
-			s.data.Sides = r.sidesOf(op.Node, s.data.From)
-		}
-		if s.data.InstanceID == "" {
-			s.data.InstanceID = r.instanceOf(op.Node)
-		}
-		if op.Kind == broker.ActReplace {
-			s.data.Down = r.nodeDown(op.Node) != ""
-		}
-		s.data.Prepared = true
-		return s.moveTo(broker.StepRelease)
+		return r.prepareRelease(s)
 	}
 	sides := s.data.Sides
 	if len(sides) == 0 && s.data.From != broker.OwnerNone {
@@ -145,19 +128,44 @@ func (r *Runtime) release(ctx context.Context, s *stepCtx, policy broker.Policy)
 		}
 		return s.waitFor(2*time.Second, "")
 	}
-	switch op.Kind {
-	case broker.ActTransfer:
-		return s.moveTo(broker.StepAdmit)
-	case broker.ActReplace:
-		return s.moveTo(broker.StepSurge)
-	case broker.ActScaleDown, broker.ActMigrate:
-		return s.moveTo(broker.StepTerminate)
-	case broker.ActPreempt:
-		if _, across := op.To.Side(); across {
-			return s.moveTo(broker.StepAdmit)
-		}
+	return releaseDone(s)
+}
+
+// prepareRelease decides and persists, before the first Release, which
+// sides hold the node and its instance.
+func (r *Runtime) prepareRelease(s *stepCtx) (broker.Op, bool) {
+	op := s.op
+	// IMPORTANT: decide and persist which sides hold the node and its
+	// instance before the first Release. A cordoned node reports no
+	// owner, so after a crash the owner could no longer be found and
+	// the drain skipped.
+	if s.data.From == "" {
+		s.data.From = r.ownerOf(op.Node)
 	}
-	return s.done()
+	if op.Kind == broker.ActScaleDown || op.Kind == broker.ActReplace || op.Kind == broker.ActMigrate {
+		s.data.Sides = r.sidesOf(op.Node, s.data.From)
+	}
+	if s.data.InstanceID == "" {
+		s.data.InstanceID = r.instanceOf(op.Node)
+	}
+	if op.Kind == broker.ActReplace {
+		s.data.Down = r.nodeDown(op.Node) != ""
+	}
+	s.data.Prepared = true
+	return s.moveTo(broker.StepRelease)
+}
+
+// releaseDone moves an op on once every side released its node: to the
+// first step its kind's table names after release (OpSteps: a scale-down
+// or migration terminates, a replacement surges, a hand-over is admitted
+// by the other side). A preemption on its own side never releases; were
+// one here, it would be done.
+func releaseDone(s *stepCtx) (broker.Op, bool) {
+	spec, ok := broker.OpSteps[s.op.Kind].Step(broker.StepRelease)
+	if _, across := s.op.To.Side(); !ok || len(spec.Next) == 0 || s.op.Kind == broker.ActPreempt && !across {
+		return s.done()
+	}
+	return s.moveTo(spec.Next[0])
 }
 
 // admit has the receiving side admit a node handed over.
