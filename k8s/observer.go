@@ -318,18 +318,8 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		}
 	}
 
-	type onNode struct {
-		pod  *corev1.Pod
-		node int32
-	}
-	type pendingPod struct {
-		key   string // pendingFacts.sortKey
-		pod   *corev1.Pod
-		req   GPURequest
-		facts *pendingFacts
-	}
 	podObjs := o.pods.GetStore().List()
-	placed := make([]onNode, 0, len(podObjs))
+	placed := make([]boundPod, 0, len(podObjs))
 	var pending []pendingPod
 	for _, obj := range podObjs {
 		pod := obj.(*corev1.Pod)
@@ -340,7 +330,7 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 				}
 			}
 			if i, ok := nodeIndex[pod.Spec.NodeName]; ok {
-				placed = append(placed, onNode{pod, i})
+				placed = append(placed, boundPod{pod, i})
 			}
 			continue
 		}
@@ -353,13 +343,40 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		}
 	}
 
-	// Pending pods in namespace and name order make obs.Pods sorted as
+	obs.Pods, obs.Demand = o.pendingDemand(pending, obs.At)
+
+	obs.Nodes, obs.NodeDetails = o.nodesWithWork(gpuNodes, placed)
+
+	obs.PDBs = pdbReports(pdbObjs, bound)
+	// The planner sees what each budget allows (disruption.go).
+	attachBudgets(obs.Nodes, obs.PDBs)
+	return obs, nil
+}
+
+// boundPod is a pod bound to the GPU node of index node.
+type boundPod struct {
+	pod  *corev1.Pod
+	node int32
+}
+
+// pendingPod is an unbound pod that may ask for GPUs.
+type pendingPod struct {
+	key   string // pendingFacts.sortKey
+	pod   *corev1.Pod
+	req   GPURequest
+	facts *pendingFacts
+}
+
+// pendingDemand classifies the pending pods: each one's report, and the
+// demand of those that count, observed at at.
+func (o *Observer) pendingDemand(pending []pendingPod, at time.Time) (pods []PodReport, demand []broker.Demand) {
+	// Pending pods in namespace and name order make the reports sorted as
 	// built; demand is sorted by its own name ("namespace/name", whose
 	// order differs where a namespace is another's prefix).
 	slices.SortFunc(pending, func(a, b pendingPod) int { return strings.Compare(a.key, b.key) })
 	if len(pending) > 0 {
-		obs.Pods = make([]PodReport, 0, len(pending))
-		obs.Demand = make([]broker.Demand, 0, len(pending))
+		pods = make([]PodReport, 0, len(pending))
+		demand = make([]broker.Demand, 0, len(pending))
 	}
 	// A claim several pods share is counted once, for the first of them.
 	var counted map[string]bool
@@ -378,20 +395,24 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		r := o.cls.classifyFacts(p.pod, p.req, p.facts)
 		if r.Counted {
 			// Without a tenant yet: MapTenants maps and validates it.
-			d := o.cls.demandNamed(p.pod, r, p.facts.name, obs.At)
+			d := o.cls.demandNamed(p.pod, r, p.facts.name, at)
 			if dra.req.NotUnderstood != "" {
 				d.Unsatisfiable = "DRA claim " + dra.claim + ": " + dra.req.NotUnderstood
 				d.GPUsPerUnit = max(d.GPUsPerUnit, 1)
 			}
-			obs.Demand = append(obs.Demand, d)
+			demand = append(demand, d)
 		}
-		obs.Pods = append(obs.Pods, r)
+		pods = append(pods, r)
 	}
-	if len(obs.Demand) == 0 {
-		obs.Demand = nil // as when none was appended
+	if len(demand) == 0 {
+		demand = nil // as when none was appended
 	}
-	slices.SortFunc(obs.Demand, func(a, b broker.Demand) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(demand, func(a, b broker.Demand) int { return strings.Compare(a.Name, b.Name) })
+	return pods, demand
+}
 
+// nodesWithWork builds each GPU node with the pods placed on it.
+func (o *Observer) nodesWithWork(gpuNodes []*corev1.Node, placed []boundPod) (out []broker.Node, details map[string]NodeDetail) {
 	// Each GPU node's pods, grouped by node in one slice (a counting sort
 	// on the node index), each group in namespace and name order.
 	start := make([]int32, len(gpuNodes)+1)
@@ -407,8 +428,8 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 		byNode[fill[p.node]] = p.pod
 		fill[p.node]++
 	}
-	obs.Nodes = make([]broker.Node, 0, len(gpuNodes))
-	obs.NodeDetails = make(map[string]NodeDetail, len(gpuNodes))
+	out = make([]broker.Node, 0, len(gpuNodes))
+	details = make(map[string]NodeDetail, len(gpuNodes))
 	present := make(map[types.UID]bool, len(gpuNodes))
 	for i, n := range gpuNodes {
 		present[n.UID] = true
@@ -418,11 +439,17 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 			slices.SortFunc(pods, comparePods)
 		}
 		bn, d := o.cls.buildNode(n, pods)
-		obs.Nodes = append(obs.Nodes, bn)
-		obs.NodeDetails[n.Name] = d
+		out = append(out, bn)
+		details[n.Name] = d
 	}
 	o.cls.forgetNodes(present)
+	return out, details
+}
 
+// pdbReports reports each PodDisruptionBudget with the bound pods of its
+// namespace (bound) that it selects, in namespace and name order.
+func pdbReports(pdbObjs []any, bound map[string][]*corev1.Pod) []PDBReport {
+	var out []PDBReport
 	for _, obj := range pdbObjs {
 		pdb := obj.(*policyv1.PodDisruptionBudget)
 		r := pdbReport(pdb)
@@ -436,17 +463,15 @@ func (o *Observer) Observe(ctx context.Context) (Observation, error) {
 				slices.Sort(r.Pods)
 			}
 		}
-		obs.PDBs = append(obs.PDBs, r)
+		out = append(out, r)
 	}
-	slices.SortFunc(obs.PDBs, func(a, b PDBReport) int {
+	slices.SortFunc(out, func(a, b PDBReport) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	// The planner sees what each budget allows (disruption.go).
-	attachBudgets(obs.Nodes, obs.PDBs)
-	return obs, nil
+	return out
 }
 
 // comparePods orders pods by namespace, then name.
