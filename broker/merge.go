@@ -129,6 +129,17 @@ func fillMachine(n, other *Node) {
 	}
 }
 
+// placeholderOf reports whether n, a view no side owns, is only a
+// placeholder of the machine sn shows, also owned by no side: n lists no
+// GPUs (YARN: an excluded NodeManager) where sn lists the machine's (a
+// Kubernetes Node cordoned by an op that is taking it from Kubernetes).
+// The merged node keeps sn's view, so a node leaving a side keeps its
+// capacity in the plan: an op still draining it may be cancelled for
+// demand that fits (the placement ladder's cancel rung).
+func placeholderOf(n, sn *Node) bool {
+	return n.Owner == OwnerNone && sn.Owner == OwnerNone && n.GPUsTotal == 0 && sn.GPUsTotal > 0
+}
+
 // mergeNodes joins the sides' nodes, the pools' instances, what the store
 // remembers and the agents' reports into one list of nodes, by name.
 //
@@ -160,7 +171,7 @@ func MergeNodesClaims(in MergeInput) ([]Node, []ClaimConflict) {
 		}
 		for _, sn := range obs.Nodes {
 			n, existed := get(sn.Name)
-			if !existed || (n.Owner == OwnerNone && sn.Owner != OwnerNone) {
+			if !existed || (n.Owner == OwnerNone && sn.Owner != OwnerNone) || placeholderOf(n, &sn) {
 				prev := *n
 				*n = sn
 				n.Work = append(append([]Workload(nil), sn.Work...), prev.Work...)

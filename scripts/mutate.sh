@@ -59,6 +59,7 @@ plan: nothing destructive on a stale side (Kubernetes)~broker/plan.go~staleK8s: 
 runtime: one failing pool describe does not stop the tick~broker/engine/observe.go~r.log.Warn("observe pools", "err", o.poolErr)~return nil, o.poolErr
 runtime: a stale pool keeps its last-known GPUs~broker/engine/runtime.go~ps.Desired, ps.Instances = prev.Desired, prev.Instances~_ = prev
 runtime: claimed nodes are detected~broker/merge.go~if n.Owner != OwnerNone && sn.Owner != OwnerNone && n.Owner != sn.Owner {~if false {
+merge: a node leaving a side keeps its capacity, not a placeholder's~broker/merge.go~|| placeholderOf(n, &sn) {~{~-run TestMergeKeepsTheCapacityOfANodeLeavingASide ./broker/
 plan: idle reclaim never drains a busy YARN node~broker/scaledown.go~case w.side == SourceYARN && nc.work > 0:~case false:
 plan: unknown allocated GPUs are never idle~broker/scaledown.go~case n.GPUsAllocated > nc.knownGPUs:~case false:
 plan: consolidation loses at most max_work_lost~broker/scaledown.go~case nc.lost > pl.p.MaxWorkLost.D():~case false:
