@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gpubroker/gpubroker/broker"
@@ -48,15 +49,23 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 	if _, err := c.AppsV1().Deployments(w.ns).Create(ctx, guarded, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var guardedPod string
+	var guardedPod, x string
 	w.eventually(60*time.Second, "the guarded pod to run", func() bool {
 		pods, err := c.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
 		if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName == "" {
 			return false
 		}
-		guardedPod = pods.Items[0].Name
+		guardedPod, x = pods.Items[0].Name, pods.Items[0].Spec.NodeName
 		return true
 	})
+	// The new demand below selects gpu.vendor=nvidia, a label of the
+	// pool's nodes that x no longer has: a node still draining for a
+	// scale-down is given back to demand that fits it (the placement
+	// ladder's cancel rung), and this test needs the scale-up instead.
+	unlabel := []byte(`{"metadata":{"labels":{"gpu.vendor":null}}}`)
+	if _, err := c.CoreV1().Nodes().Patch(ctx, x, types.MergePatchType, unlabel, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// The idle node is reclaimed; its drain blocks on a budget that comes
 	// once the scale-down is journaled (the planner leaves a node whose
 	// budget allows no disruption alone, so it must not be there before),
@@ -88,6 +97,7 @@ func TestCrashMidDrainAndScaleUp(t *testing.T) {
 	// New demand: a 4-GPU pod. Its scale-up is journaled and waits for the
 	// pool's removal to finish before resizing.
 	big := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: w.ns}, Spec: gpuPodSpec(4, "high-priority-training")}
+	big.Spec.NodeSelector["gpu.vendor"] = "nvidia"
 	if _, err := c.CoreV1().Pods(w.ns).Create(ctx, big, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
