@@ -388,9 +388,10 @@ func (pl *planner) takeCancel(d *wdemand, g int) bool {
 // (scale_down_utilisation), so the reason for the migration is gone. A
 // node given back still underused keeps its long-running work half-empty
 // for as long as it runs, often where it then fits on no other node:
-// replayed on openb, yielding to any LS demand cut its p95 wait by 60%
-// but provisioned 6% more GPU-hours per GPU-hour of work; with this
-// threshold it provisions less than not yielding at all (docs/replay-migrate.md).
+// replayed on openb (5 seeds at 10x, 100x and 1000x), yielding to any LS
+// demand cut the LS p95 wait by 8-64% but provisioned 1-6% more GPU-hours
+// per GPU-hour of work; with this threshold the wait falls by 6-13% and
+// GPU-hours by up to 1.5% (0.9% more at 1000x; docs/replay-migrate.md).
 func (pl *planner) migrationYields(n *Node, d *wdemand, g int) bool {
 	if d.d.Preemptible || n.GPUsTotal <= 0 {
 		return false
