@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -148,15 +147,16 @@ func (c *brokerCtl) snapshot(s *sim) *broker.Snapshot {
 	for _, o := range s.ops {
 		bo := broker.Op{ID: o.id, Kind: o.kind, Target: o.target, To: o.to, Serves: o.serves,
 			State: broker.OpRunning, Step: o.step, CreatedAt: now, UpdatedAt: now}
-		switch {
-		case o.attrition:
-			// The executor's step data: the planner counts attrition
-			// scale-downs in flight and may cancel them (attrition.go).
-			bo.Data = attritionData(o.node)
-		case o.kind == broker.ActMigrate && o.node != nil:
-			// The side it empties the node of: the planner may cancel
-			// a migration still waiting for checkpoints for demand.
-			bo.Data, _ = broker.EncodeOpData(broker.OpData{From: ownerOf(o.node.side)})
+		if o.attrition || o.kind == broker.ActMigrate && o.node != nil {
+			// The executor's step data the planner reads back: it counts
+			// attrition scale-downs in flight and may cancel them
+			// (attrition.go), and may cancel a migration still waiting for
+			// checkpoints for demand; both need the side they leave.
+			from := broker.OwnerNone
+			if o.node != nil {
+				from = ownerOf(o.node.side)
+			}
+			bo.Data, _ = broker.EncodeOpData(broker.OpData{Attrition: o.attrition, From: from})
 		}
 		if o.pool >= 0 {
 			bo.Pool = s.pools[o.pool].Name
@@ -352,18 +352,4 @@ func (s *sim) pendingByKey(src broker.Source, key string) *task {
 		}
 	}
 	return nil
-}
-
-// attritionData is the journal's step data of an attrition scale-down of
-// n: what the planner reads back (broker's attritionData).
-func attritionData(n *node) json.RawMessage {
-	from := broker.OwnerNone
-	if n != nil {
-		from = ownerOf(n.side)
-	}
-	raw, _ := json.Marshal(struct {
-		Attrition bool         `json:"attrition"`
-		From      broker.Owner `json:"from"`
-	}{true, from})
-	return raw
 }
