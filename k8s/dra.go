@@ -179,11 +179,20 @@ func parseSelectors(sels []resourcev1.DeviceSelector) (selectorFacts, error) {
 			switch {
 			case celDriver.MatchString(term):
 			case celProduct.MatchString(term):
-				f.models = mergeModels(f.models, []string{productModel(celProduct.FindStringSubmatch(term)[1])})
+				m := productModel(celProduct.FindStringSubmatch(term)[1])
+				if m == "" {
+					return f, fmt.Errorf("selector not understood: a blank productName in %s", strconv.Quote(expr))
+				}
+				f.models = mergeModels(f.models, []string{m})
 			case celProductIn.MatchString(term):
 				var ms []string
 				for _, m := range celQuotedWords.FindAllStringSubmatch(celProductIn.FindStringSubmatch(term)[1], -1) {
-					ms = append(ms, productModel(m[1]))
+					if pm := productModel(m[1]); pm != "" {
+						ms = append(ms, pm)
+					}
+				}
+				if len(ms) == 0 {
+					return f, fmt.Errorf("selector not understood: only blank productNames in %s", strconv.Quote(expr))
 				}
 				f.models = mergeModels(f.models, ms)
 			case celMemCompare.MatchString(term), celMemGreater.MatchString(term):
